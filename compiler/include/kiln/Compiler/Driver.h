@@ -1,0 +1,37 @@
+//===- Driver.h - What the `kiln` subcommands do ----------------*- C++ -*-===//
+//
+// The `kiln` tool only parses its command line; each subcommand is one
+// function here returning the process exit code (0, or 1 with a message).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_COMPILER_DRIVER_H
+#define KILN_COMPILER_DRIVER_H
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct CompileCommand {
+  std::string model;                  // path or preset
+  std::string emit;                   // stop after this phase and print it
+  std::string output;                 // -o; empty: stdout
+  std::string dumpDir;                // --dump-ir-to
+  std::vector<std::string> overrides; // --set section.key=value
+  std::vector<std::string> mlirFlags; // --mlir-* passed to MLIR
+};
+int runCompile(const CompileCommand &command);
+
+struct ConfigCommand {
+  std::string model;
+  std::vector<std::string> overrides;
+  bool markdown = false; // print docs/config.md
+  bool source = false;   // print the model's source text
+  bool presets = false;  // list the presets
+};
+int runConfig(const ConfigCommand &command);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_DRIVER_H

@@ -1,0 +1,54 @@
+//===- Pipeline.h - The phases of a Kiln compilation ------------*- C++ -*-===//
+//
+// A compilation is a sequence of phases (docs/architecture.md). Each phase
+// after `import` is a pass pipeline built by a C++ function registered once,
+// so `kiln compile`, `kiln-opt` and the JIT run the same code.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_COMPILER_PIPELINE_H
+#define KILN_COMPILER_PIPELINE_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/LLVM.h"
+
+#include <functional>
+
+namespace kiln {
+
+struct PhaseInfo {
+  const char *name;
+  const char *summary;
+  /// The issue that builds the phase, for phases not built yet.
+  const char *plannedIn;
+  /// Adds the phase's passes; nullptr for phases not built yet.
+  void (*buildPipeline)(mlir::OpPassManager &pm);
+  bool implemented() const { return buildPipeline != nullptr; }
+};
+
+/// Every phase of design.md, in order; the ones not built yet included.
+llvm::ArrayRef<PhaseInfo> pipelinePhases();
+const PhaseInfo *findPhase(llvm::StringRef name);
+
+/// import: cleanup after the frontend (canonicalize, CSE).
+void buildImportPipeline(mlir::OpPassManager &pm);
+
+/// Registers `kiln-<phase>-pipeline` for every built phase with the pass
+/// registry (for kiln-opt).
+void registerKilnPipelines();
+
+/// Runs the phases from `import` up to and including `lastPhase` on a module
+/// the frontend produced. `afterPhase(index, phase)` is called after each,
+/// e.g. to dump the IR. `configure` may add instrumentation (MLIR's
+/// --mlir-print-ir-after-all and friends).
+mlir::LogicalResult
+runPipeline(mlir::ModuleOp module, const PhaseInfo &lastPhase,
+            llvm::function_ref<mlir::LogicalResult(unsigned, const PhaseInfo &)>
+                afterPhase,
+            llvm::function_ref<mlir::LogicalResult(mlir::PassManager &)>
+                configure);
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_PIPELINE_H

@@ -1,0 +1,170 @@
+//===- Driver.cpp - What the `kiln` subcommands do ------------------------===//
+
+#include "kiln/Compiler/Driver.h"
+#include "kiln/Compiler/Pipeline.h"
+#include "kiln/Frontend/ConfigParser.h"
+#include "kiln/Frontend/ConfigSchema.h"
+#include "kiln/Frontend/ModelImporter.h"
+#include "kiln/Frontend/Presets.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "error: " << message << "\n";
+  return 1;
+}
+
+/// Hands --mlir-* flags to MLIR's own command-line options (registered
+/// even when there are none: the pass manager reads them).
+bool applyMlirFlags(const std::vector<std::string> &flags) {
+  registerAsmPrinterCLOptions();
+  registerMLIRContextCLOptions();
+  registerPassManagerCLOptions();
+  std::vector<const char *> argv = {"kiln compile"};
+  for (const std::string &flag : flags)
+    argv.push_back(flag.c_str());
+  std::string errors;
+  llvm::raw_string_ostream os(errors);
+  if (!llvm::cl::ParseCommandLineOptions(argv.size(), argv.data(), "", &os)) {
+    llvm::StringRef first = llvm::StringRef(errors).trim().split('\n').first;
+    first.consume_front("kiln compile: ");
+    llvm::errs() << "error: " << first << "\n";
+    return false;
+  }
+  return true;
+}
+
+/// Everything a command needs to read a model: a context whose diagnostics
+/// print `file:line:col: error: ...` with the offending source line.
+struct ModelSession {
+  MLIRContext context;
+  llvm::SourceMgr sourceMgr;
+  std::unique_ptr<SourceMgrDiagnosticHandler> handler;
+  std::optional<ModelSource> source;
+  std::optional<Config> config;
+
+  /// Loads and validates; prints what went wrong and returns false if not.
+  bool load(const std::string &model,
+            const std::vector<std::string> &overrides) {
+    std::string error;
+    source = loadModelSource(model, error);
+    if (!source) {
+      llvm::errs() << error << "\n";
+      return false;
+    }
+    sourceMgr.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBufferCopy(source->text, source->name),
+        llvm::SMLoc());
+    handler = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
+    FailureOr<Config> parsed = parseConfig(&context, *source, overrides);
+    if (failed(parsed))
+      return false;
+    config = std::move(*parsed);
+    return true;
+  }
+};
+
+LogicalResult writeFile(const std::string &path, ModuleOp module) {
+  std::string error;
+  auto file = openOutputFile(path, &error);
+  if (!file) {
+    llvm::errs() << "error: cannot write '" << path << "': " << error << "\n";
+    return failure();
+  }
+  module.print(file->os());
+  file->keep();
+  return success();
+}
+} // namespace
+
+int kiln::runCompile(const CompileCommand &command) {
+  const PhaseInfo *last = nullptr;
+  for (const PhaseInfo &phase : pipelinePhases())
+    if (phase.implemented())
+      last = &phase;
+  if (!command.emit.empty()) {
+    last = findPhase(command.emit);
+    if (!last) {
+      std::vector<std::string> names;
+      for (const PhaseInfo &phase : pipelinePhases())
+        names.push_back(phase.name);
+      return fail("unknown phase '" + command.emit +
+                  "' for --emit; phases: " + llvm::join(names, ", "));
+    }
+    if (!last->implemented())
+      return fail("phase '" + command.emit + "' is not implemented yet (" +
+                  last->plannedIn + ")");
+  }
+  if (!applyMlirFlags(command.mlirFlags))
+    return 1;
+
+  ModelSession session;
+  if (!session.load(command.model, command.overrides))
+    return 1;
+  OwningOpRef<ModuleOp> module = importModel(&session.context, *session.config);
+  if (failed(verify(*module)))
+    return fail("internal: the imported IR does not verify");
+
+  if (!command.dumpDir.empty()) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(command.dumpDir))
+      return fail("cannot create '" + command.dumpDir + "': " + ec.message());
+  }
+  auto afterPhase = [&](unsigned index, const PhaseInfo &phase) {
+    if (command.dumpDir.empty())
+      return success();
+    llvm::SmallString<256> path(command.dumpDir);
+    llvm::sys::path::append(path, llvm::formatv("{0:02}-{1}.mlir", index,
+                                                phase.name)
+                                      .str());
+    return writeFile(path.str().str(), *module);
+  };
+  auto configure = [&](PassManager &pm) { return applyPassManagerCLOptions(pm); };
+  if (failed(runPipeline(*module, *last, afterPhase, configure)))
+    return 1;
+
+  if (command.output.empty() || command.output == "-") {
+    module->print(llvm::outs());
+    llvm::outs().flush();
+    return 0;
+  }
+  return failed(writeFile(command.output, *module)) ? 1 : 0;
+}
+
+int kiln::runConfig(const ConfigCommand &command) {
+  if (command.markdown) {
+    llvm::outs() << renderConfigMarkdown();
+    return 0;
+  }
+  if (command.presets) {
+    for (const Preset &preset : presets())
+      llvm::outs() << llvm::left_justify(preset.name, 14) << preset.summary
+                   << "\n";
+    return 0;
+  }
+  if (command.model.empty())
+    return fail("kiln config needs a MODEL, --markdown or --presets");
+  ModelSession session;
+  if (!session.load(command.model, command.overrides))
+    return 1;
+  llvm::outs() << (command.source ? session.source->text
+                                  : renderConfigToml(*session.config));
+  return 0;
+}

@@ -1,0 +1,69 @@
+//===- Pipeline.cpp - The phases of a Kiln compilation --------------------===//
+
+#include "kiln/Compiler/Pipeline.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace kiln;
+
+void kiln::buildImportPipeline(OpPassManager &pm) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+ArrayRef<PhaseInfo> kiln::pipelinePhases() {
+  static const PhaseInfo phases[] = {
+      {"import", "the model description as kiln ops (@forward_loss)", "#2",
+       buildImportPipeline},
+      {"train", "autodiff backward and AdamW (@train_step)", "#3", nullptr},
+      {"precision", "mixed-precision casts as explicit ops", "#3", nullptr},
+      {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4", nullptr},
+      {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", nullptr},
+      {"fuse", "cast and elementwise fusion", "#5", nullptr},
+      {"schedule", "overlap order, recompute, buffer assignment", "#4",
+       nullptr},
+      {"plan", "the serialized runtime plan", "#3", nullptr},
+  };
+  return phases;
+}
+
+const PhaseInfo *kiln::findPhase(StringRef name) {
+  for (const PhaseInfo &phase : pipelinePhases())
+    if (name == phase.name)
+      return &phase;
+  return nullptr;
+}
+
+void kiln::registerKilnPipelines() {
+  for (const PhaseInfo &phase : pipelinePhases()) {
+    if (!phase.implemented())
+      continue;
+    std::string flag = std::string("kiln-") + phase.name + "-pipeline";
+    std::string help = std::string("Kiln phase '") + phase.name +
+                       "': " + phase.summary;
+    auto build = phase.buildPipeline;
+    PassPipelineRegistration<>(flag, help,
+                               [build](OpPassManager &pm) { build(pm); });
+  }
+}
+
+LogicalResult kiln::runPipeline(
+    ModuleOp module, const PhaseInfo &lastPhase,
+    function_ref<LogicalResult(unsigned, const PhaseInfo &)> afterPhase,
+    function_ref<LogicalResult(PassManager &)> configure) {
+  unsigned index = 0;
+  for (const PhaseInfo &phase : pipelinePhases()) {
+    ++index;
+    PassManager pm(module->getContext());
+    if (failed(configure(pm)))
+      return failure();
+    phase.buildPipeline(pm);
+    if (failed(pm.run(module)) || failed(afterPhase(index, phase)))
+      return failure();
+    if (&phase == &lastPhase)
+      break;
+  }
+  return success();
+}

@@ -1,0 +1,77 @@
+//===- kiln.cpp - The kiln command-line tool ------------------------------===//
+//
+// Parses the command line (CLI11) and hands each subcommand to the driver.
+// Bad flags are one line on stderr and exit code 1.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Compiler/Driver.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#ifndef KILN_GIT_HASH
+#define KILN_GIT_HASH "unknown"
+#endif
+
+int main(int argc, char **argv) {
+  CLI::App app{"Kiln: a JIT compiler for transformer training steps"};
+  app.set_version_flag("--version", "kiln " KILN_GIT_HASH);
+  app.require_subcommand(1);
+  app.footer("MODEL is a model file (TOML) or a preset name; "
+             "`kiln config --presets` lists the presets.");
+
+  kiln::CompileCommand compile;
+  CLI::App *compileCmd =
+      app.add_subcommand("compile", "Compile a model's training step");
+  compileCmd->add_option("MODEL", compile.model, "Model file or preset")
+      ->required();
+  compileCmd->add_option("--emit", compile.emit,
+                         "Stop after this phase and print its IR "
+                         "(import, train, precision, shard, fp8, fuse, "
+                         "schedule, plan)");
+  compileCmd->add_option("-o,--output", compile.output,
+                         "Write the result here instead of stdout");
+  compileCmd->add_option("--dump-ir-to", compile.dumpDir,
+                         "Write each phase's IR as DIR/NN-<phase>.mlir");
+  compileCmd->add_option("--set", compile.overrides,
+                         "Override a key: section.key=value (repeatable)");
+  compileCmd->allow_extras();
+  compileCmd->footer("MLIR's own flags (--mlir-print-ir-after-all, "
+                     "--mlir-print-debuginfo, ...) are accepted too.");
+
+  kiln::ConfigCommand config;
+  CLI::App *configCmd = app.add_subcommand(
+      "config", "Print a model's effective configuration, or the schema");
+  configCmd->add_option("MODEL", config.model, "Model file or preset");
+  configCmd->add_option("--set", config.overrides,
+                        "Override a key: section.key=value (repeatable)");
+  configCmd->add_flag("--source", config.source,
+                      "Print the model's text instead of the effective keys");
+  configCmd->add_flag("--markdown", config.markdown,
+                      "Print every key as Markdown (docs/config.md)");
+  configCmd->add_flag("--presets", config.presets, "List the presets");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success &e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError &e) {
+    std::cerr << "error: " << e.what() << " (see kiln --help)\n";
+    return 1;
+  }
+
+  if (compileCmd->parsed()) {
+    for (const std::string &extra : compileCmd->remaining()) {
+      if (extra.rfind("--mlir-", 0) != 0) {
+        std::cerr << "error: unknown argument '" << extra
+                  << "' (see kiln compile --help)\n";
+        return 1;
+      }
+      compile.mlirFlags.push_back(extra);
+    }
+    return kiln::runCompile(compile);
+  }
+  return kiln::runConfig(config);
+}

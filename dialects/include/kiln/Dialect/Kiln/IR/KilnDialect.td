@@ -1,0 +1,45 @@
+//===- KilnDialect.td - The kiln dialect -------------------*- tablegen -*-===//
+//
+// The kiln dialect describes one training step of a decoder-only transformer
+// at the level its compiler reasons about: embeddings, norms, linears that
+// know their role, attention as one primitive, and the loss.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_IR_KILNDIALECT_TD
+#define KILN_DIALECT_KILN_IR_KILNDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Kiln_Dialect : Dialect {
+  let name = "kiln";
+  let cppNamespace = "::kiln";
+  let summary = "Transformer training graphs";
+  let description = [{
+    Ops of a decoder-only (Llama-family) transformer training step. Tensors
+    are ranked and statically shaped; activations are laid out batch-major
+    (`[batch, seq, ...]`). Linear weights use PyTorch's `[out, in]` layout so
+    that `linear(x, W) = x * W^T`.
+
+    Function arguments that are model parameters carry `kiln.param` (the HF
+    Llama name of the parameter) and `kiln.init` (how it is initialised).
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasCanonicalizer = 0;
+  let extraClassDeclaration = [{
+    static constexpr ::llvm::StringLiteral kParamAttrName = "kiln.param";
+    static constexpr ::llvm::StringLiteral kInitAttrName = "kiln.init";
+    static constexpr ::llvm::StringLiteral kInputAttrName = "kiln.input";
+
+  private:
+    void registerAttributes();
+  public:
+  }];
+}
+
+class Kiln_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Kiln_Dialect, mnemonic, traits>;
+
+#endif // KILN_DIALECT_KILN_IR_KILNDIALECT_TD

@@ -1,0 +1,47 @@
+//===- KilnDialect.cpp - The kiln dialect ---------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnAttrs.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+
+using namespace mlir;
+using namespace kiln;
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.cpp.inc"
+
+void KilnDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "kiln/Dialect/Kiln/IR/KilnOps.cpp.inc"
+      >();
+  registerAttributes();
+}
+
+/// Parameter and input markers on function arguments: `kiln.param` names a
+/// model parameter (and then `kiln.init` must say how to initialise it),
+/// `kiln.input` names a data input such as `tokens`.
+LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
+                                                    unsigned regionIndex,
+                                                    unsigned argIndex,
+                                                    NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  auto fail = [&]() {
+    return op->emitOpError() << "argument " << argIndex << ": '" << name
+                             << "' ";
+  };
+  if (name == kParamAttrName || name == kInputAttrName) {
+    auto str = dyn_cast<StringAttr>(attr.getValue());
+    if (!str || str.getValue().empty())
+      return fail() << "must be a non-empty string";
+    return success();
+  }
+  if (name == kInitAttrName) {
+    if (!isa<InitAttr>(attr.getValue()))
+      return fail() << "must be a #kiln.init attribute";
+    return success();
+  }
+  return fail() << "is not an attribute of the kiln dialect";
+}

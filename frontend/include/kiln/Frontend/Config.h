@@ -1,0 +1,120 @@
+//===- Config.h - A model description, parsed and validated ----*- C++ -*-===//
+//
+// Every key a model file may set, with its default. The schema in
+// ConfigSchema.cpp maps TOML keys onto these fields and is the one source of
+// truth for types, ranges, documentation (docs/config.md is generated from
+// it) and for which keys have taken effect yet.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_FRONTEND_CONFIG_H
+#define KILN_FRONTEND_CONFIG_H
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct ModelConfig {
+  int64_t dim = 0;        // required
+  int64_t n_layers = 0;   // required
+  int64_t n_heads = 0;    // required
+  int64_t n_kv_heads = 0; // 0: unset, same as n_heads
+  int64_t vocab_size = 0; // required
+  int64_t multiple_of = 256;
+  double ffn_dim_multiplier = 0.0; // 0: unset
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  int64_t max_seq_len = 131072;
+  bool tie_embeddings = false;
+
+  int64_t kvHeads() const { return n_kv_heads ? n_kv_heads : n_heads; }
+  int64_t headDim() const { return dim / n_heads; }
+  /// Hidden size of the SwiGLU feed-forward block, Llama's rule: 2/3 of 4*dim,
+  /// times ffn_dim_multiplier if set, rounded up to a multiple of multiple_of.
+  int64_t ffnHiddenDim() const;
+};
+
+struct TrainingConfig {
+  int64_t global_batch_size = 8;
+  int64_t seq_len = 2048;
+  int64_t steps = 1000;
+  int64_t seed = 0;
+  int64_t eval_interval = 100;
+  int64_t eval_steps = 10;
+  std::string data = "fortunes";
+};
+
+struct OptimizerConfig {
+  double lr = 8e-4;
+  std::array<double, 2> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double max_norm = 1.0;
+};
+
+struct LRSchedulerConfig {
+  int64_t warmup_steps = 200;
+  std::string decay = "cosine";
+  double min_lr = 0.0;
+};
+
+struct CheckpointConfig {
+  int64_t interval = 500;
+  std::string folder = "checkpoints";
+};
+
+struct ParallelismConfig {
+  int64_t data_parallel_shard_degree = -1;
+  bool reshard_after_forward = true;
+};
+
+struct MixedPrecisionConfig {
+  std::string param = "bfloat16";
+  std::string reduce = "float32";
+};
+
+struct ActivationCheckpointConfig {
+  std::string mode = "none";
+};
+
+struct Float8Config {
+  bool enable = false;
+  std::string recipe = "tensorwise";
+  std::vector<std::string> filter_fqns;
+  bool auto_filter_small_kn = true;
+  bool force_output_projection = false;
+  bool enable_fsdp_float8_all_gather = false;
+  int64_t amax_history_len = 16;
+  std::string amax_compute_algo = "max";
+};
+
+/// Where a key's value was written: for diagnostics and IR locations.
+struct SourcePos {
+  unsigned line = 0, column = 0;
+};
+
+struct Config {
+  ModelConfig model;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  LRSchedulerConfig lr_scheduler;
+  CheckpointConfig checkpoint;
+  ParallelismConfig parallelism;
+  MixedPrecisionConfig mixed_precision;
+  ActivationCheckpointConfig activation_checkpoint;
+  Float8Config float8;
+
+  /// The file (or preset name) the description came from.
+  std::string sourceName;
+  /// Where each key that was set (canonical "section.key") was written, and
+  /// where each section header is.
+  std::map<std::string, SourcePos> positions;
+};
+
+} // namespace kiln
+
+#endif // KILN_FRONTEND_CONFIG_H

@@ -1,0 +1,563 @@
+//===- ConfigParser.cpp - Model files and presets to a Config -------------===//
+//
+// TOML (toml++, without exceptions) is checked against the schema key by
+// key: unknown sections and keys (with the nearest valid spelling), types,
+// ranges, keys set twice through an alias, and keys whose capability is not
+// built yet. Every diagnostic points at the offending line and column.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Frontend/ConfigParser.h"
+#include "kiln/Frontend/ConfigSchema.h"
+#include "kiln/Frontend/Presets.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <sstream>
+
+using namespace mlir;
+using namespace kiln;
+
+//===----------------------------------------------------------------------===//
+// Model sources
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The candidate closest to `word` by edit distance, if it is close enough
+/// to be a plausible typo.
+std::optional<std::string> nearest(llvm::StringRef word,
+                                   llvm::ArrayRef<std::string> candidates) {
+  std::optional<std::string> best;
+  unsigned bestDistance = std::max<unsigned>(2, word.size() / 3) + 1;
+  for (const std::string &candidate : candidates) {
+    unsigned d = word.edit_distance(candidate, /*AllowReplacements=*/true,
+                                    bestDistance);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+} // namespace
+
+std::optional<ModelSource> kiln::loadModelSource(llvm::StringRef arg,
+                                                 std::string &error) {
+  bool looksLikePath = arg.contains('/') || arg.ends_with(".toml");
+  if (llvm::sys::fs::exists(arg) || looksLikePath) {
+    if (llvm::sys::fs::is_directory(arg)) {
+      error = "error: '" + arg.str() + "' is a directory, not a model file";
+      return std::nullopt;
+    }
+    auto buffer = llvm::MemoryBuffer::getFile(arg, /*IsText=*/true);
+    if (!buffer) {
+      error = "error: cannot open model file '" + arg.str() +
+              "': " + buffer.getError().message();
+      return std::nullopt;
+    }
+    return ModelSource{arg.str(), (*buffer)->getBuffer().str(), false};
+  }
+  if (const Preset *preset = findPreset(arg.str()))
+    return ModelSource{preset->name, preset->toml, true};
+  std::vector<std::string> names;
+  for (const Preset &preset : presets())
+    names.push_back(preset.name);
+  error = "error: '" + arg.str() + "' is neither a model file nor a preset";
+  if (auto guess = nearest(arg, names))
+    error += "; did you mean '" + *guess + "'?";
+  else
+    error += " (presets: " + llvm::join(names, ", ") + ")";
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Parsing
+//===----------------------------------------------------------------------===//
+
+namespace {
+const char *typeName(const toml::node &node) {
+  switch (node.type()) {
+  case toml::node_type::table:
+    return "a table";
+  case toml::node_type::array:
+    return "an array";
+  case toml::node_type::string:
+    return "a string";
+  case toml::node_type::integer:
+    return "an integer";
+  case toml::node_type::floating_point:
+    return "a float";
+  case toml::node_type::boolean:
+    return "a bool";
+  default:
+    return "a date or time";
+  }
+}
+
+class ConfigParser {
+public:
+  ConfigParser(MLIRContext *context, Config &config)
+      : context(context), config(config) {}
+
+  /// Parses one TOML document named `name` into the config.
+  void parseDocument(llvm::StringRef name, llvm::StringRef text);
+  /// Applies one `section.key=value` override.
+  void parseOverride(const std::string &assignment);
+  /// Checks what spans several keys; run once all keys are in.
+  void validate();
+
+  bool failed = false;
+
+private:
+  Location loc(llvm::StringRef name, const toml::source_region &region) {
+    return FileLineColLoc::get(context, name, region.begin.line,
+                               region.begin.column);
+  }
+  InFlightDiagnostic error(Location at) {
+    failed = true;
+    return emitError(at);
+  }
+  /// A key written before any section header.
+  void reportStrayKey(const std::string &key, Location at);
+  void parseSection(llvm::StringRef name, const std::string &section,
+                    const toml::table &table);
+  void setKey(llvm::StringRef name, const std::string &section,
+              const std::string &key, const toml::node &value,
+              const toml::source_region &keyRegion);
+  bool assign(const KeySpec &spec, const toml::node &value, Location at);
+  bool checkRange(const KeySpec &spec, double value, Location at);
+  Location keyLoc(const std::string &key) {
+    return keyLocation(context, config, key);
+  }
+
+  MLIRContext *context;
+  Config &config;
+  /// Locations of keys set by overrides, which have no line in the file.
+  std::map<std::string, Location> overrideLocs;
+};
+} // namespace
+
+void ConfigParser::parseDocument(llvm::StringRef name, llvm::StringRef text) {
+  Location start = FileLineColLoc::get(context, name, 1, 1);
+  if (text.trim().empty()) {
+    error(start) << "empty model file: expected a [model] section with dim, "
+                    "n_layers, n_heads and vocab_size";
+    return;
+  }
+  toml::parse_result result =
+      toml::parse(std::string_view(text.data(), text.size()),
+                  std::string_view(name.data(), name.size()));
+  if (!result) {
+    const toml::parse_error &err = result.error();
+    error(loc(name, err.source())) << "invalid TOML: " << err.description();
+    return;
+  }
+  const toml::table &root = result.table();
+  std::vector<std::string> sections = configSections();
+  for (auto &&[key, node] : root) {
+    std::string section(key.str());
+    Location at = loc(name, key.source());
+    const toml::table *table = node.as_table();
+    if (!table) {
+      reportStrayKey(section, at);
+      continue;
+    }
+    bool known = llvm::is_contained(sections, section);
+    if (!known) {
+      auto diag = error(at) << "unknown section [" << section << "]";
+      if (auto guess = nearest(section, sections))
+        diag << "; did you mean [" << *guess << "]?";
+      else
+        diag << "; sections are [" << llvm::join(sections, "], [") << "]";
+      continue;
+    }
+    config.positions[section] = {key.source().begin.line,
+                                 key.source().begin.column};
+    parseSection(name, section, *table);
+  }
+}
+
+void ConfigParser::reportStrayKey(const std::string &key, Location at) {
+  std::vector<std::string> sections = configSections();
+  for (const std::string &s : sections)
+    if (lookupKey(s, key)) {
+      error(at) << "key '" << key << "' must be written in the [" << s
+                << "] section";
+      return;
+    }
+  error(at) << "unknown top-level key '" << key
+            << "'; a model file has only sections: ["
+            << llvm::join(sections, "], [") << "]";
+}
+
+void ConfigParser::parseSection(llvm::StringRef name,
+                                const std::string &section,
+                                const toml::table &table) {
+  for (auto &&[key, node] : table)
+    setKey(name, section, std::string(key.str()), node, key.source());
+}
+
+void ConfigParser::setKey(llvm::StringRef name, const std::string &section,
+                          const std::string &key, const toml::node &value,
+                          const toml::source_region &keyRegion) {
+  Location at = loc(name, keyRegion);
+  const KeySpec *spec = lookupKey(section, key);
+  if (!spec) {
+    std::vector<std::string> keys;
+    for (const KeySpec &s : configSchema())
+      if (section == s.section)
+        keys.push_back(s.key);
+    for (const KeyAlias &a : configAliases())
+      if (section == a.section)
+        keys.push_back(a.key);
+    auto diag = error(at) << "unknown key '" << key << "' in [" << section
+                          << "]";
+    if (auto guess = nearest(key, keys)) {
+      diag << "; did you mean '" << *guess << "'?";
+      return;
+    }
+    for (const std::string &other : configSections())
+      if (lookupKey(other, key)) {
+        diag << "; did you mean '" << other << "." << key << "'?";
+        return;
+      }
+    diag << "; valid keys: " << llvm::join(keys, ", ");
+    return;
+  }
+  std::string canonical = std::string(spec->section) + "." + spec->key;
+  auto [it, inserted] = config.positions.insert(
+      {canonical, {keyRegion.begin.line, keyRegion.begin.column}});
+  if (!inserted && name == config.sourceName) {
+    error(at) << canonical << " is set twice (once through an alias); "
+              << "first at line " << it->second.line;
+    return;
+  }
+  if (name != config.sourceName) {
+    overrideLocs.insert_or_assign(canonical, at);
+    config.positions.erase(canonical);
+  }
+  assign(*spec, value, loc(name, value.source()));
+}
+
+bool ConfigParser::checkRange(const KeySpec &spec, double value, Location at) {
+  bool belowMin = spec.minOpen ? !(value > spec.min) : !(value >= spec.min);
+  bool aboveMax = spec.maxOpen ? !(value < spec.max) : !(value <= spec.max);
+  if (!belowMin && !aboveMax)
+    return true;
+  std::ostringstream shown;
+  shown.precision(17);
+  shown << value;
+  error(at) << spec.section << "." << spec.key << " must be in "
+            << describeRange(spec) << ", got " << shown.str();
+  return false;
+}
+
+bool ConfigParser::assign(const KeySpec &spec, const toml::node &value,
+                          Location at) {
+  std::string full = std::string(spec.section) + "." + spec.key;
+  auto wrongType = [&](const char *expected) {
+    error(at) << full << " must be " << expected << ", got "
+              << typeName(value);
+    return false;
+  };
+  auto asDouble = [&](const toml::node &n, double &out) {
+    if (auto i = n.as_integer())
+      out = static_cast<double>(i->get());
+    else if (auto f = n.as_floating_point())
+      out = f->get();
+    else
+      return false;
+    return true;
+  };
+  switch (spec.field.index()) {
+  case 0: { // integer
+    auto i = value.as_integer();
+    if (!i)
+      return wrongType("an integer");
+    if (!checkRange(spec, static_cast<double>(i->get()), at))
+      return false;
+    std::get<0>(spec.field)(config) = i->get();
+    return true;
+  }
+  case 1: { // float
+    double d;
+    if (!asDouble(value, d))
+      return wrongType("a number");
+    if (!std::isfinite(d)) {
+      error(at) << full << " must be finite";
+      return false;
+    }
+    if (!checkRange(spec, d, at))
+      return false;
+    std::get<1>(spec.field)(config) = d;
+    return true;
+  }
+  case 2: { // bool
+    auto b = value.as_boolean();
+    if (!b)
+      return wrongType("a bool (true or false)");
+    std::get<2>(spec.field)(config) = b->get();
+    return true;
+  }
+  case 3: { // string
+    auto s = value.as_string();
+    if (!s)
+      return wrongType("a string");
+    std::string str = s->get();
+    if (*spec.choices) {
+      llvm::SmallVector<llvm::StringRef> choices;
+      llvm::StringRef(spec.choices).split(choices, '|');
+      if (!llvm::is_contained(choices, str)) {
+        error(at) << full << " must be one of " << llvm::join(choices, ", ")
+                  << "; got \"" << str << "\"";
+        return false;
+      }
+    }
+    std::get<3>(spec.field)(config) = str;
+    return true;
+  }
+  case 4: { // pair of floats
+    auto arr = value.as_array();
+    double pair[2];
+    if (!arr || arr->size() != 2 || !asDouble(*arr->get(0), pair[0]) ||
+        !asDouble(*arr->get(1), pair[1]))
+      return wrongType("an array of two numbers");
+    if (!checkRange(spec, pair[0], at) || !checkRange(spec, pair[1], at))
+      return false;
+    std::get<4>(spec.field)(config) = {pair[0], pair[1]};
+    return true;
+  }
+  default: { // list of strings
+    auto arr = value.as_array();
+    if (!arr || !arr->is_homogeneous(toml::node_type::string))
+      return wrongType("an array of strings");
+    std::vector<std::string> items;
+    for (const toml::node &item : *arr)
+      items.push_back(item.as_string()->get());
+    std::get<5>(spec.field)(config) = std::move(items);
+    return true;
+  }
+  }
+}
+
+void ConfigParser::parseOverride(const std::string &assignment) {
+  const std::string name = "--set " + assignment;
+  Location start = FileLineColLoc::get(context, name, 1, 1);
+  size_t eq = assignment.find('=');
+  size_t dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+    error(start) << "expected --set section.key=value, got '" << assignment
+                 << "'";
+    return;
+  }
+  std::string section = assignment.substr(0, dot);
+  std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  std::string text = assignment.substr(eq + 1);
+  if (!llvm::is_contained(configSections(), section)) {
+    auto diag = error(start) << "unknown section [" << section << "]";
+    if (auto guess = nearest(section, configSections()))
+      diag << "; did you mean [" << *guess << "]?";
+    return;
+  }
+  // The value is TOML; a bare word that is not TOML is taken as a string.
+  toml::parse_result parsed = toml::parse("v = " + text);
+  toml::table holder;
+  if (parsed && parsed.table().contains("v"))
+    holder.insert("v", *parsed.table().get("v"));
+  else
+    holder.insert("v", text);
+  toml::source_region region;
+  region.begin = {1, static_cast<toml::source_index>(dot + 2)};
+  setKey(name, section, key, *holder.get("v"), region);
+}
+
+//===----------------------------------------------------------------------===//
+// Checks across keys
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// a * b, or nullopt if it overflows int64.
+std::optional<int64_t> mul(std::optional<int64_t> a, std::optional<int64_t> b) {
+  int64_t out;
+  if (!a || !b || __builtin_mul_overflow(*a, *b, &out))
+    return std::nullopt;
+  return out;
+}
+std::optional<int64_t> add(std::optional<int64_t> a, std::optional<int64_t> b) {
+  int64_t out;
+  if (!a || !b || __builtin_add_overflow(*a, *b, &out))
+    return std::nullopt;
+  return out;
+}
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+} // namespace
+
+void ConfigParser::validate() {
+  for (const KeySpec &spec : configSchema()) {
+    std::string full = std::string(spec.section) + "." + spec.key;
+    bool written = config.positions.count(full) || overrideLocs.count(full);
+    if (spec.required && !written)
+      error(keyLocation(context, config, spec.section))
+          << "missing required key " << full;
+  }
+  if (failed)
+    return;
+
+  const ModelConfig &m = config.model;
+  auto at = [&](const std::string &key) {
+    auto it = overrideLocs.find(key);
+    return it != overrideLocs.end() ? it->second : keyLoc(key);
+  };
+  if (m.dim % m.n_heads != 0) {
+    error(at("model.n_heads")) << "n_heads (" << m.n_heads
+                               << ") must divide dim (" << m.dim << ")";
+    return;
+  }
+  if (m.headDim() % 2 != 0) {
+    error(at("model.n_heads"))
+        << "head dim (dim / n_heads = " << m.dim << " / " << m.n_heads
+        << " = " << m.headDim() << ") must be even for rotary embeddings";
+    return;
+  }
+  if (m.n_heads % m.kvHeads() != 0) {
+    error(at("model.n_kv_heads")) << "n_kv_heads (" << m.kvHeads()
+                                  << ") must divide n_heads (" << m.n_heads
+                                  << ")";
+    return;
+  }
+  if (config.training.seq_len > m.max_seq_len) {
+    error(at("training.seq_len"))
+        << "seq_len (" << config.training.seq_len
+        << ") exceeds model.max_seq_len (" << m.max_seq_len << ")";
+    return;
+  }
+  if (config.parallelism.data_parallel_shard_degree == 0) {
+    error(at("parallelism.data_parallel_shard_degree"))
+        << "parallelism.data_parallel_shard_degree must be -1 (all ranks) or "
+           "at least 1, got 0";
+    return;
+  }
+
+  // Sizes: no tensor above 2^40 elements, and no overflow on the way.
+  int64_t hidden = m.ffnHiddenDim();
+  std::optional<int64_t> tokens =
+      mul(config.training.global_batch_size, config.training.seq_len);
+  std::optional<int64_t> logits = mul(tokens, m.vocab_size);
+  if (!logits || *logits > kMaxElements) {
+    error(at("training.global_batch_size"))
+        << "the logits tensor (global_batch_size * seq_len * vocab_size = "
+        << config.training.global_batch_size << " * "
+        << config.training.seq_len << " * " << m.vocab_size
+        << ") exceeds the 2^40 elements Kiln supports per tensor";
+    return;
+  }
+  std::optional<int64_t> activations = mul(tokens, std::max(hidden, m.dim));
+  if (!activations || *activations > kMaxElements) {
+    error(at("training.global_batch_size"))
+        << "the feed-forward activations (global_batch_size * seq_len * "
+        << std::max(hidden, m.dim)
+        << ") exceed the 2^40 elements Kiln supports per tensor";
+    return;
+  }
+  std::optional<int64_t> kvDim = mul(m.kvHeads(), m.headDim());
+  std::optional<int64_t> perLayer =
+      add(add(mul(m.dim, m.dim), mul(mul(2, kvDim), m.dim)),
+          add(mul(mul(3, hidden), m.dim), mul(3, m.dim)));
+  std::optional<int64_t> params =
+      add(mul(m.n_layers, perLayer),
+          mul(m.tie_embeddings ? 1 : 2, mul(m.vocab_size, m.dim)));
+  if (!params || *params > kMaxElements) {
+    error(at("model.n_layers"))
+        << "the model has more than 2^40 parameters, more than Kiln supports";
+    return;
+  }
+
+  // Keys that exist in the schema but have no effect yet.
+  Config defaults;
+  for (const KeySpec &spec : configSchema()) {
+    if (spec.implemented)
+      continue;
+    if (formatValue(spec, config) == formatValue(spec, defaults))
+      continue;
+    std::string full = std::string(spec.section) + "." + spec.key;
+    error(at(full)) << full << " is not implemented yet (it takes effect with "
+                    << spec.capability << "); remove it or set it to "
+                    << formatValue(spec, defaults);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+int64_t ModelConfig::ffnHiddenDim() const {
+  int64_t hidden = 2 * (4 * dim) / 3;
+  if (ffn_dim_multiplier > 0.0)
+    hidden = static_cast<int64_t>(ffn_dim_multiplier * hidden);
+  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+FailureOr<Config> kiln::parseConfig(MLIRContext *context,
+                                    const ModelSource &source,
+                                    llvm::ArrayRef<std::string> overrides) {
+  Config config;
+  config.sourceName = source.name;
+  ConfigParser parser(context, config);
+  parser.parseDocument(source.name, source.text);
+  if (parser.failed)
+    return failure();
+  for (const std::string &assignment : overrides)
+    parser.parseOverride(assignment);
+  if (parser.failed)
+    return failure();
+  parser.validate();
+  if (parser.failed)
+    return failure();
+  return config;
+}
+
+Location kiln::keyLocation(MLIRContext *context, const Config &config,
+                           llvm::StringRef key,
+                           llvm::ArrayRef<llvm::StringRef> fallbacks) {
+  auto at = [&](const SourcePos &pos) -> Location {
+    return FileLineColLoc::get(context, config.sourceName, pos.line,
+                               pos.column);
+  };
+  auto find = [&](llvm::StringRef k) -> const SourcePos * {
+    auto it = config.positions.find(k.str());
+    return it == config.positions.end() ? nullptr : &it->second;
+  };
+  if (const SourcePos *pos = find(key))
+    return at(*pos);
+  for (llvm::StringRef fallback : fallbacks)
+    if (const SourcePos *pos = find(fallback))
+      return at(*pos);
+  if (const SourcePos *pos = find(key.split('.').first))
+    return at(*pos);
+  return FileLineColLoc::get(context, config.sourceName, 1, 1);
+}
+
+std::string kiln::renderConfigToml(const Config &config) {
+  std::ostringstream out;
+  std::string section;
+  for (const KeySpec &spec : configSchema()) {
+    if (section != spec.section) {
+      section = spec.section;
+      out << (out.tellp() > 0 ? "\n" : "") << "[" << section << "]\n";
+    }
+    bool unset = spec.unsetMeaning && formatValue(spec, config) ==
+                                          formatValue(spec, Config());
+    if (unset)
+      out << "# " << spec.key << ": " << spec.unsetMeaning << "\n";
+    else
+      out << spec.key << " = " << formatValue(spec, config) << "\n";
+  }
+  return out.str();
+}

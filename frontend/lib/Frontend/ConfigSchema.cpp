@@ -1,0 +1,372 @@
+//===- ConfigSchema.cpp - Every key of a model description ----------------===//
+//
+// The table below is the single source of truth for the model file format:
+// the parser validates against it and docs/config.md is rendered from it
+// (`kiln config --markdown`; a test keeps the committed file in sync).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Frontend/ConfigSchema.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+using namespace kiln;
+
+#define FIELD(path) +[](Config &c) -> decltype(auto) { return (c.path); }
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr const char *kImport = "import (#2)";
+constexpr const char *kTrain = "training step and runtime (#3)";
+constexpr const char *kFsdp = "FSDP passes (#4)";
+constexpr const char *kFp8 = "FP8 passes (#5)";
+
+// Shorthands for the common shapes of a table row.
+KeySpec intKey(const char *s, const char *k, ConfigField f, double lo,
+               double hi, const char *doc, const char *cap, bool impl,
+               bool required = false, const char *unset = nullptr) {
+  return {s,       k,   f,   lo,   hi,       false, false, "",
+          unset,   doc, cap, impl, required};
+}
+KeySpec floatKey(const char *s, const char *k, ConfigField f, double lo,
+                 bool loOpen, double hi, bool hiOpen, const char *doc,
+                 const char *cap, bool impl, const char *unset = nullptr) {
+  return {s, k, f, lo, hi, loOpen, hiOpen, "", unset, doc, cap, impl, false};
+}
+KeySpec otherKey(const char *s, const char *k, ConfigField f,
+                 const char *choices, const char *doc, const char *cap,
+                 bool impl) {
+  return {s, k, f, 0, 0, false, false, choices, nullptr, doc, cap, impl, false};
+}
+} // namespace
+
+const std::vector<KeySpec> &kiln::configSchema() {
+  static const std::vector<KeySpec> schema = {
+      // [model]
+      intKey("model", "dim", FIELD(model.dim), 1, 65536,
+             "Width of the residual stream.", kImport, true, true),
+      intKey("model", "n_layers", FIELD(model.n_layers), 1, 1024,
+             "Number of transformer blocks.", kImport, true, true),
+      intKey("model", "n_heads", FIELD(model.n_heads), 1, 1024,
+             "Query heads; must divide `dim`, and `dim / n_heads` (the head "
+             "dim) must be even for RoPE.",
+             kImport, true, true),
+      intKey("model", "n_kv_heads", FIELD(model.n_kv_heads), 1, 1024,
+             "Key/value heads (grouped-query attention); must divide "
+             "`n_heads`.",
+             kImport, true, false, "unset: equal to `n_heads`"),
+      intKey("model", "vocab_size", FIELD(model.vocab_size), 1, 1 << 22,
+             "Rows of the embedding and of the output projection.", kImport,
+             true, true),
+      intKey("model", "multiple_of", FIELD(model.multiple_of), 1, 65536,
+             "The feed-forward hidden size is rounded up to a multiple of "
+             "this.",
+             kImport, true),
+      floatKey("model", "ffn_dim_multiplier", FIELD(model.ffn_dim_multiplier),
+               0, true, 64, false,
+               "Scales the feed-forward hidden size (2/3 of 4*dim) before "
+               "rounding.",
+               kImport, true, "unset: no scaling"),
+      floatKey("model", "norm_eps", FIELD(model.norm_eps), 0, true, 1, true,
+               "Epsilon of every RMSNorm.", kImport, true),
+      floatKey("model", "rope_theta", FIELD(model.rope_theta), 1, true, 1e12,
+               false, "Base of the rotary position embedding frequencies.",
+               kImport, true),
+      intKey("model", "max_seq_len", FIELD(model.max_seq_len), 1, 1 << 24,
+             "Longest sequence the model supports; `training.seq_len` may not "
+             "exceed it.",
+             kImport, true),
+      otherKey("model", "tie_embeddings", FIELD(model.tie_embeddings), "",
+               "The output projection reuses the embedding table (one "
+               "parameter, `model.embed_tokens.weight`).",
+               kImport, true),
+      // [training]
+      intKey("training", "global_batch_size",
+             FIELD(training.global_batch_size), 1, 1 << 20,
+             "Sequences per step over all ranks; split evenly over the "
+             "data-parallel ranks.",
+             kImport, true),
+      intKey("training", "seq_len", FIELD(training.seq_len), 1, 1 << 20,
+             "Tokens per sequence.", kImport, true),
+      intKey("training", "steps", FIELD(training.steps), 1, 1e9,
+             "Optimizer steps to train.", kTrain, false),
+      intKey("training", "seed", FIELD(training.seed), 0, 9007199254740992.0,
+             "Seed of parameter init and data order.", kTrain, false),
+      intKey("training", "eval_interval", FIELD(training.eval_interval), 0,
+             1e9, "Steps between validation-loss evaluations (0: never).",
+             kTrain, false),
+      intKey("training", "eval_steps", FIELD(training.eval_steps), 1, 1e6,
+             "Batches per validation-loss evaluation.", kTrain, false),
+      otherKey("training", "data", FIELD(training.data), "",
+               "Training data: `fortunes` (Debian's fortunes text), a text "
+               "file read as bytes, or a token file.",
+               kTrain, false),
+      // [optimizer]
+      floatKey("optimizer", "lr", FIELD(optimizer.lr), 0, true, 10, false,
+               "Peak learning rate of AdamW.", kTrain, false),
+      floatKey("optimizer", "betas", FIELD(optimizer.betas), 0, false, 1, true,
+               "AdamW's (beta1, beta2), a two-element array.", kTrain, false),
+      floatKey("optimizer", "eps", FIELD(optimizer.eps), 0, true, 1, false,
+               "AdamW's epsilon.", kTrain, false),
+      floatKey("optimizer", "weight_decay", FIELD(optimizer.weight_decay), 0,
+               false, 10, false, "Decoupled weight decay.", kTrain, false),
+      floatKey("optimizer", "max_norm", FIELD(optimizer.max_norm), 0, false,
+               1e9, false, "Global gradient-norm clipping (0: no clipping).",
+               kTrain, false),
+      // [lr_scheduler]
+      intKey("lr_scheduler", "warmup_steps", FIELD(lr_scheduler.warmup_steps),
+             0, 1e9, "Steps of linear warm-up from 0 to `optimizer.lr`.",
+             kTrain, false),
+      otherKey("lr_scheduler", "decay", FIELD(lr_scheduler.decay),
+               "cosine|constant",
+               "Schedule after warm-up: cosine decay to `min_lr` at the last "
+               "step, or constant.",
+               kTrain, false),
+      floatKey("lr_scheduler", "min_lr", FIELD(lr_scheduler.min_lr), 0, false,
+               10, false, "Learning rate at the end of the decay.", kTrain,
+               false),
+      // [checkpoint]
+      intKey("checkpoint", "interval", FIELD(checkpoint.interval), 0, 1e9,
+             "Steps between checkpoints (0: only at the end).", kTrain, false),
+      otherKey("checkpoint", "folder", FIELD(checkpoint.folder), "",
+               "Folder, under the run's output folder, for checkpoints.",
+               kTrain, false),
+      // [parallelism]
+      intKey("parallelism", "data_parallel_shard_degree",
+             FIELD(parallelism.data_parallel_shard_degree), -1, 65536,
+             "FSDP ranks (-1: all ranks); 0 is not allowed.", kFsdp, false),
+      otherKey("parallelism", "reshard_after_forward",
+               FIELD(parallelism.reshard_after_forward), "",
+               "Free gathered parameters after a block's forward and gather "
+               "them again for its backward.",
+               kFsdp, false),
+      // [mixed_precision]
+      otherKey("mixed_precision", "param", FIELD(mixed_precision.param),
+               "bfloat16|float32",
+               "Dtype parameters are cast to for compute and all-gather.",
+               kTrain, false),
+      otherKey("mixed_precision", "reduce", FIELD(mixed_precision.reduce),
+               "float32|bfloat16",
+               "Dtype gradients are reduced and accumulated in.", kTrain,
+               false),
+      // [activation_checkpoint]
+      otherKey("activation_checkpoint", "mode",
+               FIELD(activation_checkpoint.mode), "none|selective|full",
+               "Recompute in backward: nothing, the cheap ops (GEMM outputs "
+               "saved), or each whole block.",
+               kFsdp, false),
+      // [float8]
+      otherKey("float8", "enable", FIELD(float8.enable), "",
+               "Rewrite eligible linears into FP8 scaled GEMMs.", kFp8, false),
+      otherKey("float8", "recipe", FIELD(float8.recipe),
+               "tensorwise|rowwise|delayed",
+               "Scaling recipe: dynamic per-tensor, per-row, or from an amax "
+               "history.",
+               kFp8, false),
+      otherKey("float8", "filter_fqns", FIELD(float8.filter_fqns), "",
+               "Parameter-name patterns whose linears stay in BF16.", kFp8,
+               false),
+      otherKey("float8", "auto_filter_small_kn",
+               FIELD(float8.auto_filter_small_kn), "",
+               "Keep GEMMs too small to gain from FP8 in BF16.", kFp8, false),
+      otherKey("float8", "force_output_projection",
+               FIELD(float8.force_output_projection), "",
+               "Also rewrite the output projection (with a warning).", kFp8,
+               false),
+      otherKey("float8", "enable_fsdp_float8_all_gather",
+               FIELD(float8.enable_fsdp_float8_all_gather), "",
+               "Cast weight shards to e4m3 before the FSDP all-gather "
+               "(tensorwise only).",
+               kFp8, false),
+      intKey("float8", "amax_history_len", FIELD(float8.amax_history_len), 1,
+             1024, "Length of the amax history of the delayed recipe.", kFp8,
+             false),
+      otherKey("float8", "amax_compute_algo", FIELD(float8.amax_compute_algo),
+               "max|most_recent",
+               "How the delayed recipe reads its amax history.", kFp8, false),
+  };
+  return schema;
+}
+
+const std::vector<KeyAlias> &kiln::configAliases() {
+  static const std::vector<KeyAlias> aliases = {
+      {"training", "dataset_path", "training", "data"},
+      {"training", "max_norm", "optimizer", "max_norm"},
+      {"training", "mixed_precision_param", "mixed_precision", "param"},
+      {"training", "mixed_precision_reduce", "mixed_precision", "reduce"},
+      {"lr_scheduler", "decay_type", "lr_scheduler", "decay"},
+      {"float8", "recipe_name", "float8", "recipe"},
+  };
+  return aliases;
+}
+
+std::vector<std::string> kiln::configSections() {
+  std::vector<std::string> sections;
+  for (const KeySpec &spec : configSchema())
+    if (sections.empty() || sections.back() != spec.section)
+      sections.push_back(spec.section);
+  return sections;
+}
+
+const KeySpec *kiln::lookupKey(const std::string &section,
+                               const std::string &key) {
+  std::string s = section, k = key;
+  for (const KeyAlias &alias : configAliases())
+    if (s == alias.section && k == alias.key) {
+      s = alias.toSection;
+      k = alias.toKey;
+      break;
+    }
+  for (const KeySpec &spec : configSchema())
+    if (s == spec.section && k == spec.key)
+      return &spec;
+  return nullptr;
+}
+
+namespace {
+std::string formatDouble(double v) {
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    return buf;
+  }
+  // The shortest form that reads back exactly.
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v)
+      break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEin") == std::string::npos)
+    s += ".0";
+  return s;
+}
+
+std::string formatBound(double v) {
+  if (std::isinf(v))
+    return v < 0 ? "-inf" : "inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+    return buf;
+  }
+  return formatDouble(v);
+}
+
+std::string quote(const std::string &s) { return "\"" + s + "\""; }
+
+template <class... Fs> struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs> Overloaded(Fs...) -> Overloaded<Fs...>;
+} // namespace
+
+std::string kiln::formatValue(const KeySpec &spec, const Config &config) {
+  Config &c = const_cast<Config &>(config);
+  return std::visit(
+      Overloaded{
+          [&](int64_t &(*f)(Config &)) { return std::to_string(f(c)); },
+          [&](double &(*f)(Config &)) { return formatDouble(f(c)); },
+          [&](bool &(*f)(Config &)) {
+            return std::string(f(c) ? "true" : "false");
+          },
+          [&](std::string &(*f)(Config &)) { return quote(f(c)); },
+          [&](std::array<double, 2> &(*f)(Config &)) {
+            return "[" + formatDouble(f(c)[0]) + ", " + formatDouble(f(c)[1]) +
+                   "]";
+          },
+          [&](std::vector<std::string> &(*f)(Config &)) {
+            std::string out = "[";
+            for (size_t i = 0; i < f(c).size(); ++i)
+              out += (i ? ", " : "") + quote(f(c)[i]);
+            return out + "]";
+          },
+      },
+      spec.field);
+}
+
+std::string kiln::describeType(const KeySpec &spec) {
+  switch (spec.field.index()) {
+  case 0:
+    return "integer";
+  case 1:
+    return "float";
+  case 2:
+    return "bool";
+  case 3:
+    return "string";
+  case 4:
+    return "array of 2 floats";
+  default:
+    return "array of strings";
+  }
+}
+
+std::string kiln::describeRange(const KeySpec &spec) {
+  switch (spec.field.index()) {
+  case 0:
+    return "[" + formatBound(spec.min) + ", " + formatBound(spec.max) + "]";
+  case 1:
+  case 4:
+    return std::string(spec.minOpen ? "(" : "[") + formatBound(spec.min) +
+           ", " + formatBound(spec.max) + (spec.maxOpen ? ")" : "]");
+  case 3:
+    if (*spec.choices) {
+      std::string out = "one of ";
+      for (const char *p = spec.choices; *p; ++p)
+        out += *p == '|' ? std::string(", ") : std::string(1, *p);
+      return out;
+    }
+    return "any";
+  default:
+    return "-";
+  }
+}
+
+std::string kiln::renderConfigMarkdown() {
+  std::ostringstream md;
+  Config defaults;
+  md << "# Model description keys\n\n"
+     << "<!-- Generated by `kiln config --markdown` from "
+        "frontend/lib/Frontend/ConfigSchema.cpp; a test keeps it in sync. "
+        "-->\n\n"
+     << "A model file is TOML. Every key below may be written; unknown keys "
+        "and sections are errors (with the nearest valid spelling "
+        "suggested). Keys whose capability is not built yet are parsed and "
+        "validated, and may be written with their default value only: any "
+        "other value gives `error: <key> is not implemented yet`.\n\n"
+     << "Integers are accepted where floats are expected. `kiln compile "
+        "--set section.key=value` overrides a key on the command line; "
+        "`kiln config MODEL` prints every key's effective value.\n\n";
+  for (const std::string &section : configSections()) {
+    md << "## [" << section << "]\n\n"
+       << "| key | type | default | allowed | effect | takes effect in | "
+          "status |\n"
+       << "|---|---|---|---|---|---|---|\n";
+    for (const KeySpec &spec : configSchema()) {
+      if (section != spec.section)
+        continue;
+      std::string def = spec.required       ? "required"
+                        : spec.unsetMeaning ? spec.unsetMeaning
+                                            : "`" + formatValue(spec, defaults) +
+                                                  "`";
+      md << "| `" << spec.key << "` | " << describeType(spec) << " | " << def
+         << " | " << describeRange(spec) << " | " << spec.doc << " | "
+         << spec.capability << " | "
+         << (spec.implemented ? "in effect" : "not implemented yet") << " |\n";
+    }
+    md << "\n";
+  }
+  md << "## Aliases\n\n"
+     << "TorchTitan's spellings are accepted where they differ from "
+        "Kiln's:\n\n"
+     << "| written | means |\n|---|---|\n";
+  for (const KeyAlias &alias : configAliases())
+    md << "| `" << alias.section << "." << alias.key << "` | `"
+       << alias.toSection << "." << alias.toKey << "` |\n";
+  return md.str();
+}

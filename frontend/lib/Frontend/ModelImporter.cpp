@@ -1,0 +1,246 @@
+//===- ModelImporter.cpp - Config to the kiln dialect ---------------------===//
+//
+// Emits the forward pass and loss of a Llama-family decoder:
+//   h = embed(tokens)
+//   per layer: h += wo(attn(rope(wq(n)), rope(wk(n)), wv(n))), n = norm(h)
+//              h += w2(silu(w1(n)) * w3(n)),                   n = norm(h)
+//   loss = cross_entropy(output(norm(h)), targets)
+// Activations are f32 here; the precision phase introduces lower dtypes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Frontend/ModelImporter.h"
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Frontend/ConfigParser.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace kiln;
+
+std::vector<ParamSpec> kiln::modelParameters(const Config &config) {
+  const ModelConfig &m = config.model;
+  int64_t kvDim = m.kvHeads() * m.headDim();
+  int64_t hidden = m.ffnHiddenDim();
+  // TorchTitan: output layers of block i scaled by 1/sqrt(2 * (i + 1)); the
+  // output projection uses std dim^-1/2 truncated at 3 std.
+  double outStd = 1.0 / std::sqrt(static_cast<double>(m.dim));
+  ParamSpec outputInit{"", {}, InitKind::trunc_normal, outStd, -3 * outStd,
+                       3 * outStd};
+  auto tn = [](std::string name, std::vector<int64_t> shape, double std) {
+    return ParamSpec{std::move(name), std::move(shape), InitKind::trunc_normal,
+                     std, -2.0, 2.0};
+  };
+  auto ones = [](std::string name, int64_t n) {
+    return ParamSpec{std::move(name), {n}, InitKind::ones};
+  };
+
+  std::vector<ParamSpec> params;
+  // A tied table is also the output projection: it takes the output's init.
+  if (m.tie_embeddings) {
+    ParamSpec embed = outputInit;
+    embed.name = "model.embed_tokens.weight";
+    embed.shape = {m.vocab_size, m.dim};
+    params.push_back(embed);
+  } else {
+    params.push_back({"model.embed_tokens.weight",
+                      {m.vocab_size, m.dim},
+                      InitKind::normal,
+                      1.0});
+  }
+  for (int64_t i = 0; i < m.n_layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    double depthStd = 0.02 / std::sqrt(2.0 * static_cast<double>(i + 1));
+    params.push_back(ones(p + "input_layernorm.weight", m.dim));
+    params.push_back(tn(p + "self_attn.q_proj.weight", {m.dim, m.dim}, 0.02));
+    params.push_back(tn(p + "self_attn.k_proj.weight", {kvDim, m.dim}, 0.02));
+    params.push_back(tn(p + "self_attn.v_proj.weight", {kvDim, m.dim}, 0.02));
+    params.push_back(
+        tn(p + "self_attn.o_proj.weight", {m.dim, m.dim}, depthStd));
+    params.push_back(ones(p + "post_attention_layernorm.weight", m.dim));
+    params.push_back(tn(p + "mlp.gate_proj.weight", {hidden, m.dim}, 0.02));
+    params.push_back(tn(p + "mlp.up_proj.weight", {hidden, m.dim}, depthStd));
+    params.push_back(
+        tn(p + "mlp.down_proj.weight", {m.dim, hidden}, depthStd));
+  }
+  params.push_back(ones("model.norm.weight", m.dim));
+  if (!m.tie_embeddings) {
+    ParamSpec out = outputInit;
+    out.name = "lm_head.weight";
+    out.shape = {m.vocab_size, m.dim};
+    params.push_back(out);
+  }
+  return params;
+}
+
+namespace {
+/// Emits the body of @forward_loss, one helper per model component.
+class ForwardBuilder {
+public:
+  ForwardBuilder(OpBuilder &b, const Config &config,
+                 llvm::StringMap<Value> params)
+      : b(b), config(config), m(config.model), params(std::move(params)),
+        f32(b.getF32Type()) {
+    batch = config.training.global_batch_size;
+    seq = config.training.seq_len;
+  }
+
+  Value build(Value tokens, Value targets);
+
+private:
+  /// Location of the model key that decides a component, named after it.
+  Location loc(llvm::StringRef name, llvm::StringRef key,
+               llvm::ArrayRef<llvm::StringRef> fallbacks = {}) {
+    Location file = keyLocation(b.getContext(), config, key, fallbacks);
+    return NameLoc::get(b.getStringAttr(name), file);
+  }
+  RankedTensorType act(llvm::ArrayRef<int64_t> tail) {
+    SmallVector<int64_t> shape = {batch, seq};
+    shape.append(tail.begin(), tail.end());
+    return RankedTensorType::get(shape, f32);
+  }
+  Value linear(LinearRole role, llvm::StringRef paramName, Value x,
+               Location at) {
+    Value w = params.lookup(paramName);
+    int64_t out = cast<RankedTensorType>(w.getType()).getDimSize(0);
+    return LinearOp::create(b, at, act({out}), role, x, w, paramName);
+  }
+  Value rmsNorm(llvm::StringRef paramName, Value x, Location at) {
+    return RMSNormOp::create(b, at, x.getType(), x, params.lookup(paramName),
+                             b.getF64FloatAttr(m.norm_eps));
+  }
+  Value attentionBlock(const std::string &prefix, Value x);
+  Value feedForwardBlock(const std::string &prefix, Value x);
+
+  OpBuilder &b;
+  const Config &config;
+  const ModelConfig &m;
+  llvm::StringMap<Value> params;
+  Type f32;
+  int64_t batch, seq;
+};
+} // namespace
+
+Value ForwardBuilder::attentionBlock(const std::string &prefix, Value x) {
+  std::string attn = prefix + "self_attn.";
+  int64_t hd = m.headDim(), hkv = m.kvHeads();
+  Location headsLoc = loc(attn + "attention", "model.n_heads");
+  Location kvLoc = loc(attn + "kv", "model.n_kv_heads", {"model.n_heads"});
+  Value n = rmsNorm(prefix + "input_layernorm.weight", x,
+                    loc(prefix + "input_layernorm", "model.norm_eps",
+                        {"model.dim"}));
+  Value q = linear(LinearRole::wq, attn + "q_proj.weight", n,
+                   loc(attn + "q_proj", "model.n_heads"));
+  Value k = linear(LinearRole::wk, attn + "k_proj.weight", n,
+                   loc(attn + "k_proj", "model.n_kv_heads", {"model.n_heads"}));
+  Value v = linear(LinearRole::wv, attn + "v_proj.weight", n,
+                   loc(attn + "v_proj", "model.n_kv_heads", {"model.n_heads"}));
+  auto heads = [&](Value t, int64_t h, Location at) -> Value {
+    return ReshapeOp::create(b, at, act({h, hd}), t);
+  };
+  q = heads(q, m.n_heads, headsLoc);
+  k = heads(k, hkv, kvLoc);
+  v = heads(v, hkv, kvLoc);
+  Location ropeLoc = loc(attn + "rope", "model.rope_theta", {"model.n_heads"});
+  FloatAttr theta = b.getF64FloatAttr(m.rope_theta);
+  q = RopeOp::create(b, ropeLoc, q.getType(), q, theta);
+  k = RopeOp::create(b, ropeLoc, k.getType(), k, theta);
+  auto lseType = RankedTensorType::get({batch, m.n_heads, seq}, f32);
+  auto sdpa = AttentionOp::create(
+      b, headsLoc, q.getType(), lseType, q, k, v, b.getUnitAttr(),
+      b.getF64FloatAttr(1.0 / std::sqrt(static_cast<double>(hd))));
+  Value o = ReshapeOp::create(b, headsLoc, act({m.dim}), sdpa.getResult());
+  o = linear(LinearRole::wo, attn + "o_proj.weight", o,
+             loc(attn + "o_proj", "model.n_heads"));
+  return AddOp::create(b, loc(prefix + "attention_residual", "model.n_layers"),
+                       x, o);
+}
+
+Value ForwardBuilder::feedForwardBlock(const std::string &prefix, Value x) {
+  std::string mlp = prefix + "mlp.";
+  llvm::SmallVector<llvm::StringRef> sizeKeys = {"model.multiple_of",
+                                                 "model.dim"};
+  Value n = rmsNorm(prefix + "post_attention_layernorm.weight", x,
+                    loc(prefix + "post_attention_layernorm", "model.norm_eps",
+                        {"model.dim"}));
+  Location ffnLoc = loc(mlp + "act", "model.ffn_dim_multiplier", sizeKeys);
+  Value gate = linear(LinearRole::w1, mlp + "gate_proj.weight", n,
+                      loc(mlp + "gate_proj", "model.ffn_dim_multiplier",
+                          sizeKeys));
+  Value up = linear(LinearRole::w3, mlp + "up_proj.weight", n,
+                    loc(mlp + "up_proj", "model.ffn_dim_multiplier", sizeKeys));
+  Value act = SiluOp::create(b, ffnLoc, gate);
+  Value prod = MulOp::create(b, ffnLoc, act, up);
+  Value down = linear(LinearRole::w2, mlp + "down_proj.weight", prod,
+                      loc(mlp + "down_proj", "model.ffn_dim_multiplier",
+                          sizeKeys));
+  return AddOp::create(b, loc(prefix + "mlp_residual", "model.n_layers"), x,
+                       down);
+}
+
+Value ForwardBuilder::build(Value tokens, Value targets) {
+  Value h = EmbeddingOp::create(
+      b, loc("model.embed_tokens", "model.vocab_size"), act({m.dim}),
+      params.lookup("model.embed_tokens.weight"), tokens,
+      "model.embed_tokens.weight");
+  for (int64_t i = 0; i < m.n_layers; ++i) {
+    std::string prefix = "model.layers." + std::to_string(i) + ".";
+    h = attentionBlock(prefix, h);
+    h = feedForwardBlock(prefix, h);
+  }
+  h = rmsNorm("model.norm.weight", h,
+              loc("model.norm", "model.norm_eps", {"model.dim"}));
+  llvm::StringRef head =
+      m.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  Location headLoc = loc("lm_head", "model.vocab_size");
+  Value logits = linear(LinearRole::output, head, h, headLoc);
+  return CrossEntropyOp::create(b, headLoc, RankedTensorType::get({}, f32),
+                                logits, targets);
+}
+
+OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
+                                        const Config &config) {
+  context->loadDialect<KilnDialect, func::FuncDialect>();
+  OpBuilder b(context);
+  Location fileLoc = FileLineColLoc::get(context, config.sourceName, 1, 1);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  b.setInsertionPointToEnd(module->getBody());
+
+  int64_t batch = config.training.global_batch_size;
+  int64_t seq = config.training.seq_len;
+  auto tokenType = RankedTensorType::get({batch, seq}, b.getI32Type());
+  std::vector<ParamSpec> specs = modelParameters(config);
+
+  SmallVector<Type> argTypes = {tokenType, tokenType};
+  SmallVector<Attribute> argAttrs = {
+      b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kInputAttrName,
+                                         b.getStringAttr("tokens"))),
+      b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kInputAttrName,
+                                         b.getStringAttr("targets")))};
+  for (const ParamSpec &p : specs) {
+    argTypes.push_back(RankedTensorType::get(p.shape, b.getF32Type()));
+    argAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(KilnDialect::kParamAttrName, b.getStringAttr(p.name)),
+         b.getNamedAttr(KilnDialect::kInitAttrName,
+                        InitAttr::get(context, p.init, p.std, p.lo, p.hi))}));
+  }
+  auto lossType = RankedTensorType::get({}, b.getF32Type());
+  auto func = func::FuncOp::create(
+      b, keyLocation(context, config, "model"), "forward_loss",
+      b.getFunctionType(argTypes, {lossType}));
+  func.setAllArgAttrs(argAttrs);
+
+  Block *entry = func.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  llvm::StringMap<Value> params;
+  for (auto [i, p] : llvm::enumerate(specs))
+    params[p.name] = entry->getArgument(i + 2);
+  ForwardBuilder builder(b, config, std::move(params));
+  Value loss = builder.build(entry->getArgument(0), entry->getArgument(1));
+  func::ReturnOp::create(b, keyLocation(context, config, "model"), loss);
+  return module;
+}

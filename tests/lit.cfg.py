@@ -1,0 +1,23 @@
+# lit configuration for Kiln's FileCheck tests.
+import os
+
+import lit.formats
+
+config.name = "Kiln"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".test", ".toml"]
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.kiln_obj_root, "tests")
+
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+# Diagnostics and tool output must not depend on the caller's terminal.
+config.environment["LC_ALL"] = "C"
+
+config.substitutions.append(("%kiln_src", config.kiln_src_root))
+config.substitutions.append(("%python", "/usr/bin/python3"))
+for tool in ["kiln", "kiln-opt", "kiln-run"]:
+    config.substitutions.append(
+        ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))
+config.environment["PATH"] = os.pathsep.join(
+    [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
