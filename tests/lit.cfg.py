@@ -21,3 +21,5 @@ for tool in ["kiln", "kiln-opt", "kiln-run"]:
         ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+config.substitutions.append(
+    ("%expect_exit", "/usr/bin/python3 " + os.path.join(config.test_source_root, "expect-exit")))

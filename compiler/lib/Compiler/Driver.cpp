@@ -90,6 +90,7 @@ LogicalResult writeFile(const std::string &path, ModuleOp module) {
     return failure();
   }
   module.print(file->os());
+  file->os() << "\n";
   file->keep();
   return success();
 }
@@ -142,6 +143,7 @@ int kiln::runCompile(const CompileCommand &command) {
 
   if (command.output.empty() || command.output == "-") {
     module->print(llvm::outs());
+    llvm::outs() << "\n";
     llvm::outs().flush();
     return 0;
   }

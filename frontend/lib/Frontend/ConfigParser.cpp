@@ -101,6 +101,23 @@ const char *typeName(const toml::node &node) {
   }
 }
 
+/// A table's entries in the order they were written (toml++ iterates them
+/// sorted by key), so diagnostics come out top to bottom.
+std::vector<std::pair<toml::key, const toml::node *>>
+inFileOrder(const toml::table &table) {
+  std::vector<std::pair<toml::key, const toml::node *>> entries;
+  for (auto &&[key, node] : table)
+    entries.emplace_back(key, &node);
+  auto pos = [](const toml::key &k) {
+    return std::make_pair(k.source().begin.line, k.source().begin.column);
+  };
+  std::stable_sort(entries.begin(), entries.end(),
+                   [&](const auto &a, const auto &b) {
+                     return pos(a.first) < pos(b.first);
+                   });
+  return entries;
+}
+
 class ConfigParser {
 public:
   ConfigParser(MLIRContext *context, Config &config)
@@ -128,11 +145,13 @@ private:
   void reportStrayKey(const std::string &key, Location at);
   void parseSection(llvm::StringRef name, const std::string &section,
                     const toml::table &table);
+  /// Sets one key; `valueAt` is where its value was written.
   void setKey(llvm::StringRef name, const std::string &section,
               const std::string &key, const toml::node &value,
-              const toml::source_region &keyRegion);
+              const toml::source_region &keyRegion, Location valueAt);
   bool assign(const KeySpec &spec, const toml::node &value, Location at);
-  bool checkRange(const KeySpec &spec, double value, Location at);
+  bool checkRange(const KeySpec &spec, double value, Location at,
+                  const std::string &shown);
   Location keyLoc(const std::string &key) {
     return keyLocation(context, config, key);
   }
@@ -161,10 +180,10 @@ void ConfigParser::parseDocument(llvm::StringRef name, llvm::StringRef text) {
   }
   const toml::table &root = result.table();
   std::vector<std::string> sections = configSections();
-  for (auto &&[key, node] : root) {
+  for (auto &&[key, node] : inFileOrder(root)) {
     std::string section(key.str());
     Location at = loc(name, key.source());
-    const toml::table *table = node.as_table();
+    const toml::table *table = node->as_table();
     if (!table) {
       reportStrayKey(section, at);
       continue;
@@ -200,13 +219,15 @@ void ConfigParser::reportStrayKey(const std::string &key, Location at) {
 void ConfigParser::parseSection(llvm::StringRef name,
                                 const std::string &section,
                                 const toml::table &table) {
-  for (auto &&[key, node] : table)
-    setKey(name, section, std::string(key.str()), node, key.source());
+  for (auto &&[key, node] : inFileOrder(table))
+    setKey(name, section, std::string(key.str()), *node, key.source(),
+           loc(name, node->source()));
 }
 
 void ConfigParser::setKey(llvm::StringRef name, const std::string &section,
                           const std::string &key, const toml::node &value,
-                          const toml::source_region &keyRegion) {
+                          const toml::source_region &keyRegion,
+                          Location valueAt) {
   Location at = loc(name, keyRegion);
   const KeySpec *spec = lookupKey(section, key);
   if (!spec) {
@@ -243,19 +264,17 @@ void ConfigParser::setKey(llvm::StringRef name, const std::string &section,
     overrideLocs.insert_or_assign(canonical, at);
     config.positions.erase(canonical);
   }
-  assign(*spec, value, loc(name, value.source()));
+  assign(*spec, value, valueAt);
 }
 
-bool ConfigParser::checkRange(const KeySpec &spec, double value, Location at) {
+bool ConfigParser::checkRange(const KeySpec &spec, double value, Location at,
+                              const std::string &shown) {
   bool belowMin = spec.minOpen ? !(value > spec.min) : !(value >= spec.min);
   bool aboveMax = spec.maxOpen ? !(value < spec.max) : !(value <= spec.max);
   if (!belowMin && !aboveMax)
     return true;
-  std::ostringstream shown;
-  shown.precision(17);
-  shown << value;
   error(at) << spec.section << "." << spec.key << " must be in "
-            << describeRange(spec) << ", got " << shown.str();
+            << describeRange(spec) << ", got " << shown;
   return false;
 }
 
@@ -281,7 +300,8 @@ bool ConfigParser::assign(const KeySpec &spec, const toml::node &value,
     auto i = value.as_integer();
     if (!i)
       return wrongType("an integer");
-    if (!checkRange(spec, static_cast<double>(i->get()), at))
+    if (!checkRange(spec, static_cast<double>(i->get()), at,
+                    std::to_string(i->get())))
       return false;
     std::get<0>(spec.field)(config) = i->get();
     return true;
@@ -294,7 +314,7 @@ bool ConfigParser::assign(const KeySpec &spec, const toml::node &value,
       error(at) << full << " must be finite";
       return false;
     }
-    if (!checkRange(spec, d, at))
+    if (!checkRange(spec, d, at, formatFloat(d)))
       return false;
     std::get<1>(spec.field)(config) = d;
     return true;
@@ -329,7 +349,8 @@ bool ConfigParser::assign(const KeySpec &spec, const toml::node &value,
     if (!arr || arr->size() != 2 || !asDouble(*arr->get(0), pair[0]) ||
         !asDouble(*arr->get(1), pair[1]))
       return wrongType("an array of two numbers");
-    if (!checkRange(spec, pair[0], at) || !checkRange(spec, pair[1], at))
+    if (!checkRange(spec, pair[0], at, formatFloat(pair[0])) ||
+        !checkRange(spec, pair[1], at, formatFloat(pair[1])))
       return false;
     std::get<4>(spec.field)(config) = {pair[0], pair[1]};
     return true;
@@ -375,7 +396,8 @@ void ConfigParser::parseOverride(const std::string &assignment) {
     holder.insert("v", text);
   toml::source_region region;
   region.begin = {1, static_cast<toml::source_index>(dot + 2)};
-  setKey(name, section, key, *holder.get("v"), region);
+  setKey(name, section, key, *holder.get("v"), region,
+         FileLineColLoc::get(context, name, 1, eq + 2));
 }
 
 //===----------------------------------------------------------------------===//
@@ -400,6 +422,12 @@ constexpr int64_t kMaxElements = int64_t(1) << 40;
 } // namespace
 
 void ConfigParser::validate() {
+  if (!config.positions.count("model")) {
+    error(FileLineColLoc::get(context, config.sourceName, 1, 1))
+        << "no [model] section: a model file must set at least model.dim, "
+           "model.n_layers, model.n_heads and model.vocab_size";
+    return;
+  }
   for (const KeySpec &spec : configSchema()) {
     std::string full = std::string(spec.section) + "." + spec.key;
     bool written = config.positions.count(full) || overrideLocs.count(full);

@@ -227,8 +227,7 @@ const KeySpec *kiln::lookupKey(const std::string &section,
   return nullptr;
 }
 
-namespace {
-std::string formatDouble(double v) {
+std::string kiln::formatFloat(double v) {
   char buf[64];
   if (v == std::floor(v) && std::fabs(v) < 1e15) {
     std::snprintf(buf, sizeof buf, "%.1f", v);
@@ -246,6 +245,7 @@ std::string formatDouble(double v) {
   return s;
 }
 
+namespace {
 std::string formatBound(double v) {
   if (std::isinf(v))
     return v < 0 ? "-inf" : "inf";
@@ -254,7 +254,7 @@ std::string formatBound(double v) {
     std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
     return buf;
   }
-  return formatDouble(v);
+  return formatFloat(v);
 }
 
 std::string quote(const std::string &s) { return "\"" + s + "\""; }
@@ -270,13 +270,13 @@ std::string kiln::formatValue(const KeySpec &spec, const Config &config) {
   return std::visit(
       Overloaded{
           [&](int64_t &(*f)(Config &)) { return std::to_string(f(c)); },
-          [&](double &(*f)(Config &)) { return formatDouble(f(c)); },
+          [&](double &(*f)(Config &)) { return formatFloat(f(c)); },
           [&](bool &(*f)(Config &)) {
             return std::string(f(c) ? "true" : "false");
           },
           [&](std::string &(*f)(Config &)) { return quote(f(c)); },
           [&](std::array<double, 2> &(*f)(Config &)) {
-            return "[" + formatDouble(f(c)[0]) + ", " + formatDouble(f(c)[1]) +
+            return "[" + formatFloat(f(c)[0]) + ", " + formatFloat(f(c)[1]) +
                    "]";
           },
           [&](std::vector<std::string> &(*f)(Config &)) {

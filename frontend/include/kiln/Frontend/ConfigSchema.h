@@ -56,6 +56,9 @@ std::vector<std::string> configSections();
 /// Finds a key by its canonical or aliased spelling; nullptr if unknown.
 const KeySpec *lookupKey(const std::string &section, const std::string &key);
 
+/// The shortest decimal form of `v` that reads back exactly, as TOML.
+std::string formatFloat(double v);
+
 /// The value of `spec` in `config`, as TOML would write it.
 std::string formatValue(const KeySpec &spec, const Config &config);
 /// The allowed range of `spec` in words, e.g. "(0, 10]" or "one of a, b".

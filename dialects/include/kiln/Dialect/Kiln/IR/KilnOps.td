@@ -96,7 +96,7 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
                        Kiln_FloatTensor:$weight, StrAttr:$param);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
-    $role $input `,` $weight `param` `(` $param `)` attr-dict `:`
+    `` $role $input `,` $weight `param` `(` $param `)` attr-dict `:`
     type($input) `,` type($weight) `->` type($result)
   }];
   let hasVerifier = 1;

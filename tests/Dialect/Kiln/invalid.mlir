@@ -1,0 +1,285 @@
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+// One function per verifier rule, named after the rule's label in KilnOps.td.
+
+func.func @embedding_c1(%t: tensor<64xf32>, %tok: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.embedding' op table must have rank 2 [vocab, dim], got [64]}}
+  %0 = kiln.embedding %t[%tok] param("e") : tensor<64xf32>, tensor<2x16xi32> -> tensor<2x16x64xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_c2(%t: tensor<64x32xf32>, %tok: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.embedding' op result shape must be [2, 16, 32] (tokens shape ++ [dim]), got [2, 16, 64]}}
+  %0 = kiln.embedding %t[%tok] param("e") : tensor<64x32xf32>, tensor<2x16xi32> -> tensor<2x16x64xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_c3(%t: tensor<64x32xf32>, %tok: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.embedding' op result element type must be the table's ('f32'), got 'bf16'}}
+  %0 = kiln.embedding %t[%tok] param("e") : tensor<64x32xf32>, tensor<2x16xi32> -> tensor<2x16x32xbf16>
+  return
+}
+
+// -----
+
+func.func @embedding_tokens_are_i32(%t: tensor<64x32xf32>, %tok: tensor<2x16xf32>) {
+  // expected-error @+1 {{operand #1 must be statically shaped tensor of 32-bit signless integer values}}
+  %0 = kiln.embedding %t[%tok] param("e") : tensor<64x32xf32>, tensor<2x16xf32> -> tensor<2x16x32xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_c1(%x: tensor<2x16x32xf32>, %w: tensor<16xf32>) {
+  // expected-error @+1 {{'kiln.rms_norm' op weight must have shape [32] (the last dim of the input), got [16]}}
+  %0 = kiln.rms_norm %x, %w {eps = 1.0e-5 : f64} : tensor<2x16x32xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_c2(%x: tensor<2x16x32xf32>, %w: tensor<32xbf16>) {
+  // expected-error @+1 {{'kiln.rms_norm' op weight element type 'bf16' differs from the input's 'f32'}}
+  %0 = kiln.rms_norm %x, %w {eps = 1.0e-5 : f64} : tensor<2x16x32xf32>, tensor<32xbf16>
+  return
+}
+
+// -----
+
+func.func @rms_norm_c3(%x: tensor<2x16x32xf32>, %w: tensor<32xf32>) {
+  // expected-error @+1 {{'kiln.rms_norm' op eps must be positive, got 0}}
+  %0 = kiln.rms_norm %x, %w {eps = 0.0 : f64} : tensor<2x16x32xf32>, tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @linear_c1(%x: tensor<32xf32>, %w: tensor<8x32xf32>) {
+  // expected-error @+1 {{'kiln.linear' op input must have rank >= 2, got [32]}}
+  %0 = kiln.linear wq %x, %w param("w") : tensor<32xf32>, tensor<8x32xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_c1_weight(%x: tensor<4x32xf32>, %w: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{'kiln.linear' op weight must have rank 2 [out, in], got [2, 8, 32]}}
+  %0 = kiln.linear wq %x, %w param("w") : tensor<4x32xf32>, tensor<2x8x32xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_c2(%x: tensor<4x32xf32>, %w: tensor<8x16xf32>) {
+  // expected-error @+1 {{'kiln.linear' op contraction dims differ: input [4, 32] has 32, weight [8, 16] has 16}}
+  %0 = kiln.linear w1 %x, %w param("w") : tensor<4x32xf32>, tensor<8x16xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_c3(%x: tensor<4x32xf32>, %w: tensor<8x32xf32>) {
+  // expected-error @+1 {{'kiln.linear' op result shape must be [4, 8], got [4, 32]}}
+  %0 = kiln.linear w1 %x, %w param("w") : tensor<4x32xf32>, tensor<8x32xf32> -> tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @linear_c4(%x: tensor<4x32xbf16>, %w: tensor<8x32xf32>) {
+  // expected-error @+1 {{'kiln.linear' op input, weight and result must share one element type, got 'bf16', 'f32', 'bf16'}}
+  %0 = kiln.linear w1 %x, %w param("w") : tensor<4x32xbf16>, tensor<8x32xf32> -> tensor<4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_unknown_role(%x: tensor<4x32xf32>, %w: tensor<8x32xf32>) {
+  // expected-error @+2 {{expected ::kiln::LinearRole to be one of: wq, wk, wv, wo, w1, w2, w3, output}}
+  // expected-error @+1 {{failed to parse Kiln_LinearRoleAttr parameter 'value'}}
+  %0 = kiln.linear w4 %x, %w param("w") : tensor<4x32xf32>, tensor<8x32xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_c1(%x: tensor<2x16x32xf32>) {
+  // expected-error @+1 {{'kiln.rope' op input must have rank 4 [batch, seq, heads, head_dim], got [2, 16, 32]}}
+  %0 = kiln.rope %x {theta = 10000.0 : f64} : tensor<2x16x32xf32>
+  return
+}
+
+// -----
+
+func.func @rope_c2(%x: tensor<2x16x4x7xf32>) {
+  // expected-error @+1 {{'kiln.rope' op head dim must be even, got 7}}
+  %0 = kiln.rope %x {theta = 10000.0 : f64} : tensor<2x16x4x7xf32>
+  return
+}
+
+// -----
+
+func.func @rope_c3(%x: tensor<2x16x4x8xf32>) {
+  // expected-error @+1 {{'kiln.rope' op theta must be greater than 1, got 1}}
+  %0 = kiln.rope %x {theta = 1.0 : f64} : tensor<2x16x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_c1(%q: tensor<2x16x32xf32>, %k: tensor<2x16x2x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op query, key and value must have rank 4 [batch, seq, heads, head_dim]}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 0.35 : f64} : tensor<2x16x32xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_c2(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x8xf32>, %v: tensor<2x16x1x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op key [2, 16, 2, 8] and value [2, 16, 1, 8] must have one type}}
+  %o, %l = kiln.attention %q, %k, %v {causal, scale = 0.35 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x1x8xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_c3(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x16xf32>) {
+  // expected-error @+1 {{'kiln.attention' op query [2, 16, 4, 8] and key [2, 16, 2, 16] must agree in batch and head dim}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 0.35 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x16xf32>, tensor<2x16x2x16xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_c4(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x3x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op key/value heads (3) must divide query heads (4)}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 0.35 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x3x8xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_c5(%q: tensor<2x16x4x8xf32>, %k: tensor<2x8x2x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op causal attention needs equal query and key sequence lengths, got 16 and 8}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 0.35 : f64} : tensor<2x16x4x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_c6(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op logsumexp must be tensor of shape [2, 4, 16] [batch, heads, seq] and f32, got 'tensor<2x16x4xf32>'}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 0.35 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32> -> tensor<2x16x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_c7(%q: tensor<2x16x4x8xbf16>, %k: tensor<2x16x2x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op query and key element types differ: 'bf16' vs 'f32'}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 0.35 : f64} : tensor<2x16x4x8xbf16>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+// expected-note @+1 {{prior use here}}
+func.func @elementwise_same_type(%a: tensor<4x8xf32>, %b: tensor<4x8xbf16>) {
+  // expected-error @+1 {{use of value '%b' expects different type than prior uses: 'tensor<4x8xf32>' vs 'tensor<4x8xbf16>'}}
+  %0 = kiln.add %a, %b : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @elementwise_static_shapes(%a: tensor<?x8xf32>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 64-bit float or 32-bit float or bfloat16 type or 16-bit float values}}
+  %0 = kiln.silu %a : tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_c1(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'kiln.reshape' op element type changes from 'f32' to 'bf16'}}
+  %0 = kiln.reshape %a : tensor<4x8xf32> -> tensor<32xbf16>
+  return
+}
+
+// -----
+
+func.func @reshape_c2(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'kiln.reshape' op element count changes: [4, 8] has 32, [4, 4] has 16}}
+  %0 = kiln.reshape %a : tensor<4x8xf32> -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_c1(%a: tensor<4x8x2xf32>) {
+  // expected-error @+1 {{'kiln.transpose' op permutation must be a permutation of [0, 3)}}
+  %0 = kiln.transpose %a [0, 0, 1] : tensor<4x8x2xf32> -> tensor<4x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_c2(%a: tensor<4x8x2xf32>) {
+  // expected-error @+1 {{'kiln.transpose' op result must be 'tensor<8x4x2xf32>', got 'tensor<4x8x2xf32>'}}
+  %0 = kiln.transpose %a [1, 0, 2] : tensor<4x8x2xf32> -> tensor<4x8x2xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_c1(%l: tensor<2x16x64xf32>, %t: tensor<2x8xi32>) {
+  // expected-error @+1 {{'kiln.cross_entropy' op logits [2, 16, 64] must be targets' shape [2, 8] plus a vocab dim}}
+  %0 = kiln.cross_entropy %l, %t : tensor<2x16x64xf32>, tensor<2x8xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_c2(%l: tensor<2x16x64xf32>, %t: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.cross_entropy' op result must be tensor<f32>, got 'tensor<1xf32>'}}
+  %0 = kiln.cross_entropy %l, %t : tensor<2x16x64xf32>, tensor<2x16xi32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'kiln.param' must be a non-empty string}}
+func.func @param_attr_is_string(%a: tensor<4xf32> {kiln.param = 3 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op argument 0: 'kiln.shard' is not an attribute of the kiln dialect}}
+func.func @unknown_arg_attr(%a: tensor<4xf32> {kiln.shard = "x"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{init std must be positive and finite, got -1}}
+func.func @init_std_positive(%a: tensor<4xf32> {kiln.init = #kiln.init<normal, std = -1.0>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{trunc_normal bounds must satisfy a < b, got a = 2.000000e+00, b = -2.000000e+00}}
+func.func @init_bounds_ordered(%a: tensor<4xf32> {kiln.init = #kiln.init<trunc_normal, std = 1.0, a = 2.0, b = -2.0>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{unknown initialiser 'uniform'; expected zeros, ones, normal or trunc_normal}}
+func.func @init_unknown_kind(%a: tensor<4xf32> {kiln.init = #kiln.init<uniform>}) {
+  return
+}

@@ -1,0 +1,68 @@
+// RUN: kiln-opt %s | FileCheck %s
+// Round trip: the printed form parses back to the same IR.
+// RUN: kiln-opt %s | kiln-opt | FileCheck %s
+// RUN: kiln-opt %s -mlir-print-op-generic | kiln-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @block
+// CHECK-SAME: kiln.init = #kiln.init<normal, std = 1.000000e+00>
+// CHECK-SAME: kiln.param = "model.embed_tokens.weight"
+// CHECK-SAME: kiln.init = #kiln.init<trunc_normal, std = 2.000000e-02, a = -2.000000e+00, b = 2.000000e+00>
+// CHECK-SAME: kiln.init = #kiln.init<ones>
+func.func @block(%tokens: tensor<2x16xi32> {kiln.input = "tokens"},
+                 %targets: tensor<2x16xi32> {kiln.input = "targets"},
+                 %table: tensor<64x32xf32> {kiln.param = "model.embed_tokens.weight", kiln.init = #kiln.init<normal, std = 1.0>},
+                 %wq: tensor<32x32xf32> {kiln.param = "wq", kiln.init = #kiln.init<trunc_normal, std = 0.02, a = -2.0, b = 2.0>},
+                 %wk: tensor<16x32xf32>, %wv: tensor<16x32xf32>,
+                 %norm: tensor<32xf32> {kiln.param = "norm", kiln.init = #kiln.init<ones>},
+                 %w1: tensor<48x32xf32>, %w2: tensor<32x48xf32>) -> tensor<f32> {
+  // CHECK: %[[H:.+]] = kiln.embedding %{{.+}}[%{{.+}}] param("model.embed_tokens.weight") : tensor<64x32xf32>, tensor<2x16xi32> -> tensor<2x16x32xf32>
+  %h = kiln.embedding %table[%tokens] param("model.embed_tokens.weight") : tensor<64x32xf32>, tensor<2x16xi32> -> tensor<2x16x32xf32>
+  // CHECK: %[[N:.+]] = kiln.rms_norm %[[H]], %{{.+}} {eps = 1.000000e-05 : f64} : tensor<2x16x32xf32>, tensor<32xf32>
+  %n = kiln.rms_norm %h, %norm {eps = 1.0e-5 : f64} : tensor<2x16x32xf32>, tensor<32xf32>
+  // CHECK: kiln.linear wq %[[N]], %{{.+}} param("wq") : tensor<2x16x32xf32>, tensor<32x32xf32> -> tensor<2x16x32xf32>
+  %q = kiln.linear wq %n, %wq param("wq") : tensor<2x16x32xf32>, tensor<32x32xf32> -> tensor<2x16x32xf32>
+  // CHECK: kiln.linear wk
+  %k = kiln.linear wk %n, %wk param("wk") : tensor<2x16x32xf32>, tensor<16x32xf32> -> tensor<2x16x16xf32>
+  // CHECK: kiln.linear wv
+  %v = kiln.linear wv %n, %wv param("wv") : tensor<2x16x32xf32>, tensor<16x32xf32> -> tensor<2x16x16xf32>
+  // CHECK: kiln.reshape %{{.+}} : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %q4 = kiln.reshape %q : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %k4 = kiln.reshape %k : tensor<2x16x16xf32> -> tensor<2x16x2x8xf32>
+  %v4 = kiln.reshape %v : tensor<2x16x16xf32> -> tensor<2x16x2x8xf32>
+  // CHECK: kiln.rope %{{.+}} {theta = 5.000000e+05 : f64} : tensor<2x16x4x8xf32>
+  %qr = kiln.rope %q4 {theta = 500000.0 : f64} : tensor<2x16x4x8xf32>
+  %kr = kiln.rope %k4 {theta = 500000.0 : f64} : tensor<2x16x2x8xf32>
+  // CHECK: %[[O:.+]], %[[LSE:.+]] = kiln.attention %{{.+}}, %{{.+}}, %{{.+}} {causal, scale = 3.535500e-01 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32> -> tensor<2x4x16xf32>
+  %o, %lse = kiln.attention %qr, %kr, %v4 {causal, scale = 0.35355 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32> -> tensor<2x4x16xf32>
+  // CHECK: kiln.transpose %[[O]] [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
+  %t = kiln.transpose %o [0, 2, 1, 3] : tensor<2x16x4x8xf32> -> tensor<2x4x16x8xf32>
+  %t2 = kiln.transpose %t [0, 2, 1, 3] : tensor<2x4x16x8xf32> -> tensor<2x16x4x8xf32>
+  %o3 = kiln.reshape %t2 : tensor<2x16x4x8xf32> -> tensor<2x16x32xf32>
+  // CHECK: kiln.add %[[H]], %{{.+}} : tensor<2x16x32xf32>
+  %r = kiln.add %h, %o3 : tensor<2x16x32xf32>
+  // CHECK: kiln.linear w1
+  %g = kiln.linear w1 %r, %w1 param("w1") : tensor<2x16x32xf32>, tensor<48x32xf32> -> tensor<2x16x48xf32>
+  // CHECK: kiln.silu %{{.+}} : tensor<2x16x48xf32>
+  %s = kiln.silu %g : tensor<2x16x48xf32>
+  // CHECK: kiln.mul %{{.+}}, %{{.+}} : tensor<2x16x48xf32>
+  %m = kiln.mul %s, %g : tensor<2x16x48xf32>
+  // CHECK: kiln.linear w2
+  %d = kiln.linear w2 %m, %w2 param("w2") : tensor<2x16x48xf32>, tensor<32x48xf32> -> tensor<2x16x32xf32>
+  // CHECK: kiln.linear output %{{.+}}, %{{.+}} param("model.embed_tokens.weight")
+  %logits = kiln.linear output %d, %table param("model.embed_tokens.weight") : tensor<2x16x32xf32>, tensor<64x32xf32> -> tensor<2x16x64xf32>
+  // CHECK: kiln.cross_entropy %{{.+}}, %{{.+}} : tensor<2x16x64xf32>, tensor<2x16xi32> -> tensor<f32>
+  %loss = kiln.cross_entropy %logits, %targets : tensor<2x16x64xf32>, tensor<2x16xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// Every role prints and parses.
+// CHECK-LABEL: func.func @roles
+func.func @roles(%x: tensor<4x8xbf16>, %w: tensor<8x8xbf16>) {
+  // CHECK: kiln.linear wo
+  // CHECK: kiln.linear w3
+  // CHECK: kiln.linear output
+  %0 = kiln.linear wo %x, %w param("a") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %1 = kiln.linear w3 %x, %w param("b") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %2 = kiln.linear output %x, %w param("c") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  return
+}
