@@ -16,7 +16,8 @@ config.environment["LC_ALL"] = "C"
 
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
-for tool in ["kiln", "kiln-opt", "kiln-run"]:
+# Longest first: %kiln would otherwise eat the front of %kiln_run.
+for tool in ["kiln-run", "kiln-opt", "kiln"]:
     config.substitutions.append(
         ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))
 config.environment["PATH"] = os.pathsep.join(

@@ -66,9 +66,13 @@ TEST(ModelParameters, HuggingFaceNamesAndOrder) {
 
 TEST(ModelParameters, DepthScaledInit) {
   std::vector<ParamSpec> params = modelParameters(loadPreset("llama3-debug"));
-  // o_proj of layer 0 and layer 3: 0.02 / sqrt(2 * (i + 1)).
-  EXPECT_DOUBLE_EQ(params[4].std, 0.02 / std::sqrt(2.0));
-  EXPECT_DOUBLE_EQ(params[3 * 9 + 4].std, 0.02 / std::sqrt(8.0));
+  // Layer i's parameters start at 1 + 9 * i; o_proj is the fifth. Output
+  // layers of block i get 0.02 / sqrt(2 * (i + 1)), the others 0.02.
+  auto oProj = [&](int layer) { return params[1 + 9 * layer + 4]; };
+  EXPECT_EQ(oProj(3).name, "model.layers.3.self_attn.o_proj.weight");
+  EXPECT_DOUBLE_EQ(oProj(0).std, 0.02 / std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(oProj(3).std, 0.02 / std::sqrt(8.0));
+  EXPECT_DOUBLE_EQ(params[2].std, 0.02); // q_proj
   EXPECT_EQ(params[1].init, InitKind::ones);
   EXPECT_DOUBLE_EQ(params.back().std, 1.0 / 16.0);
   EXPECT_DOUBLE_EQ(params.back().hi, 3.0 / 16.0);

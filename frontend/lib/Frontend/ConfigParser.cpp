@@ -357,7 +357,7 @@ bool ConfigParser::assign(const KeySpec &spec, const toml::node &value,
   }
   default: { // list of strings
     auto arr = value.as_array();
-    if (!arr || !arr->is_homogeneous(toml::node_type::string))
+    if (!arr || (!arr->empty() && !arr->is_homogeneous(toml::node_type::string)))
       return wrongType("an array of strings");
     std::vector<std::string> items;
     for (const toml::node &item : *arr)
