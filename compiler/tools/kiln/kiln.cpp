@@ -53,6 +53,12 @@ int main(int argc, char **argv) {
                       "Print every key as Markdown (docs/config.md)");
   configCmd->add_flag("--presets", config.presets, "List the presets");
 
+  auto named = [&](const CLI::App *sub) { return sub->get_name() == argv[1]; };
+  if (argc > 1 && argv[1][0] != '-' && app.get_subcommands(named).empty()) {
+    std::cerr << "error: unknown command '" << argv[1]
+              << "'; commands: compile, config (see kiln --help)\n";
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success &e) {
