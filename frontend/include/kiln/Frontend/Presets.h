@@ -11,7 +11,7 @@ namespace kiln {
 struct Preset {
   const char *name;
   const char *summary;
-  const char *toml; // the description, in the model file format
+  std::string toml; // the description, in the model file format
 };
 
 /// llama3-debug, llama3-1b, llama3-8b, llama3-70b, llama3-405b.
