@@ -1,6 +1,7 @@
 //===- Pipeline.cpp - The phases of a Kiln compilation --------------------===//
 
 #include "kiln/Compiler/Pipeline.h"
+#include "kiln/Transforms/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -13,11 +14,18 @@ void kiln::buildImportPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
+void kiln::buildTrainPipeline(OpPassManager &pm) {
+  pm.addPass(createKilnAutodiff());
+  pm.addPass(createKilnOptimizer());
+  pm.addPass(createCSEPass());
+}
+
 ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   static const PhaseInfo phases[] = {
       {"import", "the model description as kiln ops (@forward_loss)", "#2",
        buildImportPipeline},
-      {"train", "autodiff backward and AdamW (@train_step)", "#3", nullptr},
+      {"train", "autodiff backward and AdamW (@train_step)", "#3",
+       buildTrainPipeline},
       {"precision", "mixed-precision casts as explicit ops", "#3", nullptr},
       {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4", nullptr},
       {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", nullptr},
@@ -37,6 +45,7 @@ const PhaseInfo *kiln::findPhase(StringRef name) {
 }
 
 void kiln::registerKilnPipelines() {
+  registerKilnPasses();
   for (const PhaseInfo &phase : pipelinePhases()) {
     if (!phase.implemented())
       continue;
@@ -56,6 +65,8 @@ LogicalResult kiln::runPipeline(
   unsigned index = 0;
   for (const PhaseInfo &phase : pipelinePhases()) {
     ++index;
+    if (!phase.implemented())
+      continue;
     PassManager pm(module->getContext());
     if (failed(configure(pm)))
       return failure();

@@ -22,6 +22,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char *kImport = "import (#2)";
 constexpr const char *kTrain = "training step and runtime (#3)";
+constexpr const char *kOptim = "train phase: kiln-optimizer (#3)";
 constexpr const char *kFsdp = "FSDP passes (#4)";
 constexpr const char *kFp8 = "FP8 passes (#5)";
 
@@ -93,7 +94,7 @@ const std::vector<KeySpec> &kiln::configSchema() {
       intKey("training", "seq_len", FIELD(training.seq_len), 1, 1 << 20,
              "Tokens per sequence.", kImport, true),
       intKey("training", "steps", FIELD(training.steps), 1, 1e9,
-             "Optimizer steps to train.", kTrain, false),
+             "Optimizer steps to train.", kOptim, true),
       intKey("training", "seed", FIELD(training.seed), 0, 9007199254740992.0,
              "Seed of parameter init and data order.", kTrain, false),
       intKey("training", "eval_interval", FIELD(training.eval_interval), 0,
@@ -107,28 +108,28 @@ const std::vector<KeySpec> &kiln::configSchema() {
                kTrain, false),
       // [optimizer]
       floatKey("optimizer", "lr", FIELD(optimizer.lr), 0, true, 10, false,
-               "Peak learning rate of AdamW.", kTrain, false),
+               "Peak learning rate of AdamW.", kOptim, true),
       floatKey("optimizer", "betas", FIELD(optimizer.betas), 0, false, 1, true,
-               "AdamW's (beta1, beta2), a two-element array.", kTrain, false),
+               "AdamW's (beta1, beta2), a two-element array.", kOptim, true),
       floatKey("optimizer", "eps", FIELD(optimizer.eps), 0, true, 1, false,
-               "AdamW's epsilon.", kTrain, false),
+               "AdamW's epsilon.", kOptim, true),
       floatKey("optimizer", "weight_decay", FIELD(optimizer.weight_decay), 0,
-               false, 10, false, "Decoupled weight decay.", kTrain, false),
+               false, 10, false, "Decoupled weight decay.", kOptim, true),
       floatKey("optimizer", "max_norm", FIELD(optimizer.max_norm), 0, false,
                1e9, false, "Global gradient-norm clipping (0: no clipping).",
-               kTrain, false),
+               kOptim, true),
       // [lr_scheduler]
       intKey("lr_scheduler", "warmup_steps", FIELD(lr_scheduler.warmup_steps),
              0, 1e9, "Steps of linear warm-up from 0 to `optimizer.lr`.",
-             kTrain, false),
+             kOptim, true),
       otherKey("lr_scheduler", "decay", FIELD(lr_scheduler.decay),
                "cosine|constant",
                "Schedule after warm-up: cosine decay to `min_lr` at the last "
                "step, or constant.",
-               kTrain, false),
+               kOptim, true),
       floatKey("lr_scheduler", "min_lr", FIELD(lr_scheduler.min_lr), 0, false,
-               10, false, "Learning rate at the end of the decay.", kTrain,
-               false),
+               10, false, "Learning rate at the end of the decay.", kOptim,
+               true),
       // [checkpoint]
       intKey("checkpoint", "interval", FIELD(checkpoint.interval), 0, 1e9,
              "Steps between checkpoints (0: only at the end).", kTrain, false),

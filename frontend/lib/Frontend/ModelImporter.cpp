@@ -202,6 +202,26 @@ Value ForwardBuilder::build(Value tokens, Value targets) {
                                 logits, targets);
 }
 
+/// The hyperparameters the train phase needs, carried by the module so that
+/// every IR dump is self-contained.
+static DictionaryAttr optimizerAttr(OpBuilder &b, const Config &config) {
+  const OptimizerConfig &o = config.optimizer;
+  const LRSchedulerConfig &s = config.lr_scheduler;
+  return b.getDictionaryAttr({
+      b.getNamedAttr("lr", b.getF64FloatAttr(o.lr)),
+      b.getNamedAttr("min_lr", b.getF64FloatAttr(s.min_lr)),
+      b.getNamedAttr("beta1", b.getF64FloatAttr(o.betas[0])),
+      b.getNamedAttr("beta2", b.getF64FloatAttr(o.betas[1])),
+      b.getNamedAttr("eps", b.getF64FloatAttr(o.eps)),
+      b.getNamedAttr("weight_decay", b.getF64FloatAttr(o.weight_decay)),
+      b.getNamedAttr("max_norm", b.getF64FloatAttr(o.max_norm)),
+      b.getNamedAttr("warmup_steps", b.getI64IntegerAttr(s.warmup_steps)),
+      b.getNamedAttr("total_steps",
+                     b.getI64IntegerAttr(config.training.steps)),
+      b.getNamedAttr("decay", b.getStringAttr(s.decay)),
+  });
+}
+
 OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                                         const Config &config) {
   context->loadDialect<KilnDialect, func::FuncDialect>();
@@ -209,6 +229,8 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
   Location fileLoc = FileLineColLoc::get(context, config.sourceName, 1, 1);
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
   b.setInsertionPointToEnd(module->getBody());
+  module->getOperation()->setAttr("kiln.optimizer",
+                                  optimizerAttr(b, config));
 
   int64_t batch = config.training.global_batch_size;
   int64_t seq = config.training.seq_len;

@@ -283,3 +283,90 @@ func.func @init_bounds_ordered(%a: tensor<4xf32> {kiln.init = #kiln.init<trunc_n
 func.func @init_unknown_kind(%a: tensor<4xf32> {kiln.init = #kiln.init<uniform>}) {
   return
 }
+
+// -----
+
+func.func @embedding_grad_c1(%g: tensor<2x8x32xf32>, %tok: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.embedding_grad' op grad shape must be tokens' shape plus [dim], got [2, 8, 32] for tokens [2, 16]}}
+  %0 = kiln.embedding_grad %g, %tok param("e") : tensor<2x8x32xf32>, tensor<2x16xi32> -> tensor<64x32xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_c2(%g: tensor<2x16x32xf32>, %tok: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.embedding_grad' op result must be [vocab, 32] of 'f32', got 'tensor<64x16xf32>'}}
+  %0 = kiln.embedding_grad %g, %tok param("e") : tensor<2x16x32xf32>, tensor<2x16xi32> -> tensor<64x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_grad_input_c1(%g: tensor<4x8xf32>, %w: tensor<16x32xf32>) {
+  // expected-error @+1 {{'kiln.linear_grad_input' op grad [4, 8] must end in dim 0 of weight [16, 32]}}
+  %0 = kiln.linear_grad_input wq %g, %w param("w") : tensor<4x8xf32>, tensor<16x32xf32> -> tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @linear_grad_input_c2(%g: tensor<4x16xf32>, %w: tensor<16x32xf32>) {
+  // expected-error @+1 {{'kiln.linear_grad_input' op result must be [4, 32] with grad, weight and result of one element type}}
+  %0 = kiln.linear_grad_input wq %g, %w param("w") : tensor<4x16xf32>, tensor<16x32xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_grad_weight_c1(%g: tensor<4x16xf32>, %x: tensor<8x32xf32>) {
+  // expected-error @+1 {{'kiln.linear_grad_weight' op grad [4, 16] and input [8, 32] must agree in their leading dims}}
+  %0 = kiln.linear_grad_weight wq %g, %x param("w") : tensor<4x16xf32>, tensor<8x32xf32> -> tensor<16x32xf32>
+  return
+}
+
+// -----
+
+func.func @linear_grad_weight_c2(%g: tensor<4x16xf32>, %x: tensor<4x32xf32>) {
+  // expected-error @+1 {{'kiln.linear_grad_weight' op result must be [16, 32] with grad, input and result of one element type}}
+  %0 = kiln.linear_grad_weight wq %g, %x param("w") : tensor<4x16xf32>, tensor<4x32xf32> -> tensor<32x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_rules(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x3x8xf32>, %lse: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{'kiln.attention_grad' op key/value heads (3) must divide query heads (4)}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %k, %k, %q, %lse {causal, scale = 0.35 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x3x8xf32>, tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @lr_schedule_c1(%s: tensor<i64>) {
+  // expected-error @+1 {{'kiln.lr_schedule' op decay must be cosine or constant, got 'linear'}}
+  %0 = kiln.lr_schedule %s {decay = "linear", min_lr = 0.0 : f64, peak = 1.0e-3 : f64, total_steps = 10 : i64, warmup_steps = 1 : i64}
+  return
+}
+
+// -----
+
+func.func @adamw_c1(%p: tensor<8xf32>, %n: tensor<f32>, %s: tensor<i64>) {
+  // expected-error @+1 {{'kiln.adamw' op betas must be in [0, 1), got 9.000000e-01, 1.000000e+00}}
+  %0, %1, %2 = kiln.adamw %p, %p, %p, %p, %n, %n, %s {beta1 = 0.9 : f64, beta2 = 1.0 : f64, eps = 1.0e-8 : f64, max_norm = 1.0 : f64, weight_decay = 0.1 : f64} : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @grad_norm_needs_operands() {
+  // expected-error @+1 {{'kiln.grad_norm' op needs at least one gradient}}
+  %0 = "kiln.grad_norm"() : () -> tensor<f32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op result 0: 'kiln.gradient' is not an attribute of the kiln dialect}}
+func.func @unknown_result_attr(%a: tensor<4xf32>) -> (tensor<4xf32> {kiln.gradient = "a"}) {
+  return %a : tensor<4xf32>
+}

@@ -34,7 +34,10 @@ const PhaseInfo *findPhase(llvm::StringRef name);
 /// import: cleanup after the frontend (canonicalize, CSE).
 void buildImportPipeline(mlir::OpPassManager &pm);
 
-/// Registers `kiln-<phase>-pipeline` for every built phase with the pass
+/// train: kiln-autodiff, kiln-optimizer, CSE.
+void buildTrainPipeline(mlir::OpPassManager &pm);
+
+/// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every built phase with the pass
 /// registry (for kiln-opt).
 void registerKilnPipelines();
 

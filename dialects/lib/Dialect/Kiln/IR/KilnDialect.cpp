@@ -11,6 +11,7 @@ using namespace mlir;
 using namespace kiln;
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.cpp.inc"
+#include "kiln/Dialect/Kiln/IR/KilnInterfaces.cpp.inc"
 
 void KilnDialect::initialize() {
   addOperations<
@@ -32,7 +33,8 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
     return op->emitOpError() << "argument " << argIndex << ": '" << name
                              << "' ";
   };
-  if (name == kParamAttrName || name == kInputAttrName) {
+  if (name == kParamAttrName || name == kInputAttrName ||
+      name == kStateAttrName) {
     auto str = dyn_cast<StringAttr>(attr.getValue());
     if (!str || str.getValue().empty())
       return fail() << "must be a non-empty string";
@@ -44,4 +46,22 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
     return success();
   }
   return fail() << "is not an attribute of the kiln dialect";
+}
+
+/// Result markers: `kiln.grad`, `kiln.state` and `kiln.output` name what a
+/// result is.
+LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
+                                                       unsigned regionIndex,
+                                                       unsigned resultIndex,
+                                                       NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name != kGradAttrName && name != kStateAttrName &&
+      name != kOutputAttrName)
+    return op->emitOpError() << "result " << resultIndex << ": '" << name
+                             << "' is not an attribute of the kiln dialect";
+  auto str = dyn_cast<StringAttr>(attr.getValue());
+  if (!str || str.getValue().empty())
+    return op->emitOpError() << "result " << resultIndex << ": '" << name
+                             << "' must be a non-empty string";
+  return success();
 }

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "KilnVerifiers.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -15,21 +16,9 @@
 using namespace mlir;
 using namespace kiln;
 
-namespace {
-/// A shape as `[8, 128, 256]`.
-std::string shapeStr(ArrayRef<int64_t> shape) {
-  std::string out = "[";
-  llvm::raw_string_ostream os(out);
-  llvm::interleaveComma(shape, os);
-  return out + "]";
-}
-std::string shapeOf(Value v) {
-  return shapeStr(cast<RankedTensorType>(v.getType()).getShape());
-}
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-} // namespace
+using kiln::detail::shapeOf;
+using kiln::detail::shapeStr;
+using kiln::detail::tensorOf;
 
 LogicalResult EmbeddingOp::verify() {
   RankedTensorType table = tensorOf(getTable());
@@ -49,22 +38,27 @@ LogicalResult EmbeddingOp::verify() {
   return success();
 }
 
-LogicalResult RMSNormOp::verify() {
-  RankedTensorType input = tensorOf(getInput());
-  RankedTensorType weight = tensorOf(getWeight());
+LogicalResult kiln::detail::verifyRMSNorm(Operation *op, Value inputV,
+                                          Value weightV, double eps) {
+  RankedTensorType input = tensorOf(inputV);
+  RankedTensorType weight = tensorOf(weightV);
   if (input.getRank() < 1 || weight.getRank() != 1 ||
       weight.getDimSize(0) != input.getShape().back())
-    return emitOpError("weight must have shape [")
+    return op->emitOpError("weight must have shape [")
            << (input.getRank() ? input.getShape().back() : 0)
-           << "] (the last dim of the input), got " << shapeOf(getWeight());
+           << "] (the last dim of the input), got " << shapeOf(weightV);
   if (weight.getElementType() != input.getElementType())
-    return emitOpError("weight element type ")
+    return op->emitOpError("weight element type ")
            << weight.getElementType() << " differs from the input's "
            << input.getElementType();
-  if (!(getEps().convertToDouble() > 0.0))
-    return emitOpError("eps must be positive, got ")
-           << getEps().convertToDouble();
+  if (!(eps > 0.0))
+    return op->emitOpError("eps must be positive, got ") << eps;
   return success();
+}
+
+LogicalResult RMSNormOp::verify() {
+  return detail::verifyRMSNorm(*this, getInput(), getWeight(),
+                               getEps().convertToDouble());
 }
 
 LogicalResult LinearOp::verify() {
@@ -96,52 +90,65 @@ LogicalResult LinearOp::verify() {
   return success();
 }
 
-LogicalResult RopeOp::verify() {
-  RankedTensorType input = tensorOf(getInput());
+LogicalResult kiln::detail::verifyRope(Operation *op, Value inputV,
+                                       double theta) {
+  RankedTensorType input = tensorOf(inputV);
   if (input.getRank() != 4)
-    return emitOpError("input must have rank 4 [batch, seq, heads, "
-                       "head_dim], got ")
-           << shapeOf(getInput());
+    return op->emitOpError("input must have rank 4 [batch, seq, heads, "
+                           "head_dim], got ")
+           << shapeOf(inputV);
   if (input.getDimSize(3) % 2 != 0)
-    return emitOpError("head dim must be even, got ") << input.getDimSize(3);
-  if (!(getTheta().convertToDouble() > 1.0))
-    return emitOpError("theta must be greater than 1, got ")
-           << getTheta().convertToDouble();
+    return op->emitOpError("head dim must be even, got ")
+           << input.getDimSize(3);
+  if (!(theta > 1.0))
+    return op->emitOpError("theta must be greater than 1, got ") << theta;
   return success();
 }
 
-LogicalResult AttentionOp::verify() {
-  RankedTensorType q = tensorOf(getQuery());
-  RankedTensorType k = tensorOf(getKey());
-  if (q.getRank() != 4 || k.getRank() != 4 || tensorOf(getValue()).getRank() != 4)
+LogicalResult RopeOp::verify() {
+  return detail::verifyRope(*this, getInput(), getTheta().convertToDouble());
+}
+
+LogicalResult kiln::detail::verifyAttention(Operation *op, Value query,
+                                            Value key, Value value,
+                                            bool causal, Value logsumexp) {
+  auto emitOpError = [&](const Twine &msg) { return op->emitOpError(msg); };
+  RankedTensorType q = tensorOf(query);
+  RankedTensorType k = tensorOf(key);
+  if (q.getRank() != 4 || k.getRank() != 4 || tensorOf(value).getRank() != 4)
     return emitOpError("query, key and value must have rank 4 [batch, seq, "
                        "heads, head_dim]");
-  if (k != tensorOf(getValue()))
-    return emitOpError("key ") << shapeOf(getKey()) << " and value "
-                               << shapeOf(getValue()) << " must have one type";
+  if (k != tensorOf(value))
+    return emitOpError("key ") << shapeOf(key) << " and value "
+                               << shapeOf(value) << " must have one type";
   if (q.getElementType() != k.getElementType())
     return emitOpError("query and key element types differ: ")
            << q.getElementType() << " vs " << k.getElementType();
   if (q.getDimSize(0) != k.getDimSize(0) || q.getDimSize(3) != k.getDimSize(3))
-    return emitOpError("query ") << shapeOf(getQuery()) << " and key "
-                                 << shapeOf(getKey())
+    return emitOpError("query ") << shapeOf(query) << " and key "
+                                 << shapeOf(key)
                                  << " must agree in batch and head dim";
   int64_t hq = q.getDimSize(2), hkv = k.getDimSize(2);
   if (hkv == 0 || hq % hkv != 0)
     return emitOpError("key/value heads (")
            << hkv << ") must divide query heads (" << hq << ")";
-  if (getCausal() && q.getDimSize(1) != k.getDimSize(1))
+  if (causal && q.getDimSize(1) != k.getDimSize(1))
     return emitOpError("causal attention needs equal query and key "
                        "sequence lengths, got ")
            << q.getDimSize(1) << " and " << k.getDimSize(1);
   SmallVector<int64_t> lse = {q.getDimSize(0), hq, q.getDimSize(1)};
-  RankedTensorType lseType = tensorOf(getLogsumexp());
+  RankedTensorType lseType = tensorOf(logsumexp);
   if (lseType.getShape() != ArrayRef<int64_t>(lse) ||
       !lseType.getElementType().isF32())
     return emitOpError("logsumexp must be tensor of shape ")
            << shapeStr(lse) << " [batch, heads, seq] and f32, got "
            << lseType;
   return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  return detail::verifyAttention(*this, getQuery(), getKey(), getValue(),
+                                 getCausal(), getLogsumexp());
 }
 
 LogicalResult ReshapeOp::verify() {
@@ -184,14 +191,21 @@ LogicalResult TransposeOp::verify() {
   return success();
 }
 
-LogicalResult CrossEntropyOp::verify() {
-  RankedTensorType logits = tensorOf(getLogits());
-  RankedTensorType targets = tensorOf(getTargets());
+LogicalResult kiln::detail::verifyCrossEntropy(Operation *op, Value logitsV,
+                                               Value targetsV) {
+  RankedTensorType logits = tensorOf(logitsV);
+  RankedTensorType targets = tensorOf(targetsV);
   if (logits.getRank() != targets.getRank() + 1 ||
       logits.getShape().drop_back() != targets.getShape())
-    return emitOpError("logits ")
-           << shapeOf(getLogits()) << " must be targets' shape "
-           << shapeOf(getTargets()) << " plus a vocab dim";
+    return op->emitOpError("logits ")
+           << shapeOf(logitsV) << " must be targets' shape "
+           << shapeOf(targetsV) << " plus a vocab dim";
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  if (failed(detail::verifyCrossEntropy(*this, getLogits(), getTargets())))
+    return failure();
   RankedTensorType result = tensorOf(getResult());
   if (result.getRank() != 0 || !result.getElementType().isF32())
     return emitOpError("result must be tensor<f32>, got ") << result;

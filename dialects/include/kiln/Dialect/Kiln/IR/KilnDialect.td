@@ -23,15 +23,25 @@ def Kiln_Dialect : Dialect {
     that `linear(x, W) = x * W^T`.
 
     Function arguments that are model parameters carry `kiln.param` (the HF
-    Llama name of the parameter) and `kiln.init` (how it is initialised).
+    Llama name of the parameter) and `kiln.init` (how it is initialised);
+    data inputs carry `kiln.input`, optimizer state `kiln.state`. Results
+    carry `kiln.grad` (the gradient of a parameter), `kiln.state` (the new
+    value of a parameter or state) or `kiln.output` (a metric).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let hasCanonicalizer = 0;
   let extraClassDeclaration = [{
     static constexpr ::llvm::StringLiteral kParamAttrName = "kiln.param";
     static constexpr ::llvm::StringLiteral kInitAttrName = "kiln.init";
     static constexpr ::llvm::StringLiteral kInputAttrName = "kiln.input";
+    /// Optimizer state (arguments) and every updated state (results).
+    static constexpr ::llvm::StringLiteral kStateAttrName = "kiln.state";
+    /// A result that is the gradient of the named parameter.
+    static constexpr ::llvm::StringLiteral kGradAttrName = "kiln.grad";
+    /// A result that is a metric: "loss", "grad_norm", "lr".
+    static constexpr ::llvm::StringLiteral kOutputAttrName = "kiln.output";
 
   private:
     void registerAttributes();

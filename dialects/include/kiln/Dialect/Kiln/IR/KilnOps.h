@@ -11,6 +11,7 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnAttrs.h"
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnOps.h.inc"

@@ -10,6 +10,7 @@
 
 include "kiln/Dialect/Kiln/IR/KilnDialect.td"
 include "kiln/Dialect/Kiln/IR/KilnAttrs.td"
+include "kiln/Dialect/Kiln/IR/KilnInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/CommonTypeConstraints.td"
 include "mlir/IR/OpBase.td"
@@ -18,12 +19,20 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 def Kiln_Float : AnyTypeOf<[F64, F32, BF16, F16]>;
 def Kiln_FloatTensor : StaticShapeTensorOf<[F64, F32, BF16, F16]>;
 def Kiln_TokenTensor : StaticShapeTensorOf<[I32]>;
+// Scalars (losses, norms, learning rates, the step) are rank-0 tensors.
+def Kiln_ScalarF32 : 0DTensorOf<[F32]> {
+  let builderCall = "::mlir::RankedTensorType::get({}, $_builder.getF32Type())";
+}
+def Kiln_ScalarI64 : 0DTensorOf<[I64]> {
+  let builderCall = "::mlir::RankedTensorType::get({}, $_builder.getI64Type())";
+}
 
 //===----------------------------------------------------------------------===//
 // Embedding and normalisation
 //===----------------------------------------------------------------------===//
 
-def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
+def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "row lookup in an embedding table";
   let description = [{
     `result[b, s, :] = table[tokens[b, s], :]`. Token ids outside
@@ -50,6 +59,7 @@ def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
 }
 
 def Kiln_RMSNormOp : Kiln_Op<"rms_norm", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "root-mean-square normalisation over the last dimension";
   let description = [{
@@ -74,7 +84,8 @@ def Kiln_RMSNormOp : Kiln_Op<"rms_norm", [Pure,
 // Linear
 //===----------------------------------------------------------------------===//
 
-def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
+def Kiln_LinearOp : Kiln_Op<"linear", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "x * W^T for a weight with a role and a parameter name";
   let description = [{
     `result[..., n] = sum_k input[..., k] * weight[n, k]`, accumulated in
@@ -106,7 +117,8 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
 // Attention
 //===----------------------------------------------------------------------===//
 
-def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Kiln_RopeOp : Kiln_Op<"rope", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>, AllTypesMatch<["input", "result"]>]> {
   let summary = "rotary position embedding (rotate-half layout)";
   let description = [{
     Rotates pairs `(x[i], x[i + D/2])` of each head of `input`
@@ -126,6 +138,7 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
 }
 
 def Kiln_AttentionOp : Kiln_Op<"attention", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>,
     AllTypesMatch<["query", "result"]>]> {
   let summary = "scaled dot-product attention with grouped-query heads";
   let description = [{
@@ -166,7 +179,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [Pure,
 //===----------------------------------------------------------------------===//
 
 class Kiln_UnaryElementwiseOp<string mnemonic, string summaryText>
-    : Kiln_Op<mnemonic, [Pure, Elementwise, SameOperandsAndResultType]> {
+    : Kiln_Op<mnemonic, [Pure, Elementwise, SameOperandsAndResultType,
+                         DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = summaryText;
   let arguments = (ins Kiln_FloatTensor:$input);
   let results = (outs Kiln_FloatTensor:$result);
@@ -176,7 +190,8 @@ class Kiln_UnaryElementwiseOp<string mnemonic, string summaryText>
 class Kiln_BinaryElementwiseOp<string mnemonic, string summaryText,
                                list<Trait> traits = []>
     : Kiln_Op<mnemonic, !listconcat([Pure, Elementwise,
-                                     SameOperandsAndResultType], traits)> {
+        SameOperandsAndResultType,
+        DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>], traits)> {
   let summary = summaryText;
   let description = [{
     Operands and result have one type: there is no implicit broadcasting.
@@ -196,7 +211,8 @@ def Kiln_AddOp : Kiln_BinaryElementwiseOp<"add", "elementwise sum",
 // Layout
 //===----------------------------------------------------------------------===//
 
-def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure]> {
+def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "same elements, row-major, another shape";
   let description = [{
     Rules:
@@ -211,7 +227,8 @@ def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure]> {
   let hasCanonicalizer = 1;
 }
 
-def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure]> {
+def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "permutes dimensions";
   let description = [{
     `result.shape[i] = input.shape[permutation[i]]`.
@@ -236,7 +253,8 @@ def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure]> {
 // Loss
 //===----------------------------------------------------------------------===//
 
-def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure]> {
+def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "mean token cross-entropy of logits against targets";
   let description = [{
     `result = mean over tokens t of (logsumexp(logits[t, :]) -
@@ -255,5 +273,8 @@ def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure]> {
   }];
   let hasVerifier = 1;
 }
+
+include "kiln/Dialect/Kiln/IR/KilnGradOps.td"
+include "kiln/Dialect/Kiln/IR/KilnOptimizerOps.td"
 
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_TD

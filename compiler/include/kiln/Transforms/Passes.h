@@ -1,0 +1,26 @@
+//===- Passes.h - Kiln's passes ---------------------------------*- C++ -*-===//
+
+#ifndef KILN_TRANSFORMS_PASSES_H
+#define KILN_TRANSFORMS_PASSES_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace kiln {
+
+#define GEN_PASS_DECL
+#include "kiln/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "kiln/Transforms/Passes.h.inc"
+
+/// Names the compiler and runtime agree on.
+inline constexpr llvm::StringLiteral kForwardLossFunc = "forward_loss";
+inline constexpr llvm::StringLiteral kLossAndGradsFunc = "loss_and_grads";
+inline constexpr llvm::StringLiteral kTrainStepFunc = "train_step";
+inline constexpr llvm::StringLiteral kOptimizerAttr = "kiln.optimizer";
+
+} // namespace kiln
+
+#endif // KILN_TRANSFORMS_PASSES_H

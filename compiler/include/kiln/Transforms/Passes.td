@@ -1,0 +1,71 @@
+//===- Passes.td - Kiln's passes ---------------------------*- tablegen -*-===//
+
+#ifndef KILN_TRANSFORMS_PASSES_TD
+#define KILN_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def KilnAutodiff : Pass<"kiln-autodiff", "mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation of @forward_loss";
+  let description = [{
+    Clones `@forward_loss` into `@loss_and_grads` and appends, before its
+    return, the backward of every op that reaches the loss, in reverse
+    order. Each op's rule comes from its DifferentiableOpInterface;
+    gradients of a value used twice are summed with `kiln.add`. The function
+    returns the loss and then one gradient per `kiln.param` argument, tagged
+    `kiln.grad = "<param>"`. `@forward_loss` stays for evaluation.
+
+    ```mlir
+    func.func @forward_loss(%x: tensor<4x8xf32> {kiln.input = "x"}, %t: tensor<4xi32> {kiln.input = "targets"},
+                            %w: tensor<16x8xf32> {kiln.param = "w", ...}) -> tensor<f32> {
+      %y = kiln.linear w1 %x, %w param("w") : ... -> tensor<4x16xf32>
+      %l = kiln.cross_entropy %y, %t : ...
+      return %l : tensor<f32>
+    }
+    // becomes, besides @forward_loss:
+    func.func @loss_and_grads(...) -> (tensor<f32>, tensor<16x8xf32> {kiln.grad = "w"}) {
+      %y = kiln.linear w1 %x, %w param("w") : ...
+      %l = kiln.cross_entropy %y, %t : ...
+      %one = arith.constant dense<1.000000e+00> : tensor<f32>
+      %dy = kiln.cross_entropy_grad %one, %y, %t : ...
+      %dx = kiln.linear_grad_input w1 %dy, %w param("w") : ...    // erased when unused
+      %dw = kiln.linear_grad_weight w1 %dy, %x param("w") : ...
+      return %l, %dw : tensor<f32>, tensor<16x8xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
+def KilnOptimizer : Pass<"kiln-optimizer", "mlir::ModuleOp"> {
+  let summary = "Append gradient clipping and AdamW: @loss_and_grads to @train_step";
+  let description = [{
+    Turns `@loss_and_grads` into `@train_step`. For every parameter it adds
+    two optimizer-state arguments (`kiln.state = "exp_avg.<param>"` and
+    `"exp_avg_sq.<param>"`), and one `step` input (the 1-based number of the
+    step being taken). It appends one `kiln.grad_norm` over all gradients,
+    one `kiln.lr_schedule`, and one `kiln.adamw` per parameter. The results
+    are the loss, the gradient norm, the learning rate, then the new value of
+    every parameter and state, each tagged `kiln.state = "<name>"` with the
+    name of the argument it replaces.
+
+    Hyperparameters come from the module's `kiln.optimizer` dictionary (set
+    by the frontend from the model file's [optimizer], [lr_scheduler] and
+    [training] sections).
+
+    ```mlir
+    func.func @train_step(%w: tensor<16x8xf32> {kiln.param = "w"}, ...,
+                          %m: tensor<16x8xf32> {kiln.state = "exp_avg.w"},
+                          %v: tensor<16x8xf32> {kiln.state = "exp_avg_sq.w"},
+                          %step: tensor<i64> {kiln.input = "step"}) -> (...) {
+      ...
+      %norm = kiln.grad_norm %dw : tensor<16x8xf32>
+      %lr = kiln.lr_schedule %step {decay = "cosine", ...}
+      %w2, %m2, %v2 = kiln.adamw %w, %dw, %m, %v, %norm, %lr, %step {...} : tensor<16x8xf32>
+      return %loss, %norm, %lr, %w2, %m2, %v2 : ...
+    }
+    ```
+  }];
+}
+
+#endif // KILN_TRANSFORMS_PASSES_TD

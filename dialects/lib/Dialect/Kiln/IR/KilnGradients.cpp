@@ -1,0 +1,93 @@
+//===- KilnGradients.cpp - Reverse-mode rules of the kiln ops -------------===//
+//
+// DifferentiableOpInterface for every forward op: given the gradients of an
+// op's results, build the gradients of its operands. Forward values a rule
+// needs (the input of a linear, the logsumexp of attention) are passed to
+// the backward op as operands: they are the saved residuals.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace kiln;
+
+SmallVector<Value> EmbeddingOp::buildGradients(OpBuilder &b,
+                                               ArrayRef<Value> grads) {
+  Value table = EmbeddingGradOp::create(b, getLoc(), getTable().getType(),
+                                        grads[0], getTokens(), getParam());
+  return {table, Value()};
+}
+
+SmallVector<Value> RMSNormOp::buildGradients(OpBuilder &b,
+                                             ArrayRef<Value> grads) {
+  auto op = RMSNormGradOp::create(b, getLoc(), getInput().getType(),
+                                  getWeight().getType(), grads[0], getInput(),
+                                  getWeight(), getEpsAttr());
+  return {op.getInputGrad(), op.getWeightGrad()};
+}
+
+SmallVector<Value> LinearOp::buildGradients(OpBuilder &b,
+                                            ArrayRef<Value> grads) {
+  Value input = LinearGradInputOp::create(b, getLoc(), getInput().getType(),
+                                          getRole(), grads[0], getWeight(),
+                                          getParam());
+  Value weight = LinearGradWeightOp::create(b, getLoc(), getWeight().getType(),
+                                            getRole(), grads[0], getInput(),
+                                            getParam());
+  return {input, weight};
+}
+
+SmallVector<Value> RopeOp::buildGradients(OpBuilder &b,
+                                          ArrayRef<Value> grads) {
+  return {RopeGradOp::create(b, getLoc(), getType(), grads[0], getThetaAttr())};
+}
+
+SmallVector<Value> AttentionOp::buildGradients(OpBuilder &b,
+                                               ArrayRef<Value> grads) {
+  // The logsumexp is a by-product for the backward: nothing differentiates
+  // through it.
+  auto op = AttentionGradOp::create(
+      b, getLoc(), getQuery().getType(), getKey().getType(),
+      getValue().getType(), grads[0], getQuery(), getKey(), getValue(),
+      getResult(), getLogsumexp(), getCausalAttr(), getScaleAttr());
+  return {op.getQueryGrad(), op.getKeyGrad(), op.getValueGrad()};
+}
+
+SmallVector<Value> SiluOp::buildGradients(OpBuilder &b,
+                                          ArrayRef<Value> grads) {
+  return {SiluGradOp::create(b, getLoc(), grads[0], getInput())};
+}
+
+SmallVector<Value> MulOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads) {
+  return {MulOp::create(b, getLoc(), grads[0], getRhs()),
+          MulOp::create(b, getLoc(), grads[0], getLhs())};
+}
+
+SmallVector<Value> AddOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads) {
+  return {grads[0], grads[0]};
+}
+
+SmallVector<Value> ReshapeOp::buildGradients(OpBuilder &b,
+                                             ArrayRef<Value> grads) {
+  return {ReshapeOp::create(b, getLoc(), getInput().getType(), grads[0])};
+}
+
+SmallVector<Value> TransposeOp::buildGradients(OpBuilder &b,
+                                               ArrayRef<Value> grads) {
+  ArrayRef<int64_t> perm = getPermutation();
+  SmallVector<int64_t> inverse(perm.size());
+  for (auto [i, p] : llvm::enumerate(perm))
+    inverse[p] = i;
+  return {TransposeOp::create(b, getLoc(), getInput().getType(), grads[0],
+                              inverse)};
+}
+
+SmallVector<Value> CrossEntropyOp::buildGradients(OpBuilder &b,
+                                                  ArrayRef<Value> grads) {
+  return {CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(),
+                                     grads[0], getLogits(), getTargets()),
+          Value()};
+}

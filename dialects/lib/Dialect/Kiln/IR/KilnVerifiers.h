@@ -1,0 +1,46 @@
+//===- KilnVerifiers.h - Checks shared by forward and backward ops -*- C++ -*-===//
+//
+// A backward op obeys the shape rules of its forward op; these functions
+// hold each rule once. Private to the dialect library.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_IR_KILNVERIFIERS_H
+#define KILN_DIALECT_KILN_IR_KILNVERIFIERS_H
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Operation.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace kiln::detail {
+
+/// A shape as `[8, 128, 256]`.
+inline std::string shapeStr(llvm::ArrayRef<int64_t> shape) {
+  std::string out = "[";
+  llvm::raw_string_ostream os(out);
+  llvm::interleaveComma(shape, os);
+  return out + "]";
+}
+inline mlir::RankedTensorType tensorOf(mlir::Value v) {
+  return llvm::cast<mlir::RankedTensorType>(v.getType());
+}
+inline std::string shapeOf(mlir::Value v) {
+  return shapeStr(tensorOf(v).getShape());
+}
+
+mlir::LogicalResult verifyRMSNorm(mlir::Operation *op, mlir::Value input,
+                                  mlir::Value weight, double eps);
+mlir::LogicalResult verifyRope(mlir::Operation *op, mlir::Value input,
+                               double theta);
+mlir::LogicalResult verifyAttention(mlir::Operation *op, mlir::Value query,
+                                    mlir::Value key, mlir::Value value,
+                                    bool causal, mlir::Value logsumexp);
+mlir::LogicalResult verifyCrossEntropy(mlir::Operation *op,
+                                       mlir::Value logits,
+                                       mlir::Value targets);
+
+} // namespace kiln::detail
+
+#endif // KILN_DIALECT_KILN_IR_KILNVERIFIERS_H
