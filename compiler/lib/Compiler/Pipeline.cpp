@@ -20,13 +20,20 @@ void kiln::buildTrainPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
+void kiln::buildPrecisionPipeline(OpPassManager &pm) {
+  pm.addPass(createKilnMixedPrecision());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
 ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   static const PhaseInfo phases[] = {
       {"import", "the model description as kiln ops (@forward_loss)", "#2",
        buildImportPipeline},
       {"train", "autodiff backward and AdamW (@train_step)", "#3",
        buildTrainPipeline},
-      {"precision", "mixed-precision casts as explicit ops", "#3", nullptr},
+      {"precision", "mixed-precision casts as explicit ops", "#3",
+       buildPrecisionPipeline},
       {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4", nullptr},
       {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", nullptr},
       {"fuse", "cast and elementwise fusion", "#5", nullptr},

@@ -23,6 +23,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char *kImport = "import (#2)";
 constexpr const char *kTrain = "training step and runtime (#3)";
 constexpr const char *kOptim = "train phase: kiln-optimizer (#3)";
+constexpr const char *kPrecision = "precision phase: kiln-mixed-precision (#3)";
 constexpr const char *kFsdp = "FSDP passes (#4)";
 constexpr const char *kFp8 = "FP8 passes (#5)";
 
@@ -149,11 +150,11 @@ const std::vector<KeySpec> &kiln::configSchema() {
       otherKey("mixed_precision", "param", FIELD(mixed_precision.param),
                "bfloat16|float32",
                "Dtype parameters are cast to for compute and all-gather.",
-               kTrain, false),
+               kPrecision, true),
       otherKey("mixed_precision", "reduce", FIELD(mixed_precision.reduce),
                "float32|bfloat16",
-               "Dtype gradients are reduced and accumulated in.", kTrain,
-               false),
+               "Dtype gradients are reduced and accumulated in.", kPrecision,
+               true),
       // [activation_checkpoint]
       otherKey("activation_checkpoint", "mode",
                FIELD(activation_checkpoint.mode), "none|selective|full",

@@ -231,6 +231,13 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
   b.setInsertionPointToEnd(module->getBody());
   module->getOperation()->setAttr("kiln.optimizer",
                                   optimizerAttr(b, config));
+  module->getOperation()->setAttr(
+      "kiln.precision",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("param",
+                          b.getStringAttr(config.mixed_precision.param)),
+           b.getNamedAttr("reduce",
+                          b.getStringAttr(config.mixed_precision.reduce))}));
 
   int64_t batch = config.training.global_batch_size;
   int64_t seq = config.training.seq_len;

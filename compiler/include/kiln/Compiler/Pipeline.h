@@ -37,6 +37,9 @@ void buildImportPipeline(mlir::OpPassManager &pm);
 /// train: kiln-autodiff, kiln-optimizer, CSE.
 void buildTrainPipeline(mlir::OpPassManager &pm);
 
+/// precision: kiln-mixed-precision, canonicalize, CSE.
+void buildPrecisionPipeline(mlir::OpPassManager &pm);
+
 /// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every built phase with the pass
 /// registry (for kiln-opt).
 void registerKilnPipelines();

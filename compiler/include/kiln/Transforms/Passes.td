@@ -68,4 +68,31 @@ def KilnOptimizer : Pass<"kiln-optimizer", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "Compute in the param dtype, reduce in the reduce dtype, update in f32";
+  let description = [{
+    FSDP2's MixedPrecisionPolicy as explicit casts, in every function with
+    `kiln.param` arguments. The parameters stay f32 (master weights); each
+    is cast once to the param dtype and every compute op (forward and
+    backward) then runs in that dtype. What stays f32: scalars (loss,
+    norms), attention's logsumexp, the optimizer. Each gradient is cast to
+    the reduce dtype, then to f32 for the optimizer (casts to the type a
+    value already has fold away). Reads the module's `kiln.precision`
+    dictionary (`param`, `reduce`: "bfloat16" or "float32"); with `param =
+    "float32"` nothing changes.
+
+    ```mlir
+    %y = kiln.linear w1 %x, %w param("w") : tensor<4x8xf32>, tensor<16x8xf32> -> tensor<4x16xf32>
+    // becomes
+    %wc = kiln.cast %w : tensor<16x8xf32> -> tensor<16x8xbf16>
+    %xc = kiln.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+    %y = kiln.linear w1 %xc, %wc param("w") : tensor<4x8xbf16>, tensor<16x8xbf16> -> tensor<4x16xbf16>
+    ...
+    %gw = kiln.linear_grad_weight w1 %dy, %xc param("w") : ... -> tensor<16x8xbf16>
+    %gf = kiln.cast %gw : tensor<16x8xbf16> -> tensor<16x8xf32>
+    %p, %m, %v = kiln.adamw %w, %gf, ...
+    ```
+  }];
+}
+
 #endif // KILN_TRANSFORMS_PASSES_TD

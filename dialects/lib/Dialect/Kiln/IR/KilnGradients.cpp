@@ -91,3 +91,7 @@ SmallVector<Value> CrossEntropyOp::buildGradients(OpBuilder &b,
                                      grads[0], getLogits(), getTargets()),
           Value()};
 }
+
+SmallVector<Value> CastOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads) {
+  return {CastOp::create(b, getLoc(), getInput().getType(), grads[0])};
+}

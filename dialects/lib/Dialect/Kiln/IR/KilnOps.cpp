@@ -212,5 +212,12 @@ LogicalResult CrossEntropyOp::verify() {
   return success();
 }
 
+LogicalResult CastOp::verify() {
+  if (tensorOf(getInput()).getShape() != tensorOf(getResult()).getShape())
+    return emitOpError("shape changes from ")
+           << shapeOf(getInput()) << " to " << shapeOf(getResult());
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnOps.cpp.inc"

@@ -250,6 +250,29 @@ def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure,
 }
 
 //===----------------------------------------------------------------------===//
+// Precision
+//===----------------------------------------------------------------------===//
+
+def Kiln_CastOp : Kiln_Op<"cast", [Pure, Elementwise,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
+  let summary = "converts elements to another float type";
+  let description = [{
+    Each element rounded to the nearest value of the result type, ties to
+    even (bf16 and f16 from f32: round-to-nearest-even on the bits; widening
+    is exact). The mixed-precision pass makes every cast of a training step
+    an explicit `kiln.cast`.
+
+    Rules:
+    - cast_c1: `input` and `result` have the same shape.
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Loss
 //===----------------------------------------------------------------------===//
 
