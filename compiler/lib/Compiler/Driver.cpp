@@ -2,6 +2,7 @@
 
 #include "kiln/Compiler/Driver.h"
 #include "kiln/Compiler/Pipeline.h"
+#include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
 #include "kiln/Frontend/ModelImporter.h"
@@ -82,17 +83,28 @@ struct ModelSession {
   }
 };
 
-LogicalResult writeFile(const std::string &path, ModuleOp module) {
+/// Writes `print`'s output to `path` ("-" or empty: stdout).
+LogicalResult writeOutput(const std::string &path,
+                          llvm::function_ref<void(llvm::raw_ostream &)> print) {
+  if (path.empty() || path == "-") {
+    print(llvm::outs());
+    llvm::outs().flush();
+    return success();
+  }
   std::string error;
   auto file = openOutputFile(path, &error);
   if (!file) {
     llvm::errs() << "error: cannot write '" << path << "': " << error << "\n";
     return failure();
   }
-  module.print(file->os());
-  file->os() << "\n";
+  print(file->os());
   file->keep();
   return success();
+}
+
+void printModule(ModuleOp module, llvm::raw_ostream &os) {
+  module.print(os);
+  os << "\n";
 }
 } // namespace
 
@@ -135,19 +147,38 @@ int kiln::runCompile(const CompileCommand &command) {
     llvm::sys::path::append(path, llvm::formatv("{0:02}-{1}.mlir", index,
                                                 phase.name)
                                       .str());
-    return writeFile(path.str().str(), *module);
+    return writeOutput(path.str().str(), [&](llvm::raw_ostream &os) {
+      printModule(*module, os);
+    });
   };
   auto configure = [&](PassManager &pm) { return applyPassManagerCLOptions(pm); };
   if (failed(runPipeline(*module, *last, afterPhase, configure)))
     return 1;
 
-  if (command.output.empty() || command.output == "-") {
-    module->print(llvm::outs());
-    llvm::outs() << "\n";
-    llvm::outs().flush();
-    return 0;
+  if (llvm::StringRef(last->name) != "plan")
+    return failed(writeOutput(command.output, [&](llvm::raw_ostream &os) {
+             printModule(*module, os);
+           }))
+               ? 1
+               : 0;
+  FailureOr<llvm::json::Value> plan = emitPlan(*module);
+  if (failed(plan))
+    return 1;
+  // Indented for a reader on stdout, compact in files.
+  bool toStdout = command.output.empty() || command.output == "-";
+  auto printPlan = [&](llvm::raw_ostream &os) {
+    if (toStdout)
+      os << llvm::formatv("{0:1}", *plan) << "\n";
+    else
+      os << *plan << "\n";
+  };
+  if (!command.dumpDir.empty()) {
+    llvm::SmallString<256> path(command.dumpDir);
+    llvm::sys::path::append(path, "08-plan.kplan");
+    if (failed(writeOutput(path.str().str(), printPlan)))
+      return 1;
   }
-  return failed(writeFile(command.output, *module)) ? 1 : 0;
+  return failed(writeOutput(command.output, printPlan)) ? 1 : 0;
 }
 
 int kiln::runConfig(const ConfigCommand &command) {

@@ -26,6 +26,11 @@ void kiln::buildPrecisionPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
+void kiln::buildPlanPipeline(OpPassManager &pm) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
 ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   static const PhaseInfo phases[] = {
       {"import", "the model description as kiln ops (@forward_loss)", "#2",
@@ -39,7 +44,7 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
       {"fuse", "cast and elementwise fusion", "#5", nullptr},
       {"schedule", "overlap order, recompute, buffer assignment", "#4",
        nullptr},
-      {"plan", "the serialized runtime plan", "#3", nullptr},
+      {"plan", "the serialized runtime plan", "#3", buildPlanPipeline},
   };
   return phases;
 }

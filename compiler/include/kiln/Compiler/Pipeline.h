@@ -40,6 +40,10 @@ void buildTrainPipeline(mlir::OpPassManager &pm);
 /// precision: kiln-mixed-precision, canonicalize, CSE.
 void buildPrecisionPipeline(mlir::OpPassManager &pm);
 
+/// plan: a last cleanup; the driver then serializes the module with
+/// emitPlan (kiln/Plan/PlanEmitter.h) instead of printing IR.
+void buildPlanPipeline(mlir::OpPassManager &pm);
+
 /// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every built phase with the pass
 /// registry (for kiln-opt).
 void registerKilnPipelines();

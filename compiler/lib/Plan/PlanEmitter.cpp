@@ -1,0 +1,293 @@
+//===- PlanEmitter.cpp - The module as the runtime's plan -----------------===//
+//
+// Every SSA value becomes an entry of one value table: persistent state
+// (parameters, optimizer moments), an input fed per step (tokens, targets,
+// step), a constant, or a buffer in the arena. Each function becomes a list
+// of steps over value ids; arena offsets come from liveness (BufferPlanner),
+// and AdamW writes its results over the state it read (checked: it must be
+// the state's last reader).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Plan/PlanEmitter.h"
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Plan/BufferPlanner.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace kiln;
+namespace json = llvm::json;
+
+namespace {
+FailureOr<StringRef> dtypeName(Operation *at, Type type) {
+  Type e = cast<RankedTensorType>(type).getElementType();
+  if (e.isF32())
+    return StringRef("f32");
+  if (e.isBF16())
+    return StringRef("bf16");
+  if (e.isF16())
+    return StringRef("f16");
+  if (e.isF64())
+    return StringRef("f64");
+  if (e.isInteger(32))
+    return StringRef("i32");
+  if (e.isInteger(64))
+    return StringRef("i64");
+  return at->emitOpError("has a type the runtime does not know: ") << type;
+}
+
+int64_t byteSize(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return t.getNumElements() * (t.getElementTypeBitWidth() / 8);
+}
+
+FailureOr<json::Value> attrToJson(Operation *op, NamedAttribute attr) {
+  Attribute a = attr.getValue();
+  if (auto f = dyn_cast<FloatAttr>(a))
+    return json::Value(f.getValueAsDouble());
+  if (auto i = dyn_cast<IntegerAttr>(a))
+    return json::Value(i.getInt());
+  if (auto s = dyn_cast<StringAttr>(a))
+    return json::Value(s.getValue().str());
+  if (isa<UnitAttr>(a))
+    return json::Value(true);
+  if (auto arr = dyn_cast<DenseI64ArrayAttr>(a))
+    return json::Value(json::Array(arr.asArrayRef()));
+  if (auto role = dyn_cast<LinearRoleAttr>(a))
+    return json::Value(stringifyLinearRole(role.getValue()).str());
+  return op->emitOpError("attribute '")
+         << attr.getName() << "' cannot be written to the plan";
+}
+
+/// "model.layers.0.self_attn.q_proj at model.toml:7:1", for messages.
+std::string locString(Location loc) {
+  std::string name;
+  if (auto named = dyn_cast<NameLoc>(loc)) {
+    name = named.getName().str() + " at ";
+    loc = named.getChildLoc();
+  }
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    return name + llvm::formatv("{0}:{1}:{2}", file.getFilename().getValue(),
+                                file.getLine(), file.getColumn())
+                      .str();
+  return name;
+}
+
+json::Object initToJson(InitAttr init) {
+  json::Object o{{"kind", stringifyInitKind(init.getKind()).str()}};
+  if (init.getKind() == InitKind::normal ||
+      init.getKind() == InitKind::trunc_normal)
+    o["std"] = init.getStd().convertToDouble();
+  if (init.getKind() == InitKind::trunc_normal) {
+    o["a"] = init.getLo().convertToDouble();
+    o["b"] = init.getHi().convertToDouble();
+  }
+  return o;
+}
+
+class PlanBuilder {
+public:
+  LogicalResult addFunction(func::FuncOp func, StringRef entry);
+  json::Value finish(int64_t vocab);
+
+private:
+  int64_t addValue(json::Object entry) {
+    entry["id"] = static_cast<int64_t>(values.size());
+    values.push_back(std::move(entry));
+    return values.size() - 1;
+  }
+  FailureOr<int64_t> named(Operation *at, StringRef kind, StringRef name,
+                           Type type, std::optional<json::Object> init);
+
+  json::Array values;
+  llvm::StringMap<int64_t> byName; // "state:<name>" / "input:<name>"
+  json::Object entries;
+  int64_t arenaBytes = 0;
+  int64_t stateBytes = 0;
+};
+} // namespace
+
+FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
+                                      StringRef name, Type type,
+                                      std::optional<json::Object> init) {
+  std::string key = (kind + ":" + name).str();
+  if (auto it = byName.find(key); it != byName.end())
+    return it->second;
+  FailureOr<StringRef> dtype = dtypeName(at, type);
+  if (failed(dtype))
+    return failure();
+  json::Object entry{
+      {"kind", kind.str()},
+      {"name", name.str()},
+      {"shape", json::Array(cast<RankedTensorType>(type).getShape())},
+      {"dtype", dtype->str()}};
+  if (init)
+    entry["init"] = std::move(*init);
+  if (kind == "state")
+    stateBytes += byteSize(type);
+  int64_t id = addValue(std::move(entry));
+  byName[key] = id;
+  return id;
+}
+
+LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
+  Block &body = func.getBody().front();
+  DenseMap<Value, int64_t> ids;
+  DenseMap<Operation *, int64_t> index;
+  int64_t n = 0;
+  for (Operation &op : body)
+    index[&op] = n++;
+
+  for (BlockArgument arg : body.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    FailureOr<int64_t> id = failure();
+    if (auto p = func.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttrName))
+      id = named(func, "state", p.getValue(), arg.getType(),
+                 initToJson(func.getArgAttrOfType<InitAttr>(
+                     i, KilnDialect::kInitAttrName)));
+    else if (auto s = func.getArgAttrOfType<StringAttr>(
+                 i, KilnDialect::kStateAttrName))
+      id = named(func, "state", s.getValue(), arg.getType(),
+                 json::Object{{"kind", "zeros"}});
+    else if (auto in = func.getArgAttrOfType<StringAttr>(
+                 i, KilnDialect::kInputAttrName))
+      id = named(func, "input", in.getValue(), arg.getType(), std::nullopt);
+    else
+      return func.emitOpError("argument ")
+             << i << " is neither a parameter, a state nor an input";
+    if (failed(id))
+      return failure();
+    ids[arg] = *id;
+  }
+
+  // Arena buffers: one per op result, live from its op to its last use.
+  std::vector<BufferRequest> requests;
+  std::vector<int64_t> arenaIds;
+  json::Array steps;
+  for (Operation &op : body.without_terminator()) {
+    if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
+      auto dense = dyn_cast<DenseFPElementsAttr>(cst.getValue());
+      if (!dense || !dense.isSplat() ||
+          cast<RankedTensorType>(cst.getType()).getRank() != 0)
+        return op.emitOpError("only scalar float constants reach the plan");
+      ids[cst] = addValue(json::Object{
+          {"kind", "const"},
+          {"shape", json::Array()},
+          {"dtype", "f32"},
+          {"value", dense.getSplatValue<APFloat>().convertToDouble()}});
+      continue;
+    }
+    if (op.getDialect() != func->getContext()->getLoadedDialect<KilnDialect>())
+      return op.emitOpError("cannot be lowered to the plan");
+
+    json::Array operands, results;
+    for (Value v : op.getOperands())
+      operands.push_back(ids.lookup(v));
+    auto adamw = dyn_cast<AdamWOp>(op);
+    for (OpResult r : op.getResults()) {
+      // AdamW overwrites the state it reads: its three results alias the
+      // param, exp_avg and exp_avg_sq operands.
+      if (adamw) {
+        Value in = op.getOperand(r.getResultNumber() == 0   ? 0
+                                 : r.getResultNumber() == 1 ? 2
+                                                            : 3);
+        bool lastReader = llvm::all_of(in.getUsers(), [&](Operation *user) {
+          return index.lookup(user) <= index.lookup(&op);
+        });
+        if (!isa<BlockArgument>(in) || !lastReader)
+          return op.emitOpError("cannot update its state in place: it is not "
+                                "the state's last reader");
+        ids[r] = ids.lookup(in);
+        results.push_back(ids[r]);
+        continue;
+      }
+      FailureOr<StringRef> dtype = dtypeName(&op, r.getType());
+      if (failed(dtype))
+        return failure();
+      int64_t last = index.lookup(&op);
+      for (Operation *user : r.getUsers())
+        last = std::max(last, index.lookup(user));
+      requests.push_back({byteSize(r.getType()), index.lookup(&op), last});
+      ids[r] = addValue(json::Object{
+          {"kind", "arena"},
+          {"shape", json::Array(cast<RankedTensorType>(r.getType()).getShape())},
+          {"dtype", dtype->str()}});
+      arenaIds.push_back(ids[r]);
+      results.push_back(ids[r]);
+    }
+    json::Object attrs;
+    for (NamedAttribute attr : op.getAttrDictionary()) {
+      FailureOr<json::Value> v = attrToJson(&op, attr);
+      if (failed(v))
+        return failure();
+      attrs[attr.getName().getValue()] = std::move(*v);
+    }
+    steps.push_back(json::Object{
+        {"op", op.getName().stripDialect().str()},
+        {"operands", std::move(operands)},
+        {"results", std::move(results)},
+        {"attrs", std::move(attrs)},
+        {"loc", locString(op.getLoc())}});
+  }
+
+  int64_t peak = 0;
+  std::vector<int64_t> offsets = planBuffers(requests, 64, peak);
+  for (auto [id, offset] : llvm::zip(arenaIds, offsets))
+    values[id].getAsObject()->try_emplace("offset", offset);
+  arenaBytes = std::max(arenaBytes, peak);
+
+  json::Object outputs;
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    if (auto out = func.getResultAttrOfType<StringAttr>(
+            i, KilnDialect::kOutputAttrName))
+      outputs[out.getValue()] = ids.lookup(v);
+    else if (auto st = func.getResultAttrOfType<StringAttr>(
+                 i, KilnDialect::kStateAttrName)) {
+      if (ids.lookup(v) != byName.lookup(("state:" + st.getValue()).str()))
+        return func.emitOpError("result ")
+               << i << " updates state '" << st.getValue()
+               << "' but is not written in place";
+    } else if (func.getNumResults() == 1) {
+      outputs["loss"] = ids.lookup(v);
+    } else {
+      return func.emitOpError("result ") << i << " has no kiln.output or "
+                                         << "kiln.state name";
+    }
+  }
+  entries[entry] = json::Object{{"steps", std::move(steps)},
+                                {"outputs", std::move(outputs)},
+                                {"arena_bytes", peak}};
+  return success();
+}
+
+json::Value PlanBuilder::finish(int64_t vocab) {
+  return json::Object{{"format", "kiln-plan"},
+                      {"version", kPlanVersion},
+                      {"vocab_size", vocab},
+                      {"arena_bytes", arenaBytes},
+                      {"state_bytes", stateBytes},
+                      {"values", std::move(values)},
+                      {"entries", std::move(entries)}};
+}
+
+FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
+  auto train = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
+  auto eval = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
+  if (!train || !eval)
+    return module.emitError("the plan needs @train_step and @forward_loss");
+  int64_t vocab = 0;
+  eval.walk([&](EmbeddingOp op) {
+    vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+  });
+  PlanBuilder builder;
+  if (failed(builder.addFunction(train, "train_step")) ||
+      failed(builder.addFunction(eval, "eval_loss")))
+    return failure();
+  return builder.finish(vocab);
+}
