@@ -1,0 +1,90 @@
+//===- Plan.h - The compiled plan, as the runtime reads it ------*- C++ -*-===//
+//
+// The plan is the only contract between compiler and runtime (docs/plan.md):
+// a table of values (persistent state, per-step inputs, constants, arena
+// buffers) and, per entry point, a list of steps over value ids.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_PLAN_H
+#define KILN_RUNTIME_PLAN_H
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kiln::runtime {
+
+inline constexpr int kSupportedPlanVersion = 1;
+
+enum class DType { F32, BF16, F16, F64, I32, I64 };
+int64_t dtypeBytes(DType type);
+const char *dtypeName(DType type);
+
+/// How a parameter starts: TorchTitan's initialisers (docs/plan.md).
+struct InitSpec {
+  enum Kind { Zeros, Ones, Normal, TruncNormal } kind = Zeros;
+  double std = 0, a = 0, b = 0;
+};
+
+struct PlanValue {
+  enum Kind { State, Input, Const, Arena } kind = Arena;
+  int64_t id = 0;
+  std::string name; // State and Input
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  int64_t offset = 0;      // Arena: byte offset
+  double constValue = 0;   // Const
+  InitSpec init;           // State
+
+  int64_t numElements() const;
+  int64_t bytes() const { return numElements() * dtypeBytes(dtype); }
+};
+
+using AttrValue =
+    std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;
+
+struct PlanStep {
+  std::string op;
+  std::vector<int64_t> operands, results;
+  std::map<std::string, AttrValue> attrs;
+  std::string loc; // the model component and its line in the model file
+
+  /// Typed attribute access; a missing or mistyped attribute is a plan error
+  /// caught at load time by validatePlan, so these never fail later.
+  double f64(const std::string &name) const;
+  int64_t i64(const std::string &name) const;
+  bool flag(const std::string &name) const;
+  const std::string &str(const std::string &name) const;
+};
+
+struct PlanEntry {
+  std::vector<PlanStep> steps;
+  std::map<std::string, int64_t> outputs;
+  int64_t arenaBytes = 0;
+};
+
+struct Plan {
+  int version = 0;
+  int64_t vocabSize = 0;
+  int64_t arenaBytes = 0, stateBytes = 0;
+  std::vector<PlanValue> values;
+  std::map<std::string, PlanEntry> entries;
+
+  const PlanEntry *entry(const std::string &name) const;
+  /// The value of the input or state called `name`, or nullptr.
+  const PlanValue *named(PlanValue::Kind kind, const std::string &name) const;
+};
+
+/// Reads and checks a plan file. On failure returns nothing and sets `error`
+/// to one line saying what is wrong and where.
+std::optional<Plan> loadPlan(const std::string &path, std::string &error);
+/// The same, from text (for tests).
+std::optional<Plan> parsePlan(const std::string &text, std::string &error);
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_PLAN_H

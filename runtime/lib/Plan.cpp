@@ -1,0 +1,259 @@
+//===- Plan.cpp - Reading and checking a plan -----------------------------===//
+//
+// nlohmann::json throws on malformed input; every throw is caught here and
+// becomes one error line, so a bad plan never aborts the runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace kiln::runtime {
+
+using nlohmann::json;
+
+int64_t dtypeBytes(DType type) {
+  switch (type) {
+  case DType::BF16:
+  case DType::F16:
+    return 2;
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F64:
+  case DType::I64:
+    return 8;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType type) {
+  switch (type) {
+  case DType::F32:
+    return "f32";
+  case DType::BF16:
+    return "bf16";
+  case DType::F16:
+    return "f16";
+  case DType::F64:
+    return "f64";
+  case DType::I32:
+    return "i32";
+  case DType::I64:
+    return "i64";
+  }
+  return "?";
+}
+
+int64_t PlanValue::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+namespace {
+struct PlanError {
+  std::string message;
+};
+
+template <typename T> const T &attr(const PlanStep &step, const std::string &name) {
+  return std::get<T>(step.attrs.at(name));
+}
+
+DType parseDType(const std::string &s) {
+  static const std::map<std::string, DType> names = {
+      {"f32", DType::F32}, {"bf16", DType::BF16}, {"f16", DType::F16},
+      {"f64", DType::F64}, {"i32", DType::I32},   {"i64", DType::I64}};
+  auto it = names.find(s);
+  if (it == names.end())
+    throw PlanError{"unknown dtype '" + s + "'"};
+  return it->second;
+}
+
+InitSpec parseInit(const json &j) {
+  static const std::map<std::string, InitSpec::Kind> kinds = {
+      {"zeros", InitSpec::Zeros},
+      {"ones", InitSpec::Ones},
+      {"normal", InitSpec::Normal},
+      {"trunc_normal", InitSpec::TruncNormal}};
+  InitSpec init;
+  auto it = kinds.find(j.at("kind").get<std::string>());
+  if (it == kinds.end())
+    throw PlanError{"unknown initialiser '" + j.at("kind").get<std::string>() +
+                    "'"};
+  init.kind = it->second;
+  if (init.kind == InitSpec::Normal || init.kind == InitSpec::TruncNormal)
+    init.std = j.at("std").get<double>();
+  if (init.kind == InitSpec::TruncNormal) {
+    init.a = j.at("a").get<double>();
+    init.b = j.at("b").get<double>();
+  }
+  return init;
+}
+
+AttrValue parseAttr(const json &j) {
+  if (j.is_boolean())
+    return j.get<bool>();
+  if (j.is_number_integer())
+    return j.get<int64_t>();
+  if (j.is_number())
+    return j.get<double>();
+  if (j.is_string())
+    return j.get<std::string>();
+  if (j.is_array())
+    return j.get<std::vector<int64_t>>();
+  throw PlanError{"unsupported attribute value " + j.dump()};
+}
+
+Plan parse(const std::string &text) {
+  json j = json::parse(text);
+  if (!j.is_object() || j.value("format", "") != "kiln-plan")
+    throw PlanError{"not a Kiln plan (no \"format\": \"kiln-plan\")"};
+  Plan plan;
+  plan.version = j.at("version").get<int>();
+  if (plan.version != kSupportedPlanVersion)
+    throw PlanError{"plan version " + std::to_string(plan.version) +
+                    " is not supported by this runtime (it reads version " +
+                    std::to_string(kSupportedPlanVersion) + ")"};
+  plan.vocabSize = j.at("vocab_size").get<int64_t>();
+  plan.arenaBytes = j.at("arena_bytes").get<int64_t>();
+  plan.stateBytes = j.at("state_bytes").get<int64_t>();
+  static const std::map<std::string, PlanValue::Kind> kinds = {
+      {"state", PlanValue::State},
+      {"input", PlanValue::Input},
+      {"const", PlanValue::Const},
+      {"arena", PlanValue::Arena}};
+  for (const json &jv : j.at("values")) {
+    PlanValue v;
+    v.id = jv.at("id").get<int64_t>();
+    if (v.id != static_cast<int64_t>(plan.values.size()))
+      throw PlanError{"value ids must be 0, 1, 2, ... in order"};
+    auto kind = kinds.find(jv.at("kind").get<std::string>());
+    if (kind == kinds.end())
+      throw PlanError{"value " + std::to_string(v.id) + " has an unknown kind"};
+    v.kind = kind->second;
+    v.shape = jv.at("shape").get<std::vector<int64_t>>();
+    for (int64_t d : v.shape)
+      if (d < 0 || d > (int64_t(1) << 40))
+        throw PlanError{"value " + std::to_string(v.id) + " has a bad shape"};
+    v.dtype = parseDType(jv.at("dtype").get<std::string>());
+    if (v.kind == PlanValue::State || v.kind == PlanValue::Input)
+      v.name = jv.at("name").get<std::string>();
+    if (v.kind == PlanValue::State)
+      v.init = parseInit(jv.at("init"));
+    if (v.kind == PlanValue::Const)
+      v.constValue = jv.at("value").get<double>();
+    if (v.kind == PlanValue::Arena)
+      v.offset = jv.at("offset").get<int64_t>();
+    plan.values.push_back(std::move(v));
+  }
+  for (const auto &[name, je] : j.at("entries").items()) {
+    PlanEntry entry;
+    entry.arenaBytes = je.at("arena_bytes").get<int64_t>();
+    entry.outputs = je.at("outputs").get<std::map<std::string, int64_t>>();
+    for (const json &js : je.at("steps")) {
+      PlanStep step;
+      step.op = js.at("op").get<std::string>();
+      step.operands = js.at("operands").get<std::vector<int64_t>>();
+      step.results = js.at("results").get<std::vector<int64_t>>();
+      step.loc = js.value("loc", "");
+      for (const auto &[key, value] : js.at("attrs").items())
+        step.attrs[key] = parseAttr(value);
+      entry.steps.push_back(std::move(step));
+    }
+    plan.entries[name] = std::move(entry);
+  }
+  return plan;
+}
+
+/// Ids in range, arena buffers inside the arena.
+void validate(const Plan &plan) {
+  auto checkId = [&](int64_t id, const std::string &where) {
+    if (id < 0 || id >= static_cast<int64_t>(plan.values.size()))
+      throw PlanError{where + " refers to value " + std::to_string(id) +
+                      ", which does not exist"};
+  };
+  for (const PlanValue &v : plan.values)
+    if (v.kind == PlanValue::Arena &&
+        (v.offset < 0 || v.offset + v.bytes() > plan.arenaBytes))
+      throw PlanError{"value " + std::to_string(v.id) +
+                      " lies outside the arena"};
+  for (const auto &[name, entry] : plan.entries) {
+    for (size_t i = 0; i < entry.steps.size(); ++i) {
+      std::string where = name + " step " + std::to_string(i);
+      for (int64_t id : entry.steps[i].operands)
+        checkId(id, where);
+      for (int64_t id : entry.steps[i].results)
+        checkId(id, where);
+    }
+    for (const auto &[out, id] : entry.outputs)
+      checkId(id, name + " output " + out);
+  }
+}
+} // namespace
+
+double PlanStep::f64(const std::string &name) const {
+  const AttrValue &v = attrs.at(name);
+  if (auto *i = std::get_if<int64_t>(&v))
+    return static_cast<double>(*i);
+  return std::get<double>(v);
+}
+int64_t PlanStep::i64(const std::string &name) const {
+  return attr<int64_t>(*this, name);
+}
+bool PlanStep::flag(const std::string &name) const {
+  auto it = attrs.find(name);
+  return it != attrs.end() && std::get<bool>(it->second);
+}
+const std::string &PlanStep::str(const std::string &name) const {
+  return attr<std::string>(*this, name);
+}
+
+const PlanEntry *Plan::entry(const std::string &name) const {
+  auto it = entries.find(name);
+  return it == entries.end() ? nullptr : &it->second;
+}
+
+const PlanValue *Plan::named(PlanValue::Kind kind,
+                             const std::string &name) const {
+  for (const PlanValue &v : values)
+    if (v.kind == kind && v.name == name)
+      return &v;
+  return nullptr;
+}
+
+std::optional<Plan> parsePlan(const std::string &text, std::string &error) {
+  try {
+    Plan plan = parse(text);
+    validate(plan);
+    return plan;
+  } catch (const PlanError &e) {
+    error = e.message;
+  } catch (const json::exception &e) {
+    error = std::string("malformed plan: ") + e.what();
+  } catch (const std::exception &e) {
+    error = std::string("malformed plan: ") + e.what();
+  }
+  return std::nullopt;
+}
+
+std::optional<Plan> loadPlan(const std::string &path, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot open plan '" + path + "'";
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::optional<Plan> plan = parsePlan(text.str(), error);
+  if (!plan)
+    error = path + ": " + error;
+  return plan;
+}
+
+} // namespace kiln::runtime
