@@ -253,7 +253,10 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
         return func.emitOpError("result ")
                << i << " updates state '" << st.getValue()
                << "' but is not written in place";
-    } else if (func.getNumResults() == 1) {
+    } else if (auto grad = func.getResultAttrOfType<StringAttr>(
+                   i, KilnDialect::kGradAttrName)) {
+      outputs[("grad:" + grad.getValue()).str()] = ids.lookup(v);
+    } else if (i == 0) {
       outputs["loss"] = ids.lookup(v);
     } else {
       return func.emitOpError("result ") << i << " has no kiln.output or "
@@ -279,15 +282,18 @@ json::Value PlanBuilder::finish(int64_t vocab) {
 FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
   auto train = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
   auto eval = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
-  if (!train || !eval)
-    return module.emitError("the plan needs @train_step and @forward_loss");
+  auto grads = module.lookupSymbol<func::FuncOp>(kLossAndGradsFunc);
+  if (!train || !eval || !grads)
+    return module.emitError(
+        "the plan needs @train_step, @forward_loss and @loss_and_grads");
   int64_t vocab = 0;
   eval.walk([&](EmbeddingOp op) {
     vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
   });
   PlanBuilder builder;
   if (failed(builder.addFunction(train, "train_step")) ||
-      failed(builder.addFunction(eval, "eval_loss")))
+      failed(builder.addFunction(eval, "eval_loss")) ||
+      failed(builder.addFunction(grads, "loss_and_grads")))
     return failure();
   return builder.finish(vocab);
 }

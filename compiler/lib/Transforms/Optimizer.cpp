@@ -172,7 +172,13 @@ struct KilnOptimizerPass : kiln::impl::KilnOptimizerBase<KilnOptimizerPass> {
       return signalPassFailure();
     }
     FailureOr<Hyper> hyper = Hyper::read(module);
-    if (failed(hyper) || failed(appendOptimizer(func, *hyper)))
+    if (failed(hyper))
+      return signalPassFailure();
+    // @loss_and_grads stays: the plan exposes it so that gradients can be
+    // checked against an independent reference.
+    func::FuncOp step = func.clone();
+    module.getBody()->getOperations().insertAfter(Block::iterator(func), step);
+    if (failed(appendOptimizer(step, *hyper)))
       return signalPassFailure();
   }
 };

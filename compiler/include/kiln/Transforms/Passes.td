@@ -40,7 +40,8 @@ def KilnAutodiff : Pass<"kiln-autodiff", "mlir::ModuleOp"> {
 def KilnOptimizer : Pass<"kiln-optimizer", "mlir::ModuleOp"> {
   let summary = "Append gradient clipping and AdamW: @loss_and_grads to @train_step";
   let description = [{
-    Turns `@loss_and_grads` into `@train_step`. For every parameter it adds
+    Builds `@train_step` from a copy of `@loss_and_grads` (which stays, so
+    that gradients can be checked against a reference). For every parameter it adds
     two optimizer-state arguments (`kiln.state = "exp_avg.<param>"` and
     `"exp_avg_sq.<param>"`), and one `step` input (the 1-based number of the
     step being taken). It appends one `kiln.grad_norm` over all gradients,
