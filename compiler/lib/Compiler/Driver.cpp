@@ -2,6 +2,7 @@
 
 #include "kiln/Compiler/Driver.h"
 #include "kiln/Compiler/Pipeline.h"
+#include "kiln/Compiler/Session.h"
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
@@ -52,36 +53,6 @@ bool applyMlirFlags(const std::vector<std::string> &flags) {
   }
   return true;
 }
-
-/// Everything a command needs to read a model: a context whose diagnostics
-/// print `file:line:col: error: ...` with the offending source line.
-struct ModelSession {
-  MLIRContext context;
-  llvm::SourceMgr sourceMgr;
-  std::unique_ptr<SourceMgrDiagnosticHandler> handler;
-  std::optional<ModelSource> source;
-  std::optional<Config> config;
-
-  /// Loads and validates; prints what went wrong and returns false if not.
-  bool load(const std::string &model,
-            const std::vector<std::string> &overrides) {
-    std::string error;
-    source = loadModelSource(model, error);
-    if (!source) {
-      llvm::errs() << error << "\n";
-      return false;
-    }
-    sourceMgr.AddNewSourceBuffer(
-        llvm::MemoryBuffer::getMemBufferCopy(source->text, source->name),
-        llvm::SMLoc());
-    handler = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
-    FailureOr<Config> parsed = parseConfig(&context, *source, overrides);
-    if (failed(parsed))
-      return false;
-    config = std::move(*parsed);
-    return true;
-  }
-};
 
 /// Writes `print`'s output to `path` ("-" or empty: stdout).
 LogicalResult writeOutput(const std::string &path,

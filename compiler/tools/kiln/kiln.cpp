@@ -53,10 +53,27 @@ int main(int argc, char **argv) {
                       "Print every key as Markdown (docs/config.md)");
   configCmd->add_flag("--presets", config.presets, "List the presets");
 
+  kiln::TrainCommand train;
+  CLI::App *trainCmd = app.add_subcommand(
+      "train", "Compile (cached) and run training steps on the CPU backend");
+  trainCmd->add_option("MODEL", train.model,
+                       "Model file or preset (default llama3-debug)");
+  trainCmd->add_option("--steps", train.steps, "Steps (training.steps)")
+      ->check(CLI::PositiveNumber);
+  trainCmd->add_option("--data", train.data,
+                       "Text or token file (training.data; default: the "
+                       "fortunes)");
+  trainCmd->add_option("--out", train.out,
+                       "Output folder (default runs/<model>)");
+  trainCmd->add_option("--set", train.overrides,
+                       "Override a key: section.key=value (repeatable)");
+  trainCmd->add_flag("--check-numerics", train.checkNumerics,
+                     "Stop at the first op that produces NaN or infinity");
+
   auto named = [&](const CLI::App *sub) { return sub->get_name() == argv[1]; };
   if (argc > 1 && argv[1][0] != '-' && app.get_subcommands(named).empty()) {
     std::cerr << "error: unknown command '" << argv[1]
-              << "'; commands: compile, config (see kiln --help)\n";
+              << "'; commands: compile, config, train (see kiln --help)\n";
     return 1;
   }
   try {
@@ -79,5 +96,7 @@ int main(int argc, char **argv) {
     }
     return kiln::runCompile(compile);
   }
+  if (trainCmd->parsed())
+    return kiln::runTrain(train);
   return kiln::runConfig(config);
 }

@@ -23,6 +23,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char *kImport = "import (#2)";
 constexpr const char *kTrain = "training step and runtime (#3)";
 constexpr const char *kOptim = "train phase: kiln-optimizer (#3)";
+constexpr const char *kTrainCmd = "kiln train (#3)";
 constexpr const char *kPrecision = "precision phase: kiln-mixed-precision (#3)";
 constexpr const char *kFsdp = "FSDP passes (#4)";
 constexpr const char *kFp8 = "FP8 passes (#5)";
@@ -97,16 +98,16 @@ const std::vector<KeySpec> &kiln::configSchema() {
       intKey("training", "steps", FIELD(training.steps), 1, 1e9,
              "Optimizer steps to train.", kOptim, true),
       intKey("training", "seed", FIELD(training.seed), 0, 9007199254740992.0,
-             "Seed of parameter init and data order.", kTrain, false),
+             "Seed of parameter init and data order.", kTrainCmd, true),
       intKey("training", "eval_interval", FIELD(training.eval_interval), 0,
              1e9, "Steps between validation-loss evaluations (0: never).",
-             kTrain, false),
+             kTrainCmd, true),
       intKey("training", "eval_steps", FIELD(training.eval_steps), 1, 1e6,
-             "Batches per validation-loss evaluation.", kTrain, false),
+             "Batches per validation-loss evaluation.", kTrainCmd, true),
       otherKey("training", "data", FIELD(training.data), "",
                "Training data: `fortunes` (Debian's fortunes text), a text "
                "file read as bytes, or a token file.",
-               kTrain, false),
+               kTrainCmd, true),
       // [optimizer]
       floatKey("optimizer", "lr", FIELD(optimizer.lr), 0, true, 10, false,
                "Peak learning rate of AdamW.", kOptim, true),

@@ -32,6 +32,16 @@ struct ConfigCommand {
 };
 int runConfig(const ConfigCommand &command);
 
+struct TrainCommand {
+  std::string model = "llama3-debug";
+  int64_t steps = 0;                  // 0: training.steps
+  std::string data;                   // empty: training.data
+  std::string out;                    // empty: runs/<model>
+  std::vector<std::string> overrides; // --set section.key=value
+  bool checkNumerics = false;         // stop at the first non-finite value
+};
+int runTrain(const TrainCommand &command);
+
 } // namespace kiln
 
 #endif // KILN_COMPILER_DRIVER_H

@@ -1,0 +1,40 @@
+//===- Session.h - A model loaded for a command -----------------*- C++ -*-===//
+
+#ifndef KILN_COMPILER_SESSION_H
+#define KILN_COMPILER_SESSION_H
+
+#include "kiln/Frontend/Config.h"
+#include "kiln/Frontend/ConfigParser.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// Everything a command needs to read a model: a context whose diagnostics
+/// print `file:line:col: error: ...` with the offending source line.
+struct ModelSession {
+  mlir::MLIRContext context;
+  llvm::SourceMgr sourceMgr;
+  std::unique_ptr<mlir::SourceMgrDiagnosticHandler> handler;
+  std::optional<ModelSource> source;
+  std::optional<Config> config;
+
+  /// Loads and validates; prints what went wrong and returns false if not.
+  bool load(const std::string &model,
+            const std::vector<std::string> &overrides);
+
+  /// Runs every built phase and returns the plan as JSON text, or nothing
+  /// after printing the diagnostics.
+  std::optional<std::string> compilePlan();
+};
+
+} // namespace kiln
+
+#endif // KILN_COMPILER_SESSION_H

@@ -1,0 +1,54 @@
+//===- Common.h - Status and thread count of the CPU kernels ----*- C++ -*-===//
+//
+// Conventions shared by every kernel under kiln/Runtime/Cpu:
+//
+// - Tensors are contiguous, row-major fp32 `float *` with explicit int64_t
+//   sizes; token ids and targets are int32. Arguments come as inputs, then
+//   outputs, then sizes and attributes.
+// - Arithmetic is fp32. Reductions that decide a result's last bits (row
+//   sums of squares, softmax denominators of the loss, the loss mean, the
+//   gradient norm, rms_norm's weight gradient) accumulate in double; each
+//   header says which.
+// - Determinism: every output element is computed by one thread in a fixed
+//   order, so results are bit-identical across runs and across thread
+//   counts. Work is split only over independent rows, heads or columns;
+//   no reduction depends on the order threads finish in. GEMMs are
+//   OpenBLAS's (which does not split the K loop across threads).
+// - Kernels that can fail on their data (a token id or a target outside the
+//   vocabulary) return a Status and write nothing when they fail; all
+//   others return void. Sizes and shapes are the caller's contract.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CPU_COMMON_H
+#define KILN_RUNTIME_CPU_COMMON_H
+
+#include <string>
+#include <utility>
+
+namespace kiln::runtime::cpu {
+
+/// Success, or a failure with a message naming the offending element.
+struct [[nodiscard]] Status {
+  bool ok = true;
+  std::string message;
+
+  static Status success() { return {}; }
+  static Status failure(std::string message) {
+    return {false, std::move(message)};
+  }
+  explicit operator bool() const { return ok; }
+};
+
+/// Sets the number of threads used by OpenBLAS (openblas_set_num_threads)
+/// and by the kernels' own loops. Values below 1 mean 1. The kernels' own
+/// loops use 1 thread until this is first called; OpenBLAS keeps its own
+/// default until then.
+void setCpuThreads(int n);
+
+/// The thread count the kernels' own loops use.
+int cpuThreads();
+
+} // namespace kiln::runtime::cpu
+
+#endif // KILN_RUNTIME_CPU_COMMON_H

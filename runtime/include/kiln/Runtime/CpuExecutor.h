@@ -1,0 +1,77 @@
+//===- CpuExecutor.h - Runs a plan on the CPU -------------------*- C++ -*-===//
+//
+// The reference backend: every step of an entry in order, fp32 math, each
+// result rounded to its dtype (bf16 round-to-nearest-even), OpenBLAS GEMMs.
+// Deterministic for a given thread count.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CPUEXECUTOR_H
+#define KILN_RUNTIME_CPUEXECUTOR_H
+
+#include "kiln/Runtime/Plan.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+/// A tensor the executor hands to an op: its storage and element type.
+struct View {
+  void *data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t numElements() const;
+  float *f32() const { return static_cast<float *>(data); }
+  int32_t *i32() const { return static_cast<int32_t *>(data); }
+  int64_t *i64() const { return static_cast<int64_t *>(data); }
+};
+
+class CpuExecutor {
+public:
+  /// Checks that every step's op is one this backend runs and that state is
+  /// f32; on failure returns nothing and sets `error`.
+  static std::unique_ptr<CpuExecutor> create(const Plan &plan,
+                                             std::string &error);
+
+  /// Initialises every state value from its `init` and `seed`.
+  void initialize(uint64_t seed);
+
+  /// The persistent tensor `name` (a parameter or an optimizer moment).
+  std::vector<float> *state(const std::string &name);
+
+  /// Runs `entry` with `tokens` and `targets` ([batch, seq]) and the 1-based
+  /// step number. Returns the entry's outputs (loss, grad_norm, lr, or
+  /// grad:<param> flattened), or nothing with `error` naming the step and
+  /// the model component when an op fails (a token out of range, a
+  /// non-finite value when checking is on).
+  std::optional<std::map<std::string, std::vector<float>>>
+  run(const std::string &entry, const std::vector<int32_t> &tokens,
+      const std::vector<int32_t> &targets, int64_t step, std::string &error);
+
+  /// Check every result for NaN and infinity (off by default: one more pass
+  /// over memory per step).
+  void setCheckNumerics(bool on) { checkNumerics = on; }
+
+  const Plan &plan() const { return planRef; }
+
+private:
+  explicit CpuExecutor(const Plan &plan);
+  View view(int64_t id);
+
+  const Plan &planRef;
+  std::map<int64_t, std::vector<float>> states;
+  std::vector<int32_t> tokensBuf, targetsBuf;
+  int64_t stepValue = 0;
+  std::map<int64_t, float> consts;
+  std::unique_ptr<float[]> arena; // aligned storage, arenaBytes long
+  bool checkNumerics = false;
+};
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_CPUEXECUTOR_H
