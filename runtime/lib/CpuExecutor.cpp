@@ -1,7 +1,7 @@
 //===- CpuExecutor.cpp - Runs a plan on the CPU ---------------------------===//
 
 #include "kiln/Runtime/CpuExecutor.h"
-#include "kiln/Runtime/Bf16.h"
+#include "kiln/Runtime/Cpu/Bf16.h"
 #include "kiln/Runtime/CpuOps.h"
 #include "kiln/Runtime/Init.h"
 
@@ -96,7 +96,7 @@ View widened(const View &v, std::vector<float> &scratch) {
   scratch.resize(n);
   const uint16_t *bits = static_cast<const uint16_t *>(v.data);
   for (int64_t i = 0; i < n; ++i)
-    scratch[i] = fromBf16Bits(bits[i]);
+    scratch[i] = cpu::fromBf16Bits(bits[i]);
   return View{scratch.data(), DType::F32, v.shape};
 }
 
@@ -104,7 +104,7 @@ void narrow(const float *from, const View &to) {
   int64_t n = to.numElements();
   uint16_t *bits = static_cast<uint16_t *>(to.data);
   for (int64_t i = 0; i < n; ++i)
-    bits[i] = toBf16Bits(from[i]);
+    bits[i] = cpu::toBf16Bits(from[i]);
 }
 } // namespace
 

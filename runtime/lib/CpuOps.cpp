@@ -1,39 +1,265 @@
-//===- CpuOps.cpp - The table of the CPU backend's ops --------------------===//
+//===- CpuOps.cpp - The plan's ops on the CPU kernels ---------------------===//
+//
+// Each plan op unpacks its operands' shapes and attributes and calls one
+// kernel of kiln/Runtime/Cpu (the formulas live in those headers). Nothing
+// here computes anything itself except the layout-only ops (copy and
+// transpose).
+//
+//===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/CpuOps.h"
-#include "ops/OpsInternal.h"
+#include "kiln/Runtime/Cpu/Kernels.h"
 
+#include <cstring>
 #include <map>
 
 namespace kiln::runtime {
 
+namespace {
+
+using Views = std::vector<View>;
+
+#define KILN_CPU_OP(name)                                                      \
+  std::string name(const PlanStep &step, const Views &in, const Views &out)
+
+/// A tensor seen as [rows, last dim].
+int64_t lastDim(const View &v) { return v.shape.back(); }
+int64_t rows(const View &v) { return v.numElements() / lastDim(v); }
+
+std::string message(const cpu::Status &status) {
+  return status ? std::string() : status.message;
+}
+
+KILN_CPU_OP(embedding) {
+  (void)step;
+  const View &table = in[0];
+  return message(cpu::embedding(table.f32(), in[1].i32(), out[0].f32(),
+                                in[1].numElements(), table.shape[0],
+                                table.shape[1]));
+}
+
+KILN_CPU_OP(embeddingGrad) {
+  (void)step;
+  const View &table = out[0];
+  std::memset(table.f32(), 0, table.numElements() * sizeof(float));
+  return message(cpu::embeddingBackward(in[0].f32(), in[1].i32(),
+                                        table.f32(), in[1].numElements(),
+                                        table.shape[0], table.shape[1]));
+}
+
+KILN_CPU_OP(rmsNorm) {
+  cpu::rmsNorm(in[0].f32(), in[1].f32(), out[0].f32(), /*rstd=*/nullptr,
+               rows(in[0]), lastDim(in[0]), step.f64("eps"));
+  return "";
+}
+
+KILN_CPU_OP(rmsNormGrad) {
+  // Operands: dy, x, w; results: dx, dw.
+  const View &x = in[1];
+  cpu::rmsNormBackward(x.f32(), in[2].f32(), /*rstd=*/nullptr, in[0].f32(),
+                       out[0].f32(), out[1].f32(), rows(x), lastDim(x),
+                       step.f64("eps"), /*accumulateDw=*/false);
+  return "";
+}
+
+KILN_CPU_OP(linear) {
+  (void)step;
+  // y [m, n] = x [m, k] W^T, W [n, k].
+  cpu::linear(in[0].f32(), in[1].f32(), out[0].f32(), rows(in[0]),
+              lastDim(in[0]), in[1].shape[0]);
+  return "";
+}
+
+KILN_CPU_OP(linearGradInput) {
+  (void)step;
+  // dx [m, k] = dy [m, n] W [n, k].
+  cpu::linearBackwardInput(in[0].f32(), in[1].f32(), out[0].f32(),
+                           rows(in[0]), in[1].shape[1], lastDim(in[0]),
+                           /*accumulate=*/false);
+  return "";
+}
+
+KILN_CPU_OP(linearGradWeight) {
+  (void)step;
+  // dW [n, k] = dy [m, n]^T x [m, k].
+  cpu::linearBackwardWeight(in[0].f32(), in[1].f32(), out[0].f32(),
+                            rows(in[0]), lastDim(in[1]), lastDim(in[0]),
+                            /*accumulate=*/false);
+  return "";
+}
+
+template <void (*Kernel)(const float *, float *, int64_t, int64_t, int64_t,
+                         int64_t, double)>
+KILN_CPU_OP(ropeOp) {
+  const std::vector<int64_t> &s = in[0].shape;
+  Kernel(in[0].f32(), out[0].f32(), s[0], s[1], s[2], s[3],
+         step.f64("theta"));
+  return "";
+}
+
+cpu::AttentionShape attentionShape(const View &q, const View &k) {
+  return {q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]};
+}
+
+KILN_CPU_OP(attention) {
+  cpu::attention(in[0].f32(), in[1].f32(), in[2].f32(), out[0].f32(),
+                 out[1].f32(), attentionShape(in[0], in[1]),
+                 static_cast<float>(step.f64("scale")), step.flag("causal"));
+  return "";
+}
+
+KILN_CPU_OP(attentionGrad) {
+  // Operands: dout, q, k, v, out, lse; results: dq, dk, dv.
+  cpu::attentionBackward(in[1].f32(), in[2].f32(), in[3].f32(), in[4].f32(),
+                         in[5].f32(), in[0].f32(), out[0].f32(),
+                         out[1].f32(), out[2].f32(),
+                         attentionShape(in[1], in[2]),
+                         static_cast<float>(step.f64("scale")),
+                         step.flag("causal"));
+  return "";
+}
+
+KILN_CPU_OP(crossEntropy) {
+  (void)step;
+  return message(cpu::crossEntropy(in[0].f32(), in[1].i32(), out[0].f32(),
+                                   rows(in[0]), lastDim(in[0])));
+}
+
+KILN_CPU_OP(crossEntropyGrad) {
+  (void)step;
+  // Operands: dloss, logits, targets.
+  const View &logits = in[1];
+  return message(cpu::crossEntropyBackward(
+      logits.f32(), in[2].i32(), in[0].f32()[0], out[0].f32(), rows(logits),
+      lastDim(logits)));
+}
+
+KILN_CPU_OP(silu) {
+  (void)step;
+  cpu::silu(in[0].f32(), out[0].f32(), in[0].numElements());
+  return "";
+}
+
+KILN_CPU_OP(siluGrad) {
+  (void)step;
+  // Operands: dy, x.
+  cpu::siluBackward(in[1].f32(), in[0].f32(), out[0].f32(),
+                    in[0].numElements());
+  return "";
+}
+
+KILN_CPU_OP(mul) {
+  (void)step;
+  cpu::mul(in[0].f32(), in[1].f32(), out[0].f32(), in[0].numElements());
+  return "";
+}
+
+KILN_CPU_OP(add) {
+  (void)step;
+  cpu::add(in[0].f32(), in[1].f32(), out[0].f32(), in[0].numElements());
+  return "";
+}
+
+KILN_CPU_OP(copy) {
+  (void)step;
+  std::memmove(out[0].f32(), in[0].f32(),
+               in[0].numElements() * sizeof(float));
+  return "";
+}
+
+KILN_CPU_OP(transpose) {
+  const std::vector<int64_t> &perm =
+      std::get<std::vector<int64_t>>(step.attrs.at("permutation"));
+  const View &x = in[0];
+  size_t rank = x.shape.size();
+  std::vector<int64_t> inStride(rank, 1);
+  for (size_t d = rank - 1; d > 0; --d)
+    inStride[d - 1] = inStride[d] * x.shape[d];
+  std::vector<int64_t> index(rank, 0);
+  const std::vector<int64_t> &outShape = out[0].shape;
+  for (int64_t o = 0, n = out[0].numElements(); o < n; ++o) {
+    int64_t src = 0;
+    for (size_t d = 0; d < rank; ++d)
+      src += index[d] * inStride[perm[d]];
+    out[0].f32()[o] = x.f32()[src];
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < outShape[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  return "";
+}
+
+KILN_CPU_OP(gradNorm) {
+  (void)step;
+  std::vector<cpu::FloatSpan> grads;
+  for (const View &g : in)
+    grads.push_back({g.f32(), g.numElements()});
+  out[0].f32()[0] = static_cast<float>(
+      cpu::gradNorm(grads.data(), static_cast<int64_t>(grads.size())));
+  return "";
+}
+
+KILN_CPU_OP(lrSchedule) {
+  out[0].f32()[0] = static_cast<float>(cpu::learningRate(
+      in[0].i64()[0], step.i64("warmup_steps"), step.i64("total_steps"),
+      step.f64("peak"), step.f64("min_lr"), step.str("decay") != "constant"));
+  return "";
+}
+
+KILN_CPU_OP(adamw) {
+  // Operands: param, grad, exp_avg, exp_avg_sq, grad_norm, lr, step; the
+  // results are the updated param, exp_avg, exp_avg_sq.
+  int64_t n = in[0].numElements();
+  for (int r = 0; r < 3; ++r) {
+    const View &from = in[r == 0 ? 0 : r + 1];
+    if (out[r].data != from.data)
+      std::memmove(out[r].f32(), from.f32(), n * sizeof(float));
+  }
+  cpu::AdamWConfig config;
+  config.lr = in[5].f32()[0];
+  config.beta1 = step.f64("beta1");
+  config.beta2 = step.f64("beta2");
+  config.eps = step.f64("eps");
+  config.weightDecay = step.f64("weight_decay");
+  float clip = cpu::clipCoefficient(in[4].f32()[0], step.f64("max_norm"));
+  cpu::adamwStep(out[0].f32(), in[1].f32(), out[1].f32(), out[2].f32(), n,
+                 in[6].i64()[0], config, clip);
+  return "";
+}
+
+#undef KILN_CPU_OP
+
+} // namespace
+
 CpuOpFn findCpuOp(const std::string &op) {
   static const std::map<std::string, CpuOpFn> table = {
-      {"embedding", ops::embedding},
-      {"embedding_grad", ops::embeddingGrad},
-      {"rms_norm", ops::rmsNorm},
-      {"rms_norm_grad", ops::rmsNormGrad},
-      {"linear", ops::linear},
-      {"linear_grad_input", ops::linearGradInput},
-      {"linear_grad_weight", ops::linearGradWeight},
-      {"rope", ops::rope},
-      {"rope_grad", ops::ropeGrad},
-      {"attention", ops::attention},
-      {"attention_grad", ops::attentionGrad},
-      {"cross_entropy", ops::crossEntropy},
-      {"cross_entropy_grad", ops::crossEntropyGrad},
-      {"silu", ops::silu},
-      {"silu_grad", ops::siluGrad},
-      {"mul", ops::mul},
-      {"add", ops::add},
+      {"embedding", embedding},
+      {"embedding_grad", embeddingGrad},
+      {"rms_norm", rmsNorm},
+      {"rms_norm_grad", rmsNormGrad},
+      {"linear", linear},
+      {"linear_grad_input", linearGradInput},
+      {"linear_grad_weight", linearGradWeight},
+      {"rope", ropeOp<cpu::rope>},
+      {"rope_grad", ropeOp<cpu::ropeBackward>},
+      {"attention", attention},
+      {"attention_grad", attentionGrad},
+      {"cross_entropy", crossEntropy},
+      {"cross_entropy_grad", crossEntropyGrad},
+      {"silu", silu},
+      {"silu_grad", siluGrad},
+      {"mul", mul},
+      {"add", add},
       // The executor rounds every result to its dtype: a cast is a copy
       // through f32, and so is a reshape.
-      {"cast", ops::copy},
-      {"reshape", ops::copy},
-      {"transpose", ops::transpose},
-      {"grad_norm", ops::gradNorm},
-      {"lr_schedule", ops::lrSchedule},
-      {"adamw", ops::adamw},
+      {"cast", copy},
+      {"reshape", copy},
+      {"transpose", transpose},
+      {"grad_norm", gradNorm},
+      {"lr_schedule", lrSchedule},
+      {"adamw", adamw},
   };
   auto it = table.find(op);
   return it == table.end() ? nullptr : it->second;

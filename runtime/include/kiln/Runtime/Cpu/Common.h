@@ -10,10 +10,12 @@
 //   gradient norm, rms_norm's weight gradient) accumulate in double; each
 //   header says which.
 // - Determinism: every output element is computed by one thread in a fixed
-//   order, so results are bit-identical across runs and across thread
-//   counts. Work is split only over independent rows, heads or columns;
-//   no reduction depends on the order threads finish in. GEMMs are
-//   OpenBLAS's (which does not split the K loop across threads).
+//   order, so the kernels' own loops give the same bits across runs and
+//   across thread counts. Work is split only over independent rows, heads
+//   or columns; no reduction depends on the order threads finish in. GEMMs
+//   are OpenBLAS's: the same bits across runs for one thread count, but
+//   its blocking follows the thread count, so another count may change
+//   the last bits (measured in LinearTest).
 // - Kernels that can fail on their data (a token id or a target outside the
 //   vocabulary) return a Status and write nothing when they fail; all
 //   others return void. Sizes and shapes are the caller's contract.

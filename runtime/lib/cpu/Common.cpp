@@ -1,0 +1,28 @@
+//===- Common.cpp - Thread count of the CPU kernels -----------------------===//
+//
+// One process-wide count, read by every kernel call. OpenBLAS gets the same
+// count so that a GEMM and the loops around it use the same cores.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Cpu/Common.h"
+
+#include <cblas.h>
+
+#include <atomic>
+
+namespace kiln::runtime::cpu {
+
+namespace {
+std::atomic<int> threadCount{1};
+} // namespace
+
+void setCpuThreads(int n) {
+  n = n < 1 ? 1 : n;
+  threadCount.store(n, std::memory_order_relaxed);
+  openblas_set_num_threads(n);
+}
+
+int cpuThreads() { return threadCount.load(std::memory_order_relaxed); }
+
+} // namespace kiln::runtime::cpu

@@ -1,0 +1,64 @@
+//===- TorchLlama.h - The LibTorch oracle, behind a torch-free API -*- C++ -*-===//
+//
+// The same Llama as Kiln's frontend builds, written independently with
+// torch ops in float64, and torch::optim::AdamW with clip_grad_norm_. Only TorchLlama.cpp
+// includes torch: the rest of the tests stay quick to compile.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_TESTS_ORACLE_TORCHLLAMA_H
+#define KILN_TESTS_ORACLE_TORCHLLAMA_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace oracle {
+
+struct LlamaShape {
+  int64_t dim, layers, heads, kvHeads, vocab, hidden;
+  double eps, theta;
+  bool tied;
+};
+
+using Tensors = std::map<std::string, std::vector<double>>;
+
+struct LossAndGrads {
+  double loss;
+  Tensors grads; // by HF parameter name
+};
+
+/// How the reference computes.
+enum class Precision {
+  /// Everything in float64.
+  Float64,
+  /// float32, with every weight rounded to bfloat16 where it is used and
+  /// every op's result rounded to bfloat16 (the round trip through bf16
+  /// also rounds the gradient flowing back through that point): the cast
+  /// points of Kiln's default mixed-precision policy.
+  Float32RoundedToBf16,
+};
+
+/// Loss and gradients of the mean next-token cross-entropy.
+LossAndGrads lossAndGrads(const LlamaShape &shape, const Tensors &weights,
+                          const std::vector<int32_t> &tokens,
+                          const std::vector<int32_t> &targets, int64_t batch,
+                          int64_t seq, Precision precision);
+
+struct AdamWConfig {
+  double beta1, beta2, eps, weightDecay, maxNorm;
+};
+
+/// `steps` AdamW updates with torch::optim::AdamW (float32, as Kiln's master
+/// weights), each after clipping `grads[step]` to `maxNorm` with
+/// torch::nn::utils::clip_grad_norm_; lr[step] is that step's rate. Returns
+/// the parameters after each step.
+std::vector<Tensors> adamw(const Tensors &params,
+                           const std::vector<Tensors> &grads,
+                           const std::vector<double> &lr,
+                           const AdamWConfig &config);
+
+} // namespace oracle
+
+#endif // KILN_TESTS_ORACLE_TORCHLLAMA_H
