@@ -123,6 +123,18 @@ Plan parse(const std::string &text) {
   plan.vocabSize = j.at("vocab_size").get<int64_t>();
   plan.arenaBytes = j.at("arena_bytes").get<int64_t>();
   plan.stateBytes = j.at("state_bytes").get<int64_t>();
+  const json &jt = j.at("training");
+  TrainingSpec &t = plan.training;
+  t.steps = jt.at("steps").get<int64_t>();
+  t.seed = jt.at("seed").get<int64_t>();
+  t.evalInterval = jt.at("eval_interval").get<int64_t>();
+  t.evalSteps = jt.at("eval_steps").get<int64_t>();
+  t.checkpointInterval = jt.at("checkpoint_interval").get<int64_t>();
+  t.data = jt.at("data").get<std::string>();
+  t.checkpointFolder = jt.at("checkpoint_folder").get<std::string>();
+  if (t.steps < 0 || t.seed < 0 || t.evalInterval < 0 || t.evalSteps < 1 ||
+      t.checkpointInterval < 0)
+    throw PlanError{"the training section has a negative count"};
   static const std::map<std::string, PlanValue::Kind> kinds = {
       {"state", PlanValue::State},
       {"input", PlanValue::Input},

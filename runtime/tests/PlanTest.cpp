@@ -9,6 +9,9 @@ using namespace kiln::runtime;
 namespace {
 const char *kValid = R"({
   "format": "kiln-plan", "version": 1, "vocab_size": 16,
+  "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
+               "checkpoint_interval": 0, "data": "fortunes",
+               "checkpoint_folder": "checkpoints"},
   "arena_bytes": 128, "state_bytes": 64,
   "values": [
     {"id": 0, "kind": "input", "name": "tokens", "shape": [2, 4], "dtype": "i32"},

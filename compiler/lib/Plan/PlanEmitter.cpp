@@ -93,7 +93,7 @@ json::Object initToJson(InitAttr init) {
 class PlanBuilder {
 public:
   LogicalResult addFunction(func::FuncOp func, StringRef entry);
-  json::Value finish(int64_t vocab);
+  json::Value finish(int64_t vocab, json::Object training);
 
 private:
   int64_t addValue(json::Object entry) {
@@ -269,10 +269,11 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
   return success();
 }
 
-json::Value PlanBuilder::finish(int64_t vocab) {
+json::Value PlanBuilder::finish(int64_t vocab, json::Object training) {
   return json::Object{{"format", "kiln-plan"},
                       {"version", kPlanVersion},
                       {"vocab_size", vocab},
+                      {"training", std::move(training)},
                       {"arena_bytes", arenaBytes},
                       {"state_bytes", stateBytes},
                       {"values", std::move(values)},
@@ -290,10 +291,25 @@ FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
   eval.walk([&](EmbeddingOp op) {
     vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
   });
+  auto trainingAttr = module->getAttrOfType<DictionaryAttr>("kiln.training");
+  if (!trainingAttr)
+    return module.emitError("the plan needs the module attribute "
+                            "'kiln.training'");
+  // Integers and strings, copied as they are.
+  json::Object training;
+  for (NamedAttribute attr : trainingAttr) {
+    if (auto i = dyn_cast<IntegerAttr>(attr.getValue()))
+      training[attr.getName().getValue()] = i.getInt();
+    else if (auto s = dyn_cast<StringAttr>(attr.getValue()))
+      training[attr.getName().getValue()] = s.getValue().str();
+    else
+      return module.emitError("kiln.training: '")
+             << attr.getName().getValue() << "' is not an integer or string";
+  }
   PlanBuilder builder;
   if (failed(builder.addFunction(train, "train_step")) ||
       failed(builder.addFunction(eval, "eval_loss")) ||
       failed(builder.addFunction(grads, "loss_and_grads")))
     return failure();
-  return builder.finish(vocab);
+  return builder.finish(vocab, std::move(training));
 }

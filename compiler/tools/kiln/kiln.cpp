@@ -67,8 +67,16 @@ int main(int argc, char **argv) {
                        "Output folder (default runs/<model>)");
   trainCmd->add_option("--set", train.overrides,
                        "Override a key: section.key=value (repeatable)");
-  trainCmd->add_flag("--check-numerics", train.checkNumerics,
-                     "Stop at the first op that produces NaN or infinity");
+  trainCmd->add_option("--resume", train.resume,
+                       "Continue from a checkpoint folder, or the latest "
+                       "step-N checkpoint under a folder");
+  trainCmd->add_option("--threads", train.threads,
+                       "CPU threads (default: every core)")
+      ->check(CLI::Range(1, 1024));
+  trainCmd->add_flag("!--no-check-numerics", train.checkNumerics,
+                     "Check only the loss and gradient norm for NaN/Inf, "
+                     "not every op's result (then a failure cannot name "
+                     "the op)");
 
   auto named = [&](const CLI::App *sub) { return sub->get_name() == argv[1]; };
   if (argc > 1 && argv[1][0] != '-' && app.get_subcommands(named).empty()) {

@@ -134,10 +134,11 @@ const std::vector<KeySpec> &kiln::configSchema() {
                true),
       // [checkpoint]
       intKey("checkpoint", "interval", FIELD(checkpoint.interval), 0, 1e9,
-             "Steps between checkpoints (0: only at the end).", kTrain, false),
+             "Steps between checkpoints (0: only at the end).", kTrainCmd,
+             true),
       otherKey("checkpoint", "folder", FIELD(checkpoint.folder), "",
                "Folder, under the run's output folder, for checkpoints.",
-               kTrain, false),
+               kTrainCmd, true),
       // [parallelism]
       intKey("parallelism", "data_parallel_shard_degree",
              FIELD(parallelism.data_parallel_shard_degree), -1, 65536,

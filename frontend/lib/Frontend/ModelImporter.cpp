@@ -239,6 +239,20 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
            b.getNamedAttr("reduce",
                           b.getStringAttr(config.mixed_precision.reduce))}));
 
+  const TrainingConfig &t = config.training;
+  module->getOperation()->setAttr(
+      "kiln.training",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("steps", b.getI64IntegerAttr(t.steps)),
+           b.getNamedAttr("seed", b.getI64IntegerAttr(t.seed)),
+           b.getNamedAttr("eval_interval", b.getI64IntegerAttr(t.eval_interval)),
+           b.getNamedAttr("eval_steps", b.getI64IntegerAttr(t.eval_steps)),
+           b.getNamedAttr("data", b.getStringAttr(t.data)),
+           b.getNamedAttr("checkpoint_interval",
+                          b.getI64IntegerAttr(config.checkpoint.interval)),
+           b.getNamedAttr("checkpoint_folder",
+                          b.getStringAttr(config.checkpoint.folder))}));
+
   int64_t batch = config.training.global_batch_size;
   int64_t seq = config.training.seq_len;
   auto tokenType = RankedTensorType::get({batch, seq}, b.getI32Type());

@@ -38,7 +38,9 @@ struct TrainCommand {
   std::string data;                   // empty: training.data
   std::string out;                    // empty: runs/<model>
   std::vector<std::string> overrides; // --set section.key=value
-  bool checkNumerics = false;         // stop at the first non-finite value
+  std::string resume;                 // checkpoint to continue from
+  int threads = 0;                    // 0: every core
+  bool checkNumerics = true;          // name the op of a NaN/Inf
 };
 int runTrain(const TrainCommand &command);
 

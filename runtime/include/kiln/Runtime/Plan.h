@@ -67,8 +67,18 @@ struct PlanEntry {
   int64_t arenaBytes = 0;
 };
 
+/// How the model file asked to be trained: the defaults `kiln-run PLAN`
+/// and `kiln train` start from.
+struct TrainingSpec {
+  int64_t steps = 0, seed = 0;
+  int64_t evalInterval = 0, evalSteps = 1;
+  int64_t checkpointInterval = 0;
+  std::string data, checkpointFolder;
+};
+
 struct Plan {
   int version = 0;
+  TrainingSpec training;
   int64_t vocabSize = 0;
   int64_t arenaBytes = 0, stateBytes = 0;
   std::vector<PlanValue> values;

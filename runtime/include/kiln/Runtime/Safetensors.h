@@ -1,0 +1,111 @@
+//===- Safetensors.h - Reading and writing safetensors files ----*- C++ -*-===//
+//
+// The Hugging Face safetensors format: an 8-byte little-endian header
+// length N, N bytes of JSON header (padded with spaces so the data starts
+// 8-byte aligned), then the tensors' raw little-endian bytes. The header maps
+// each tensor name to {"dtype", "shape", "data_offsets": [begin, end]}, with
+// offsets relative to the start of the data, and may hold string metadata
+// under "__metadata__".
+//
+// Files are written as F32 (bit-exact) and read from F32 or BF16. Reading
+// checks every field against the file before allocating, so a damaged or
+// hostile file gives one error line, never a crash or a huge allocation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_SAFETENSORS_H
+#define KILN_RUNTIME_SAFETENSORS_H
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+/// A named float32 tensor; `data` holds product(shape) values, row-major
+/// (one value for a 0-d tensor, none when a dimension is 0).
+struct FloatTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+/// What a safetensors file holds: its tensors in name order and its
+/// metadata.
+struct SafetensorsContents {
+  std::vector<FloatTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+/// The largest header the reader accepts; real headers are kilobytes.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100u << 20;
+
+/// A file written beside its destination, at `<path>.tmp.<pid>`, that
+/// replaces the destination only on commit(), so `path` always holds either
+/// its old contents or all of the new ones. A temporary file that is never
+/// committed (a failed write, an early return) is removed by the destructor.
+/// Two AtomicFiles let a caller write both before replacing either.
+class AtomicFile {
+public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile &) = delete;
+  AtomicFile &operator=(const AtomicFile &) = delete;
+
+  /// Writes the temporary file with `fill` (which returns false when a
+  /// write fails), flushes and fsyncs it. Returns an error line or nothing.
+  std::optional<std::string>
+  write(const std::function<bool(std::FILE *)> &fill);
+  /// Renames the written temporary file over the destination.
+  std::optional<std::string> commit();
+
+  const std::string &path() const { return target; }
+  const std::string &tempPath() const { return temp; }
+
+private:
+  std::string target, temp;
+  bool written = false, committed = false;
+};
+
+/// Writes `bytes` to `path` through an AtomicFile: `path` ends up holding
+/// its old contents or `bytes`. Returns an error line or nothing.
+std::optional<std::string> writeFileAtomically(const std::string &path,
+                                               const std::string &bytes);
+
+/// Writes `tensors` as F32 in name order, with `metadata`, into `file`'s
+/// temporary file (committing is the caller's). Fails, writing nothing, on
+/// a duplicate or reserved name, a negative dimension or a data size that is
+/// not the product of the shape.
+std::optional<std::string>
+stageSafetensors(AtomicFile &file, const std::vector<FloatTensor> &tensors,
+                 const std::map<std::string, std::string> &metadata);
+
+/// stageSafetensors and commit: `path` ends up holding the old file or the
+/// new one, never a part. Returns an error line or nothing on success.
+std::optional<std::string>
+writeSafetensors(const std::string &path,
+                 const std::vector<FloatTensor> &tensors,
+                 const std::map<std::string, std::string> &metadata);
+
+/// Checks that `tensors` and `metadata` can be written (what
+/// stageSafetensors checks), without writing; `what` names them in the error.
+std::optional<std::string>
+checkWritable(const std::string &what, const std::vector<FloatTensor> &tensors,
+              const std::map<std::string, std::string> &metadata);
+
+/// Reads and checks a safetensors file of F32 and BF16 tensors (BF16 is
+/// widened to float). On failure returns nothing and sets `error` to one
+/// line naming the file and what is wrong.
+std::optional<SafetensorsContents> readSafetensors(const std::string &path,
+                                                   std::string &error);
+
+/// "[2, 3]": a shape as error messages print it.
+std::string shapeString(const std::vector<int64_t> &shape);
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_SAFETENSORS_H

@@ -1,0 +1,54 @@
+//===- Trainer.h - The training loop over a compiled plan -------*- C++ -*-===//
+//
+// What `kiln train` runs after compiling and what `kiln-run PLAN` runs
+// without the compiler: data, the steps of the plan's train_step entry,
+// validation through eval_loss, metrics, checkpoints, resume, the loss
+// curve. Messages go to stdout (progress) and stderr (errors, one line
+// each, prefixed "error: ").
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_TRAINER_H
+#define KILN_RUNTIME_TRAINER_H
+
+#include "kiln/Runtime/Plan.h"
+
+#include <string>
+
+namespace kiln::runtime {
+
+struct TrainOptions {
+  /// Steps, seed, data, evaluation and checkpoint cadence: the plan's, with
+  /// whatever the command line changed.
+  TrainingSpec training;
+  /// Folder for metrics.jsonl, loss.png and the checkpoint folder.
+  std::string outDir;
+  /// A checkpoint folder (holding model.safetensors) or a folder of
+  /// step-N checkpoints (the latest is taken); empty to start fresh.
+  std::string resume;
+  /// Saved as config.toml next to each checkpoint, so that `kiln sample`
+  /// can rebuild the model; empty when not known (kiln-run).
+  std::string configText;
+  /// Printed in the first line.
+  std::string title;
+  /// Threads of the CPU backend; 0 keeps the default (every core).
+  int threads = 0;
+  /// Check every op's result for NaN and infinity, so a failure names the
+  /// op; otherwise only the loss and gradient norm are checked.
+  bool checkNumerics = true;
+  /// Draw the progress bar (a terminal) or print plain lines.
+  bool progressBar = false;
+};
+
+/// Trains; returns the process exit code (0 done, 1 an error already
+/// reported, 130 interrupted by SIGINT after saving a checkpoint).
+int runTraining(const Plan &plan, const TrainOptions &options);
+
+/// The checkpoint folder `path` names: itself if it holds
+/// model.safetensors, else its step-N subfolder with the largest N.
+std::optional<std::string> findCheckpoint(const std::string &path,
+                                          std::string &error);
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_TRAINER_H

@@ -1,0 +1,470 @@
+//===- Safetensors.cpp - Reading and writing safetensors files ------------===//
+//
+// The header is parsed with nlohmann::json's non-throwing parse and every
+// field is type-checked before use, so no input reaches a throwing accessor.
+// All offsets are checked against the file's size before any tensor is
+// allocated: a file can only make the reader allocate about its own size.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <set>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// Tensor bytes are copied to and from memory as they are: the file is
+// little-endian, so the host must be too.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors I/O assumes a little-endian host");
+
+namespace kiln::runtime {
+
+using nlohmann::json;
+
+namespace {
+constexpr const char *kMetadataKey = "__metadata__";
+// Bounds element counts far below int64 overflow (and any real tensor).
+constexpr uint64_t kMaxElements = uint64_t(1) << 60;
+
+std::string errnoText() { return std::strerror(errno); }
+
+/// Product of `shape`, or nothing when it exceeds kMaxElements.
+std::optional<uint64_t> elementCount(const std::vector<uint64_t> &shape) {
+  uint64_t count = 1;
+  for (uint64_t d : shape)
+    if (d == 0)
+      return 0;
+  for (uint64_t d : shape) {
+    if (d > kMaxElements || count > kMaxElements / d)
+      return std::nullopt;
+    count *= d;
+  }
+  return count;
+}
+
+/// The header's JSON text, padded with spaces so that 8 + its length is a
+/// multiple of 8 (the data then starts 8-byte aligned), or an error.
+std::optional<std::string>
+buildHeader(const std::string &what, const std::vector<FloatTensor> &tensors,
+            const std::map<std::string, std::string> &metadata,
+            std::string &header,
+            std::vector<const FloatTensor *> *inNameOrder = nullptr) {
+  std::vector<const FloatTensor *> sorted;
+  for (const FloatTensor &t : tensors)
+    sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const FloatTensor *a, const FloatTensor *b) {
+              return a->name < b->name;
+            });
+  json j = json::object();
+  uint64_t offset = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const FloatTensor &t = *sorted[i];
+    std::string where = what + ": tensor '" + t.name + "'";
+    if (t.name == kMetadataKey)
+      return where + " has the reserved name " + kMetadataKey;
+    if (i > 0 && sorted[i - 1]->name == t.name)
+      return where + " appears twice";
+    std::vector<uint64_t> dims;
+    for (int64_t d : t.shape) {
+      if (d < 0)
+        return where + " has a negative dimension in shape " +
+               shapeString(t.shape);
+      dims.push_back(static_cast<uint64_t>(d));
+    }
+    std::optional<uint64_t> count = elementCount(dims);
+    if (!count || *count != t.data.size())
+      return where + " has " + std::to_string(t.data.size()) +
+             " values but shape " + shapeString(t.shape) + " needs " +
+             (count ? std::to_string(*count) : std::string("too many"));
+    uint64_t end = offset + *count * sizeof(float);
+    j[t.name] = {{"dtype", "F32"},
+                 {"shape", t.shape},
+                 {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  if (!metadata.empty())
+    j[kMetadataKey] = metadata;
+  // dump() throws only on invalid UTF-8 in a name or metadata string.
+  try {
+    header = j.dump();
+  } catch (const json::exception &) {
+    return what + ": a tensor name or metadata string is not valid UTF-8";
+  }
+  header.append((8 - header.size() % 8) % 8, ' ');
+  if (inNameOrder)
+    *inNameOrder = std::move(sorted);
+  return std::nullopt;
+}
+
+bool writeAll(std::FILE *f, const void *data, size_t bytes) {
+  return bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes;
+}
+
+/// Reads exactly `bytes` at `offset`; false on an error or a short file.
+bool readAt(int fd, uint64_t offset, void *out, size_t bytes) {
+  char *p = static_cast<char *>(out);
+  while (bytes > 0) {
+    ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      if (n == 0)
+        errno = EIO; // the file shrank after it was measured
+      return false;
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+/// One header entry, checked against the data's size.
+struct Entry {
+  std::string name;
+  bool bf16 = false;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0, count = 0;
+};
+
+/// A JSON value that is a non-negative integer (the parser stores those as
+/// unsigned).
+bool isNonNegativeInteger(const json &j) { return j.is_number_unsigned(); }
+
+std::optional<std::string> parseEntry(const std::string &name, const json &j,
+                                      uint64_t dataBytes, Entry &entry) {
+  std::string where = "tensor '" + name + "'";
+  if (!j.is_object())
+    return "the entry of " + where + " is not an object";
+  entry.name = name;
+
+  auto dtype = j.find("dtype");
+  if (dtype == j.end() || !dtype->is_string())
+    return where + " has no dtype string";
+  const std::string &type = dtype->get_ref<const std::string &>();
+  if (type != "F32" && type != "BF16")
+    return where + " has unsupported dtype '" + type +
+           "' (this reader takes F32 and BF16)";
+  entry.bf16 = type == "BF16";
+  uint64_t elementBytes = entry.bf16 ? 2 : 4;
+
+  auto shape = j.find("shape");
+  std::vector<uint64_t> dims;
+  if (shape == j.end() || !shape->is_array())
+    return "the shape of " + where + " is not a list of non-negative integers";
+  for (const json &d : *shape) {
+    if (!isNonNegativeInteger(d))
+      return "the shape of " + where +
+             " is not a list of non-negative integers";
+    dims.push_back(d.get<uint64_t>());
+  }
+  std::optional<uint64_t> count = elementCount(dims);
+  if (!count)
+    return "the shape of " + where + " has too many elements";
+  entry.count = *count;
+  for (uint64_t d : dims)
+    entry.shape.push_back(static_cast<int64_t>(d));
+
+  auto offsets = j.find("data_offsets");
+  if (offsets == j.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !isNonNegativeInteger((*offsets)[0]) ||
+      !isNonNegativeInteger((*offsets)[1]))
+    return "the data_offsets of " + where +
+           " are not a list of two non-negative integers";
+  entry.begin = (*offsets)[0].get<uint64_t>();
+  entry.end = (*offsets)[1].get<uint64_t>();
+  std::string range =
+      "[" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
+  if (entry.begin > entry.end)
+    return "the data_offsets " + range + " of " + where + " decrease";
+  if (entry.end > dataBytes)
+    return "the data_offsets " + range + " of " + where +
+           " reach beyond the data, which has " + std::to_string(dataBytes) +
+           " bytes (is the file truncated?)";
+  if (entry.end - entry.begin != entry.count * elementBytes)
+    return "the data_offsets " + range + " of " + where + " span " +
+           std::to_string(entry.end - entry.begin) + " bytes but shape " +
+           shapeString(entry.shape) + " of " + type + " needs " +
+           std::to_string(entry.count * elementBytes);
+  return std::nullopt;
+}
+
+std::optional<std::string>
+parseMetadata(const json &j, std::map<std::string, std::string> &metadata) {
+  if (!j.is_object())
+    return std::string(kMetadataKey) + " is not an object";
+  for (const auto &[key, value] : j.items()) {
+    if (!value.is_string())
+      return "metadata value of '" + key + "' is not a string";
+    metadata[key] = value.get<std::string>();
+  }
+  return std::nullopt;
+}
+
+/// Tensors with data must occupy disjoint byte ranges. (Gaps are allowed:
+/// they waste space but do not make the file ambiguous.)
+std::optional<std::string> checkDisjoint(std::vector<const Entry *> entries) {
+  entries.erase(std::remove_if(entries.begin(), entries.end(),
+                               [](const Entry *e) { return e->begin == e->end; }),
+                entries.end());
+  std::sort(entries.begin(), entries.end(), [](const Entry *a, const Entry *b) {
+    return a->begin < b->begin;
+  });
+  for (size_t i = 1; i < entries.size(); ++i)
+    if (entries[i]->begin < entries[i - 1]->end)
+      return "tensors '" + entries[i - 1]->name + "' and '" +
+             entries[i]->name + "' overlap in the data";
+  return std::nullopt;
+}
+
+/// Parses the header text into checked entries (in name order) and
+/// metadata. `dataBytes` is the size of the data section.
+std::optional<std::string>
+parseHeader(const std::string &text, uint64_t dataBytes,
+            std::vector<Entry> &entries,
+            std::map<std::string, std::string> &metadata) {
+  // A JSON object keeps only the last of repeated keys; a repeated tensor
+  // name is an ambiguous file, so the parser callback notices it.
+  std::set<std::string> keys;
+  std::string repeated;
+  json::parser_callback_t noteKeys = [&](int depth, json::parse_event_t event,
+                                         json &parsed) {
+    if (event == json::parse_event_t::key && depth == 1 &&
+        !keys.insert(parsed.get<std::string>()).second && repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
+  json j = json::parse(text, noteKeys, /*allow_exceptions=*/false);
+  // The parser stops at a NUL byte as at the end of its input, which would
+  // accept anything after one.
+  if (j.is_discarded() || text.find('\0') != std::string::npos)
+    return std::string("the header is not valid JSON");
+  if (!j.is_object())
+    return std::string("the header is not a JSON object");
+  if (!repeated.empty())
+    return "the header names '" + repeated + "' twice";
+  for (const auto &[name, value] : j.items()) {
+    if (name == kMetadataKey) {
+      if (auto error = parseMetadata(value, metadata))
+        return error;
+      continue;
+    }
+    Entry entry;
+    if (auto error = parseEntry(name, value, dataBytes, entry))
+      return error;
+    entries.push_back(std::move(entry));
+  }
+  std::vector<const Entry *> pointers;
+  for (const Entry &e : entries)
+    pointers.push_back(&e);
+  return checkDisjoint(std::move(pointers));
+}
+
+/// Reads one checked entry's data, widening BF16 to float.
+bool readTensor(int fd, uint64_t dataStart, const Entry &entry,
+                FloatTensor &tensor) {
+  tensor.name = entry.name;
+  tensor.shape = entry.shape;
+  tensor.data.resize(entry.count);
+  uint64_t offset = dataStart + entry.begin;
+  if (!entry.bf16)
+    return readAt(fd, offset, tensor.data.data(), entry.count * 4);
+  std::vector<uint16_t> halves(entry.count);
+  if (!readAt(fd, offset, halves.data(), entry.count * 2))
+    return false;
+  for (uint64_t i = 0; i < entry.count; ++i) {
+    uint32_t bits = uint32_t(halves[i]) << 16;
+    std::memcpy(&tensor.data[i], &bits, sizeof bits);
+  }
+  return true;
+}
+} // namespace
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+//===----------------------------------------------------------------------===//
+// AtomicFile
+//===----------------------------------------------------------------------===//
+
+AtomicFile::AtomicFile(std::string path)
+    : target(std::move(path)),
+      temp(target + ".tmp." + std::to_string(::getpid())) {}
+
+AtomicFile::~AtomicFile() {
+  if (!committed)
+    ::unlink(temp.c_str());
+}
+
+std::optional<std::string>
+AtomicFile::write(const std::function<bool(std::FILE *)> &fill) {
+  written = false;
+  std::FILE *f = std::fopen(temp.c_str(), "wb");
+  if (!f)
+    return "cannot save '" + target + "': cannot create '" + temp +
+           "': " + errnoText();
+  // Each step's errno is read before the next call can change it; a failed
+  // write may only show at the flush (buffering) or the close (NFS).
+  std::string failed;
+  if (!fill(f) || std::ferror(f))
+    failed = "cannot write '" + temp + "': " + errnoText();
+  else if (std::fflush(f) != 0)
+    failed = "cannot write '" + temp + "': " + errnoText();
+  else if (::fsync(::fileno(f)) != 0)
+    failed = "cannot sync '" + temp + "': " + errnoText();
+  if (std::fclose(f) != 0 && failed.empty())
+    failed = "cannot close '" + temp + "': " + errnoText();
+  if (!failed.empty()) {
+    ::unlink(temp.c_str());
+    return "cannot save '" + target + "': " + failed;
+  }
+  written = true;
+  return std::nullopt;
+}
+
+std::optional<std::string> AtomicFile::commit() {
+  if (!written)
+    return "cannot save '" + target + "': nothing was written";
+  if (std::rename(temp.c_str(), target.c_str()) != 0) {
+    std::string error = "cannot save '" + target + "': cannot rename '" +
+                        temp + "' over it: " + errnoText();
+    ::unlink(temp.c_str());
+    return error;
+  }
+  committed = true;
+  // The rename is durable once the directory is synced. This is best effort:
+  // the new file is already in place, so a failure here is not a failed save.
+  std::string dir = target.substr(0, target.find_last_of('/') + 1);
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> writeFileAtomically(const std::string &path,
+                                               const std::string &bytes) {
+  AtomicFile file(path);
+  if (auto error = file.write([&](std::FILE *f) {
+        return writeAll(f, bytes.data(), bytes.size());
+      }))
+    return error;
+  return file.commit();
+}
+
+//===----------------------------------------------------------------------===//
+// Writing and reading
+//===----------------------------------------------------------------------===//
+
+std::optional<std::string>
+checkWritable(const std::string &what, const std::vector<FloatTensor> &tensors,
+              const std::map<std::string, std::string> &metadata) {
+  std::string header;
+  return buildHeader(what, tensors, metadata, header);
+}
+
+std::optional<std::string>
+stageSafetensors(AtomicFile &file, const std::vector<FloatTensor> &tensors,
+                 const std::map<std::string, std::string> &metadata) {
+  std::string header;
+  std::vector<const FloatTensor *> sorted;
+  if (auto error = buildHeader(file.path(), tensors, metadata, header, &sorted))
+    return error;
+  return file.write([&](std::FILE *f) {
+    unsigned char length[8];
+    for (int i = 0; i < 8; ++i)
+      length[i] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
+    if (!writeAll(f, length, sizeof length) ||
+        !writeAll(f, header.data(), header.size()))
+      return false;
+    for (const FloatTensor *t : sorted)
+      if (!writeAll(f, t->data.data(), t->data.size() * sizeof(float)))
+        return false;
+    return true;
+  });
+}
+
+std::optional<std::string>
+writeSafetensors(const std::string &path,
+                 const std::vector<FloatTensor> &tensors,
+                 const std::map<std::string, std::string> &metadata) {
+  AtomicFile file(path);
+  if (auto error = stageSafetensors(file, tensors, metadata))
+    return error;
+  return file.commit();
+}
+
+std::optional<SafetensorsContents> readSafetensors(const std::string &path,
+                                                   std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = path + ": " + what;
+    return std::nullopt;
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error = "cannot open '" + path + "': " + errnoText();
+    return std::nullopt;
+  }
+  FdCloser closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
+    return fail("cannot stat: " + errnoText());
+  if (!S_ISREG(st.st_mode))
+    return fail("not a regular file");
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8)
+    return fail("the file has " + std::to_string(size) +
+                " bytes, too short for the 8-byte header length");
+
+  unsigned char length[8];
+  if (!readAt(fd, 0, length, sizeof length))
+    return fail("cannot read: " + errnoText());
+  uint64_t headerBytes = 0;
+  for (int i = 0; i < 8; ++i)
+    headerBytes |= uint64_t(length[i]) << (8 * i);
+  if (headerBytes > kMaxSafetensorsHeaderBytes)
+    return fail("the header length " + std::to_string(headerBytes) +
+                " is absurd (more than 100 MB); not a safetensors file?");
+  if (headerBytes > size - 8)
+    return fail("the header length " + std::to_string(headerBytes) +
+                " is larger than the file (" + std::to_string(size) +
+                " bytes)");
+
+  std::string header(headerBytes, '\0');
+  if (!readAt(fd, 8, header.data(), header.size()))
+    return fail("cannot read the header: " + errnoText());
+  uint64_t dataStart = 8 + headerBytes;
+  std::vector<Entry> entries;
+  SafetensorsContents contents;
+  if (auto what = parseHeader(header, size - dataStart, entries,
+                              contents.metadata))
+    return fail(*what);
+
+  for (const Entry &entry : entries) {
+    FloatTensor tensor;
+    if (!readTensor(fd, dataStart, entry, tensor))
+      return fail("cannot read tensor '" + entry.name + "': " + errnoText());
+    contents.tensors.push_back(std::move(tensor));
+  }
+  return contents;
+}
+
+} // namespace kiln::runtime

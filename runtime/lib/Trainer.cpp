@@ -1,0 +1,337 @@
+//===- Trainer.cpp - The training loop over a compiled plan ---------------===//
+//
+// Batches are a function of (seed, step) and the optimizer state is saved
+// whole, so resuming from the checkpoint of step N repeats steps N+1, ...
+// bit for bit on the same backend and thread count.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Trainer.h"
+#include "kiln/Runtime/Checkpoint.h"
+#include "kiln/Runtime/Cpu/Common.h"
+#include "kiln/Runtime/CpuExecutor.h"
+#include "kiln/Runtime/Data.h"
+#include "kiln/Runtime/LossPlot.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace kiln::runtime {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+volatile std::sig_atomic_t interrupted = 0;
+void onInterrupt(int) { interrupted = 1; }
+
+int fail(const std::string &message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string formatDuration(double seconds) {
+  char buf[32];
+  int s = static_cast<int>(seconds + 0.5);
+  std::snprintf(buf, sizeof buf, "%d:%02d:%02d", s / 3600, s / 60 % 60,
+                s % 60);
+  return buf;
+}
+
+/// Optimizer moments are the states named exp_avg.<param> and
+/// exp_avg_sq.<param>; every other state is a parameter.
+bool isOptimizerState(const std::string &name) {
+  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
+}
+
+/// The shapes a checkpoint of this plan must hold.
+void expectedShapes(const Plan &plan,
+                    std::map<std::string, std::vector<int64_t>> &model,
+                    std::map<std::string, std::vector<int64_t>> &optimizer) {
+  for (const PlanValue &v : plan.values)
+    if (v.kind == PlanValue::State)
+      (isOptimizerState(v.name) ? optimizer : model)[v.name] = v.shape;
+}
+
+/// Mean loss over `batches` fixed validation batches.
+std::optional<double> validationLoss(CpuExecutor &exec,
+                                     const std::vector<uint32_t> &tokens,
+                                     const Split &split, int64_t batch,
+                                     int64_t seq, uint64_t seed,
+                                     int64_t batches, std::string &error) {
+  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    fillBatch(tokens, split.validBegin, split.validEnd, batch, seq, seed,
+              (uint64_t(1) << 40) + i, in.data(), tg.data());
+    auto out = exec.run("eval_loss", in, tg, 1, error);
+    if (!out)
+      return std::nullopt;
+    sum += out->at("loss")[0];
+  }
+  return sum / batches;
+}
+
+class Run {
+public:
+  Run(const Plan &plan, const TrainOptions &options, CpuExecutor &exec)
+      : plan(plan), options(options), exec(exec) {}
+
+  std::optional<std::string> save(int64_t step);
+  std::optional<std::string> restore(const std::string &dir, int64_t &step);
+
+private:
+  const Plan &plan;
+  const TrainOptions &options;
+  CpuExecutor &exec;
+};
+
+std::optional<std::string> Run::save(int64_t step) {
+  Checkpoint c;
+  c.step = step;
+  c.metadata["seed"] = std::to_string(options.training.seed);
+  for (const PlanValue &v : plan.values)
+    if (v.kind == PlanValue::State)
+      (isOptimizerState(v.name) ? c.optimizer : c.model)
+          .push_back({v.name, v.shape, *exec.state(v.name)});
+  std::string dir = options.outDir + "/" + options.training.checkpointFolder +
+                    "/step-" + std::to_string(step);
+  if (std::optional<std::string> error = saveCheckpoint(dir, c))
+    return error;
+  if (!options.configText.empty())
+    if (std::optional<std::string> error =
+            writeFileAtomically(dir + "/config.toml", options.configText))
+      return error;
+  return std::nullopt;
+}
+
+std::optional<std::string> Run::restore(const std::string &path,
+                                        int64_t &step) {
+  std::string error;
+  std::optional<std::string> dir = findCheckpoint(path, error);
+  if (!dir)
+    return error;
+  std::map<std::string, std::vector<int64_t>> model, optimizer;
+  expectedShapes(plan, model, optimizer);
+  std::optional<Checkpoint> c = loadCheckpoint(*dir, model, optimizer, error);
+  if (!c)
+    return error;
+  for (const auto *part : {&c->model, &c->optimizer})
+    for (const CheckpointTensor &t : *part)
+      *exec.state(t.name) = t.data;
+  step = c->step;
+  std::printf("resumed from %s (step %lld)\n", dir->c_str(),
+              static_cast<long long>(step));
+  return std::nullopt;
+}
+
+/// Keeps the metrics lines of steps <= `step` (a resumed run rewrites what
+/// came after its checkpoint).
+void truncateMetrics(const std::string &path, int64_t step) {
+  std::ifstream in(path);
+  if (!in)
+    return;
+  std::stringstream kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    long long s = 0;
+    if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) == 1 && s <= step)
+      kept << line << "\n";
+  }
+  in.close();
+  (void)writeFileAtomically(path, kept.str());
+}
+
+} // namespace
+
+std::optional<std::string> findCheckpoint(const std::string &path,
+                                          std::string &error) {
+  std::error_code ec;
+  if (fs::is_regular_file(path + "/model.safetensors", ec))
+    return path;
+  if (!fs::is_directory(path, ec)) {
+    error = "cannot resume: '" + path + "' is not a folder";
+    return std::nullopt;
+  }
+  long long best = -1;
+  std::string found;
+  for (const fs::directory_entry &e : fs::directory_iterator(path, ec)) {
+    std::string name = e.path().filename().string();
+    long long n = -1;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "step-%lld%c", &n, &tail) == 1 && n > best &&
+        fs::is_regular_file(e.path() / "model.safetensors", ec)) {
+      best = n;
+      found = e.path().string();
+    }
+  }
+  if (best < 0) {
+    error = "cannot resume: no checkpoint in '" + path +
+            "' (expected model.safetensors or step-N folders holding it)";
+    return std::nullopt;
+  }
+  return found;
+}
+
+int runTraining(const Plan &plan, const TrainOptions &options) {
+  const TrainingSpec &t = options.training;
+  const PlanValue *tokensValue = plan.named(PlanValue::Input, "tokens");
+  if (!tokensValue || tokensValue->shape.size() != 2 ||
+      !plan.entry("train_step") || !plan.entry("eval_loss"))
+    return fail("the plan has no train_step/eval_loss over [batch, seq] "
+                "tokens");
+  int64_t batch = tokensValue->shape[0], seq = tokensValue->shape[1];
+
+  std::string error;
+  std::optional<std::vector<uint32_t>> tokens =
+      loadTokens(t.data, plan.vocabSize, error);
+  if (!tokens)
+    return fail(error);
+  std::optional<Split> split = splitTokens(tokens->size(), seq, error);
+  if (!split)
+    return fail(error);
+  if (split->trainEnd - split->trainBegin <= size_t(seq))
+    return fail("'" + t.data + "' is too short: the training part holds " +
+                std::to_string(split->trainEnd - split->trainBegin) +
+                " tokens, fewer than one sequence of " +
+                std::to_string(seq + 1));
+
+  cpu::setCpuThreads(options.threads > 0
+                         ? options.threads
+                         : std::max(1u, std::thread::hardware_concurrency()));
+  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
+  if (!exec)
+    return fail(error);
+  exec->setCheckNumerics(options.checkNumerics);
+  uint64_t seed = static_cast<uint64_t>(t.seed);
+  exec->initialize(seed);
+
+  Run run(plan, options, *exec);
+  int64_t done = 0;
+  if (!options.resume.empty())
+    if (std::optional<std::string> failure = run.restore(options.resume, done))
+      return fail(*failure);
+  if (done > t.steps)
+    return fail("the checkpoint is from step " + std::to_string(done) +
+                ", past the " + std::to_string(t.steps) + " steps to train");
+
+  std::error_code ec;
+  fs::create_directories(options.outDir, ec);
+  if (ec)
+    return fail("cannot create '" + options.outDir + "': " + ec.message());
+  std::string metricsPath = options.outDir + "/metrics.jsonl";
+  if (done > 0)
+    truncateMetrics(metricsPath, done);
+  std::ofstream metrics(metricsPath, done > 0 ? std::ios::app
+                                              : std::ios::trunc);
+  if (!metrics)
+    return fail("cannot write '" + metricsPath + "'");
+
+  std::printf("%s%lld steps of %lldx%lld tokens, %zu tokens of data, %d "
+              "threads, output in %s\n",
+              options.title.c_str(), static_cast<long long>(t.steps),
+              static_cast<long long>(batch), static_cast<long long>(seq),
+              tokens->size(), cpu::cpuThreads(), options.outDir.c_str());
+  std::fflush(stdout);
+
+  interrupted = 0;
+  auto previous = std::signal(SIGINT, onInterrupt);
+  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  auto began = Clock::now();
+  int64_t step = done + 1;
+  for (; step <= t.steps && !interrupted; ++step) {
+    fillBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq, seed,
+              step, in.data(), tg.data());
+    auto t0 = Clock::now();
+    auto result = exec->run("train_step", in, tg, step, error);
+    if (!result)
+      return fail("step " + std::to_string(step) + ": " + error +
+                  "; no checkpoint written for this step");
+    double loss = result->at("loss")[0];
+    double norm = result->at("grad_norm")[0];
+    double lr = result->at("lr")[0];
+    if (!std::isfinite(loss) || !std::isfinite(norm))
+      return fail("step " + std::to_string(step) + ": the " +
+                  (std::isfinite(loss) ? "gradient norm" : "loss") +
+                  " is not finite");
+    double tokensPerSecond = batch * seq / secondsSince(t0);
+    metrics << "{\"step\": " << step << ", \"loss\": " << loss
+            << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
+            << ", \"tokens_per_s\": " << tokensPerSecond << "}\n";
+
+    std::optional<double> valid;
+    if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
+      valid = validationLoss(*exec, *tokens, *split, batch, seq, seed,
+                             t.evalSteps, error);
+      if (!valid)
+        return fail("validation at step " + std::to_string(step) + ": " +
+                    error);
+      metrics << "{\"step\": " << step << ", \"val_loss\": " << *valid
+              << "}\n";
+    }
+    metrics.flush();
+
+    bool checkpointNow =
+        t.checkpointInterval > 0 && step % t.checkpointInterval == 0;
+    if (checkpointNow || step == t.steps)
+      if (std::optional<std::string> failure = run.save(step))
+        return fail("checkpoint at step " + std::to_string(step) + ": " +
+                    *failure);
+
+    double eta = secondsSince(began) / (step - done) * (t.steps - step);
+    if (options.progressBar) {
+      int width = 30;
+      int filled = static_cast<int>(width * step / t.steps);
+      std::printf("\r[%s%s] step %lld/%lld loss %.4f %.0f tok/s ETA %s   ",
+                  std::string(filled, '#').c_str(),
+                  std::string(width - filled, ' ').c_str(),
+                  static_cast<long long>(step),
+                  static_cast<long long>(t.steps), loss, tokensPerSecond,
+                  formatDuration(eta).c_str());
+      if (valid || step == t.steps)
+        std::printf("\n");
+    }
+    if (!options.progressBar || valid) {
+      std::printf("step %lld loss %.4f lr %.2e grad_norm %.3f %.0f tok/s",
+                  static_cast<long long>(step), loss, lr, norm,
+                  tokensPerSecond);
+      if (valid)
+        std::printf(" val_loss %.4f", *valid);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+  std::signal(SIGINT, previous);
+  metrics.close();
+
+  int64_t last = step - 1;
+  if (interrupted) {
+    std::printf("\ninterrupted after step %lld\n", static_cast<long long>(last));
+    if (last > done)
+      if (std::optional<std::string> failure = run.save(last))
+        return fail("checkpoint at step " + std::to_string(last) + ": " +
+                    *failure);
+  }
+  if (last > done)
+    std::printf("checkpoint: %s/%s/step-%lld\n", options.outDir.c_str(),
+                t.checkpointFolder.c_str(), static_cast<long long>(last));
+  std::string png = options.outDir + "/loss.png";
+  if (std::optional<std::string> failure = plotLossCurve(metricsPath, png))
+    std::fprintf(stderr, "warning: no loss curve: %s\n", failure->c_str());
+  else
+    std::printf("loss curve: %s\n", png.c_str());
+  return interrupted ? 130 : 0;
+}
+
+} // namespace kiln::runtime
