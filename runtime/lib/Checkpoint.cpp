@@ -138,10 +138,11 @@ std::optional<Checkpoint> loadCheckpoint(const std::string &dir,
   if (!optimizerStep)
     return std::nullopt;
   if (*modelStep != *optimizerStep) {
-    error = "checkpoint '" + dir + "' is inconsistent: " +
-            kModelCheckpointFile + " is at step " + std::to_string(*modelStep) +
-            " but " + kOptimizerCheckpointFile + " at step " +
-            std::to_string(*optimizerStep) + " (an interrupted save?)";
+    error = "checkpoint '" + dir +
+            "' is inconsistent: " + kModelCheckpointFile + " is at step " +
+            std::to_string(*modelStep) + " but " + kOptimizerCheckpointFile +
+            " at step " + std::to_string(*optimizerStep) +
+            " (an interrupted save?)";
     return std::nullopt;
   }
   if (!checkTensors(modelPath, model->tensors, expectedModel, error) ||

@@ -106,7 +106,38 @@ void narrow(const float *from, const View &to) {
   for (int64_t i = 0; i < n; ++i)
     bits[i] = cpu::toBf16Bits(from[i]);
 }
+/// "NaN in its result 0 at element 12", or empty when every float result is
+/// finite.
+std::string firstNonFinite(const std::vector<View> &results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (results[r].dtype != DType::F32)
+      continue;
+    const float *x = results[r].f32();
+    for (int64_t e = 0, n = results[r].numElements(); e < n; ++e)
+      if (!std::isfinite(x[e]))
+        return std::string(std::isnan(x[e]) ? "NaN" : "infinity") +
+               " in its result " + std::to_string(r) + " at element " +
+               std::to_string(e);
+  }
+  return "";
+}
 } // namespace
+
+/// The op, the first persistent tensor it reads, and its location (the
+/// model component and the model file's line): "linear at
+/// model.layers.0.mlp.down_proj at llama3-debug:8:1", "cast of
+/// model.norm.weight at llama3-debug:2:2".
+std::string CpuExecutor::describeStep(const PlanStep &step) const {
+  std::string text = step.op;
+  for (int64_t id : step.operands)
+    if (planRef.values[id].kind == PlanValue::State) {
+      text += " of " + planRef.values[id].name;
+      break;
+    }
+  if (!step.loc.empty())
+    text += " at " + step.loc;
+  return text;
+}
 
 std::optional<std::map<std::string, std::vector<float>>>
 CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
@@ -142,16 +173,10 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     }
     std::string failure = findCpuOp(s.op)(s, operands, results);
     if (failure.empty() && checkNumerics)
-      for (const View &r : results)
-        if (r.dtype == DType::F32)
-          for (int64_t e = 0, n = r.numElements(); e < n; ++e)
-            if (!std::isfinite(r.f32()[e])) {
-              failure = "produced a non-finite value";
-              break;
-            }
+      failure = firstNonFinite(results);
     if (!failure.empty()) {
-      error = name + " step " + std::to_string(i) + " (" + s.op + ", " +
-              s.loc + "): " + failure;
+      error = "op " + std::to_string(i) + " of " + name + ", " +
+              describeStep(s) + ": " + failure;
       return std::nullopt;
     }
     for (size_t k = 0; k < stored.size(); ++k)

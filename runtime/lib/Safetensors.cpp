@@ -85,9 +85,8 @@ buildHeader(const std::string &what, const std::vector<FloatTensor> &tensors,
              " values but shape " + shapeString(t.shape) + " needs " +
              (count ? std::to_string(*count) : std::string("too many"));
     uint64_t end = offset + *count * sizeof(float);
-    j[t.name] = {{"dtype", "F32"},
-                 {"shape", t.shape},
-                 {"data_offsets", {offset, end}}};
+    j[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   if (!metadata.empty())
@@ -186,8 +185,8 @@ std::optional<std::string> parseEntry(const std::string &name, const json &j,
            " are not a list of two non-negative integers";
   entry.begin = (*offsets)[0].get<uint64_t>();
   entry.end = (*offsets)[1].get<uint64_t>();
-  std::string range =
-      "[" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
+  std::string range = "[" + std::to_string(entry.begin) + ", " +
+                      std::to_string(entry.end) + "]";
   if (entry.begin > entry.end)
     return "the data_offsets " + range + " of " + where + " decrease";
   if (entry.end > dataBytes)
@@ -217,16 +216,16 @@ parseMetadata(const json &j, std::map<std::string, std::string> &metadata) {
 /// Tensors with data must occupy disjoint byte ranges. (Gaps are allowed:
 /// they waste space but do not make the file ambiguous.)
 std::optional<std::string> checkDisjoint(std::vector<const Entry *> entries) {
-  entries.erase(std::remove_if(entries.begin(), entries.end(),
-                               [](const Entry *e) { return e->begin == e->end; }),
-                entries.end());
-  std::sort(entries.begin(), entries.end(), [](const Entry *a, const Entry *b) {
-    return a->begin < b->begin;
-  });
+  entries.erase(
+      std::remove_if(entries.begin(), entries.end(),
+                     [](const Entry *e) { return e->begin == e->end; }),
+      entries.end());
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry *a, const Entry *b) { return a->begin < b->begin; });
   for (size_t i = 1; i < entries.size(); ++i)
     if (entries[i]->begin < entries[i - 1]->end)
-      return "tensors '" + entries[i - 1]->name + "' and '" +
-             entries[i]->name + "' overlap in the data";
+      return "tensors '" + entries[i - 1]->name + "' and '" + entries[i]->name +
+             "' overlap in the data";
   return std::nullopt;
 }
 
@@ -343,8 +342,8 @@ std::optional<std::string> AtomicFile::commit() {
   if (!written)
     return "cannot save '" + target + "': nothing was written";
   if (std::rename(temp.c_str(), target.c_str()) != 0) {
-    std::string error = "cannot save '" + target + "': cannot rename '" +
-                        temp + "' over it: " + errnoText();
+    std::string error = "cannot save '" + target + "': cannot rename '" + temp +
+                        "' over it: " + errnoText();
     ::unlink(temp.c_str());
     return error;
   }
@@ -391,7 +390,8 @@ stageSafetensors(AtomicFile &file, const std::vector<FloatTensor> &tensors,
   return file.write([&](std::FILE *f) {
     unsigned char length[8];
     for (int i = 0; i < 8; ++i)
-      length[i] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
+      length[i] =
+          static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
     if (!writeAll(f, length, sizeof length) ||
         !writeAll(f, header.data(), header.size()))
       return false;
@@ -454,8 +454,8 @@ std::optional<SafetensorsContents> readSafetensors(const std::string &path,
   uint64_t dataStart = 8 + headerBytes;
   std::vector<Entry> entries;
   SafetensorsContents contents;
-  if (auto what = parseHeader(header, size - dataStart, entries,
-                              contents.metadata))
+  if (auto what =
+          parseHeader(header, size - dataStart, entries, contents.metadata))
     return fail(*what);
 
   for (const Entry &entry : entries) {

@@ -128,8 +128,14 @@ std::optional<std::string> Run::restore(const std::string &path,
   if (!c)
     return error;
   for (const auto *part : {&c->model, &c->optimizer})
-    for (const CheckpointTensor &t : *part)
+    for (const CheckpointTensor &t : *part) {
+      for (size_t e = 0; e < t.data.size(); ++e)
+        if (!std::isfinite(t.data[e]))
+          return *dir + ": tensor '" + t.name + "' holds " +
+                 (std::isnan(t.data[e]) ? "NaN" : "infinity") +
+                 " at element " + std::to_string(e);
       *exec.state(t.name) = t.data;
+    }
   step = c->step;
   std::printf("resumed from %s (step %lld)\n", dir->c_str(),
               static_cast<long long>(step));

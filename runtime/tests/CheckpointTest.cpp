@@ -61,8 +61,9 @@ std::vector<float> awkwardValues(size_t n) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i)
     v[i] = std::nextafter(0.1f * float(i) - 0.3f, 1.0f);
-  const float special[] = {-0.0f, bitsToFloat(0x7fc01234), // NaN, payload
-                           INFINITY, -INFINITY, bitsToFloat(1)}; // denormal
+  // -0, a NaN with a payload, the infinities, the smallest denormal.
+  const float special[] = {-0.0f, bitsToFloat(0x7fc01234), INFINITY, -INFINITY,
+                           bitsToFloat(1)};
   for (size_t i = 0; i < n && i < 5; ++i)
     v[i] = special[i];
   return v;
@@ -199,11 +200,10 @@ TEST_F(CheckpointTest, WrittenFileIsSafetensors) {
   nlohmann::json j = nlohmann::json::parse(header, nullptr, false);
   ASSERT_TRUE(j.is_object());
   ASSERT_TRUE(j.contains("__metadata__"));
-  EXPECT_EQ(j["__metadata__"],
-            nlohmann::json({{"format", "pt"},
-                            {"kiln_step", "42"},
-                            {"seed", "7"},
-                            {"model", "llama3-tiny"}}));
+  EXPECT_EQ(j["__metadata__"], nlohmann::json({{"format", "pt"},
+                                               {"kiln_step", "42"},
+                                               {"seed", "7"},
+                                               {"model", "llama3-tiny"}}));
 
   std::vector<CheckpointTensor> sorted = c.model;
   std::sort(sorted.begin(), sorted.end(),
@@ -221,10 +221,11 @@ TEST_F(CheckpointTest, WrittenFileIsSafetensors) {
     // Name order, contiguous, from the start of the data.
     EXPECT_EQ(offsets[0], expectedBegin) << t.name;
     EXPECT_EQ(offsets[1] - offsets[0], t.data.size() * 4) << t.name;
-    if (!t.data.empty())
-      EXPECT_EQ(std::memcmp(data + offsets[0], t.data.data(), t.data.size() * 4),
-                0)
+    if (!t.data.empty()) {
+      EXPECT_EQ(
+          std::memcmp(data + offsets[0], t.data.data(), t.data.size() * 4), 0)
           << t.name;
+    }
     expectedBegin = offsets[1];
   }
   EXPECT_EQ(8 + n + expectedBegin, bytes.size()) << "no trailing bytes";
@@ -259,10 +260,11 @@ TEST_F(CheckpointTest, AcceptsMetadataOnlyAndGaps) {
 
   // Unpadded header, a gap between tensors, a zero-size tensor inside
   // another's range: unusual but unambiguous.
-  writeBytes(file, rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                           R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
-                           R"("c":{"dtype":"F32","shape":[0],"data_offsets":[2,2]}})",
-                           std::string(12, '\0')));
+  writeBytes(file,
+             rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+                     R"("c":{"dtype":"F32","shape":[0],"data_offsets":[2,2]}})",
+                     std::string(12, '\0')));
   contents = readSafetensors(file, error);
   ASSERT_TRUE(contents) << error;
   EXPECT_EQ(contents->tensors.size(), 3u);
@@ -294,9 +296,9 @@ TEST_F(CheckpointTest, BadFilesAreOneLineErrors) {
   expectBad(rawFile(R"({"w": 3})", ""), "entry of tensor 'w' is not an object");
   expectBad(rawFile(entry(R"("shape":[2],"data_offsets":[0,8])"), eight),
             "no dtype");
-  expectBad(
-      rawFile(entry(R"("dtype":"F16","shape":[4],"data_offsets":[0,8])"), eight),
-      "unsupported dtype 'F16'");
+  expectBad(rawFile(entry(R"("dtype":"F16","shape":[4],"data_offsets":[0,8])"),
+                    eight),
+            "unsupported dtype 'F16'");
   expectBad(
       rawFile(entry(R"("dtype":"Q7","shape":[4],"data_offsets":[0,8])"), eight),
       "unsupported dtype 'Q7'");
@@ -304,16 +306,16 @@ TEST_F(CheckpointTest, BadFilesAreOneLineErrors) {
       rawFile(entry(R"("dtype":7,"shape":[4],"data_offsets":[0,8])"), eight),
       "no dtype");
   for (const char *shape : {"3", "[-2]", "[2.0]", "[\"2\"]", "[[2]]", "null"})
-    expectBad(rawFile(entry(f32 + "\"shape\":" + shape +
-                            R"(,"data_offsets":[0,8])"),
-                      eight),
-              "not a list of non-negative integers");
+    expectBad(
+        rawFile(entry(f32 + "\"shape\":" + shape + R"(,"data_offsets":[0,8])"),
+                eight),
+        "not a list of non-negative integers");
   expectBad(rawFile(entry(f32 + R"("data_offsets":[0,8])"), eight),
             "not a list of non-negative integers");
   for (const char *offsets : {"[0]", "[0,4,8]", "[-1,7]", "[0,8.0]", "{}"})
-    expectBad(rawFile(entry(f32 + R"("shape":[2],"data_offsets":)" + offsets),
-                      eight),
-              "not a list of two non-negative integers");
+    expectBad(
+        rawFile(entry(f32 + R"("shape":[2],"data_offsets":)" + offsets), eight),
+        "not a list of two non-negative integers");
   expectBad(rawFile(entry(f32 + R"("shape":[2])"), eight),
             "not a list of two non-negative integers");
   expectBad(rawFile(entry(f32 + R"("shape":[0],"data_offsets":[8,4])"), eight),
@@ -322,9 +324,9 @@ TEST_F(CheckpointTest, BadFilesAreOneLineErrors) {
             "beyond the data");
   expectBad(rawFile(entry(f32 + R"("shape":[3],"data_offsets":[0,8])"), eight),
             "span 8 bytes but shape [3] of F32 needs 12");
-  expectBad(
-      rawFile(entry(R"("dtype":"BF16","shape":[2],"data_offsets":[0,8])"), eight),
-      "needs 4");
+  expectBad(rawFile(entry(R"("dtype":"BF16","shape":[2],"data_offsets":[0,8])"),
+                    eight),
+            "needs 4");
   // Shapes whose byte count would overflow must not allocate or wrap.
   expectBad(rawFile(entry(f32 + R"("shape":[4294967296,4294967296,4294967296],)"
                                 R"("data_offsets":[0,8])"),
@@ -466,7 +468,8 @@ TEST_F(CheckpointTest, FailedSaveWhenDirIsAFile) {
   writeBytes(file, "keep me");
   auto error = saveCheckpoint(file, sampleCheckpoint(1));
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("cannot create checkpoint directory"), std::string::npos)
+  EXPECT_NE(error->find("cannot create checkpoint directory"),
+            std::string::npos)
       << *error;
   EXPECT_EQ(readBytes(file), "keep me");
   error = saveCheckpoint(file + "/sub", sampleCheckpoint(1));
@@ -497,11 +500,12 @@ TEST_F(CheckpointTest, StepMismatchIsDetected) {
   ASSERT_EQ(saveCheckpoint(path("a"), c), std::nullopt);
   ASSERT_EQ(saveCheckpoint(path("b"), sampleCheckpoint(2)), std::nullopt);
   // As if a save had replaced only the optimizer file.
-  fs::copy_file(path("b/optimizer.safetensors"), path("a/optimizer.safetensors"),
+  fs::copy_file(path("b/optimizer.safetensors"),
+                path("a/optimizer.safetensors"),
                 fs::copy_options::overwrite_existing);
   std::string error;
-  EXPECT_FALSE(
-      loadCheckpoint(path("a"), shapesOf(c.model), shapesOf(c.optimizer), error));
+  EXPECT_FALSE(loadCheckpoint(path("a"), shapesOf(c.model),
+                              shapesOf(c.optimizer), error));
   EXPECT_NE(error.find("inconsistent"), std::string::npos) << error;
   EXPECT_NE(error.find("model.safetensors is at step 1"), std::string::npos)
       << error;
@@ -520,9 +524,9 @@ TEST_F(CheckpointTest, StepMustBeThere) {
   EXPECT_FALSE(loadCheckpoint(dir, {}, {}, error));
   EXPECT_NE(error.find("model.safetensors: no kiln_step"), std::string::npos)
       << error;
-  ASSERT_EQ(writeSafetensors(dir + "/model.safetensors", {},
-                             {{"kiln_step", "3"}}),
-            std::nullopt);
+  ASSERT_EQ(
+      writeSafetensors(dir + "/model.safetensors", {}, {{"kiln_step", "3"}}),
+      std::nullopt);
   EXPECT_FALSE(loadCheckpoint(dir, {}, {}, error));
   EXPECT_NE(error.find("kiln_step 'x1' is not a non-negative integer"),
             std::string::npos)

@@ -20,12 +20,13 @@ std::vector<double> toVector(const torch::Tensor &t) {
                              c.data_ptr<double>() + c.numel());
 }
 
-/// x * rsqrt(mean(x^2) + eps) * w, the mean and rsqrt in float64 whatever
-/// x's dtype (as Kiln and most fused kernels compute the row statistic).
+/// x * rsqrt(mean(x^2) + eps) * w. With `wideStats` the mean and rsqrt are
+/// in float64 whatever x's dtype (as Kiln and most fused kernels compute
+/// the row statistic); without, in x's dtype (as eager PyTorch does).
 torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w,
-                      double eps) {
-  torch::Tensor x64 = x.to(torch::kFloat64);
-  torch::Tensor r = torch::rsqrt(x64.pow(2).mean(-1, /*keepdim=*/true) + eps);
+                      double eps, bool wideStats) {
+  torch::Tensor xs = wideStats ? x.to(torch::kFloat64) : x;
+  torch::Tensor r = torch::rsqrt(xs.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return x * r.to(x.dtype()) * w;
 }
 
@@ -42,9 +43,10 @@ torch::Tensor rope(const torch::Tensor &x, double theta) {
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 3);
 }
 
-/// Causal grouped-query attention on [B, S, H, D] tensors.
+/// Causal grouped-query attention on [B, S, H, D] tensors; the softmax in
+/// float64 with `wideStats`, in q's dtype without.
 torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k,
-                        const torch::Tensor &v) {
+                        const torch::Tensor &v, bool wideStats) {
   int64_t seq = q.size(1), d = q.size(3);
   int64_t rep = q.size(2) / k.size(2);
   torch::Tensor qh = q.transpose(1, 2);
@@ -54,49 +56,67 @@ torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k,
   torch::Tensor mask = torch::ones({seq, seq}, torch::kBool).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
   // Softmax in at least fp32 (Kiln's attention computes in fp32).
-  torch::Tensor p = torch::softmax(scores.to(torch::kFloat64), -1).to(q.dtype());
+  torch::Tensor p =
+      wideStats ? torch::softmax(scores.to(torch::kFloat64), -1).to(q.dtype())
+                : torch::softmax(scores, -1);
   return p.matmul(vh).transpose(1, 2);
 }
-} // namespace
 
-LossAndGrads lossAndGrads(const LlamaShape &s, const Tensors &weights,
-                          const std::vector<int32_t> &tokens,
-                          const std::vector<int32_t> &targets, int64_t batch,
-                          int64_t seq, Precision precision) {
+/// The shape of the parameter `name` (an HF name).
+std::vector<int64_t> parameterShape(const LlamaShape &s,
+                                    const std::string &name) {
+  int64_t hd = s.dim / s.heads;
+  if (name.find("norm") != std::string::npos)
+    return {s.dim};
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
+    return {s.vocab, s.dim};
+  if (name.find("k_proj") != std::string::npos ||
+      name.find("v_proj") != std::string::npos)
+    return {s.kvHeads * hd, s.dim};
+  if (name.find("gate_proj") != std::string::npos ||
+      name.find("up_proj") != std::string::npos)
+    return {s.hidden, s.dim};
+  if (name.find("down_proj") != std::string::npos)
+    return {s.dim, s.hidden};
+  return {s.dim, s.dim};
+}
+
+/// `weights` as leaf tensors requiring gradients, float64 in
+/// Precision::Float64 and float32 otherwise.
+std::map<std::string, torch::Tensor>
+parameters(const LlamaShape &s, const Tensors &weights, Precision precision) {
+  std::map<std::string, torch::Tensor> w;
+  for (const auto &[name, values] : weights)
+    w[name] = fromVector(values, parameterShape(s, name))
+                  .to(precision == Precision::Float64 ? torch::kFloat64
+                                                      : torch::kFloat32)
+                  .requires_grad_(true);
+  return w;
+}
+
+torch::Tensor indices(const std::vector<int32_t> &ids) {
+  return torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()));
+}
+
+/// The mean next-token cross-entropy of the model with parameters `w` on
+/// token ids `tok` and targets `tgt` (int64, batch * seq each), recording
+/// the autograd graph.
+torch::Tensor forwardLoss(const LlamaShape &s,
+                          const std::map<std::string, torch::Tensor> &w,
+                          const torch::Tensor &tok, const torch::Tensor &tgt,
+                          int64_t batch, int64_t seq, Precision precision) {
   bool bf16 = precision == Precision::Float32RoundedToBf16;
-  // R marks a cast point: identity in float64, a round trip through
-  // bfloat16 otherwise (whose backward rounds the incoming gradient too).
+  bool wideStats = precision != Precision::Float32;
+  // R marks a cast point: with bf16 a round trip through bfloat16 (whose
+  // backward rounds the incoming gradient too), otherwise the identity.
   auto R = [&](const torch::Tensor &x) {
     return bf16 ? x.to(torch::kBFloat16).to(torch::kFloat32) : x;
   };
-  torch::NoGradGuard outer;
-  std::map<std::string, torch::Tensor> w;
   int64_t hd = s.dim / s.heads;
-  auto shapeOf = [&](const std::string &name) -> std::vector<int64_t> {
-    if (name.find("norm") != std::string::npos)
-      return {s.dim};
-    if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
-      return {s.vocab, s.dim};
-    if (name.find("k_proj") != std::string::npos ||
-        name.find("v_proj") != std::string::npos)
-      return {s.kvHeads * hd, s.dim};
-    if (name.find("gate_proj") != std::string::npos ||
-        name.find("up_proj") != std::string::npos)
-      return {s.hidden, s.dim};
-    if (name.find("down_proj") != std::string::npos)
-      return {s.dim, s.hidden};
-    return {s.dim, s.dim};
-  };
-  for (const auto &[name, values] : weights)
-    w[name] = fromVector(values, shapeOf(name))
-                  .to(bf16 ? torch::kFloat32 : torch::kFloat64)
-                  .requires_grad_(true);
   // A weight as the compute sees it.
   auto W = [&](const std::string &name) { return R(w.at(name)); };
 
   torch::AutoGradMode grad(true);
-  auto tok = torch::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()));
-  auto tgt = torch::tensor(std::vector<int64_t>(targets.begin(), targets.end()));
   torch::Tensor h = R(W("model.embed_tokens.weight").index_select(0, tok))
                         .view({batch, seq, s.dim});
   // Operands go through R too: a no-op on values already rounded, but its
@@ -106,7 +126,7 @@ LossAndGrads lossAndGrads(const LlamaShape &s, const Tensors &weights,
     return R(R(x).matmul(W(name).t()));
   };
   auto norm = [&](const torch::Tensor &x, const std::string &name) {
-    return R(rmsNorm(R(x), W(name), s.eps));
+    return R(rmsNorm(R(x), W(name), s.eps, wideStats));
   };
   for (int64_t l = 0; l < s.layers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
@@ -117,9 +137,9 @@ LossAndGrads lossAndGrads(const LlamaShape &s, const Tensors &weights,
                           .view({batch, seq, s.kvHeads, hd});
     torch::Tensor v = linear(n, p + "self_attn.v_proj.weight")
                           .view({batch, seq, s.kvHeads, hd});
-    torch::Tensor o =
-        R(attention(R(rope(R(q), s.theta)), R(rope(R(k), s.theta)), R(v)))
-            .reshape({batch, seq, s.dim});
+    torch::Tensor o = R(attention(R(rope(R(q), s.theta)),
+                                  R(rope(R(k), s.theta)), R(v), wideStats))
+                          .reshape({batch, seq, s.dim});
     h = R(R(h) + linear(o, p + "self_attn.o_proj.weight"));
     torch::Tensor n2 = norm(h, p + "post_attention_layernorm.weight");
     torch::Tensor gate =
@@ -130,8 +150,18 @@ LossAndGrads lossAndGrads(const LlamaShape &s, const Tensors &weights,
   torch::Tensor logits =
       linear(norm(h, "model.norm.weight"),
              s.tied ? "model.embed_tokens.weight" : "lm_head.weight");
-  torch::Tensor loss =
-      torch::nn::functional::cross_entropy(logits.view({-1, s.vocab}), tgt);
+  return torch::nn::functional::cross_entropy(logits.view({-1, s.vocab}), tgt);
+}
+} // namespace
+
+LossAndGrads lossAndGrads(const LlamaShape &s, const Tensors &weights,
+                          const std::vector<int32_t> &tokens,
+                          const std::vector<int32_t> &targets, int64_t batch,
+                          int64_t seq, Precision precision) {
+  torch::NoGradGuard outer;
+  std::map<std::string, torch::Tensor> w = parameters(s, weights, precision);
+  torch::Tensor loss = forwardLoss(s, w, indices(tokens), indices(targets),
+                                   batch, seq, precision);
   loss.backward();
 
   LossAndGrads out{loss.item<double>(), {}};
@@ -174,6 +204,59 @@ std::vector<Tensors> adamw(const Tensors &params,
     history.push_back(std::move(now));
   }
   return history;
+}
+
+struct EagerTrainer::State {
+  LlamaShape shape{};
+  int64_t batch = 0, seq = 0;
+  double maxNorm = 0;
+  Precision precision = Precision::Float32;
+  std::map<std::string, torch::Tensor> w;
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+};
+
+EagerTrainer::EagerTrainer(const LlamaShape &s, const Tensors &weights,
+                           int64_t batch, int64_t seq, const AdamWConfig &c,
+                           Precision precision)
+    : state(std::make_unique<State>()) {
+  state->shape = s;
+  state->batch = batch;
+  state->seq = seq;
+  state->maxNorm = c.maxNorm;
+  state->precision = precision;
+  state->w = parameters(s, weights, precision);
+  for (auto &[name, t] : state->w)
+    state->params.push_back(t);
+  // The rate is set again before every step.
+  state->optimizer = std::make_unique<torch::optim::AdamW>(
+      state->params, torch::optim::AdamWOptions(0.0)
+                         .betas({c.beta1, c.beta2})
+                         .eps(c.eps)
+                         .weight_decay(c.weightDecay));
+}
+
+EagerTrainer::~EagerTrainer() = default;
+
+double EagerTrainer::step(const std::vector<int32_t> &tokens,
+                          const std::vector<int32_t> &targets, double lr) {
+  State &st = *state;
+  st.optimizer->zero_grad();
+  torch::Tensor loss =
+      forwardLoss(st.shape, st.w, indices(tokens), indices(targets), st.batch,
+                  st.seq, st.precision);
+  loss.backward();
+  if (st.maxNorm > 0)
+    torch::nn::utils::clip_grad_norm_(st.params, st.maxNorm);
+  for (auto &group : st.optimizer->param_groups())
+    static_cast<torch::optim::AdamWOptions &>(group.options()).lr(lr);
+  st.optimizer->step();
+  return loss.item<double>();
+}
+
+void setTorchThreads(int n) {
+  at::set_num_interop_threads(1);
+  torch::set_num_threads(n < 1 ? 1 : n);
 }
 
 } // namespace oracle

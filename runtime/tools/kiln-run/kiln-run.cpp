@@ -2,17 +2,21 @@
 //
 //   kiln-run --devices            the devices this build can run plans on
 //   kiln-run PLAN --describe      what a plan holds
-//   kiln-run PLAN                 run a plan (not implemented yet: #3)
+//   kiln-run PLAN [options]       train with the plan (kiln/Runtime/Trainer.h)
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Devices.h"
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Trainer.h"
 
 #include <cstring>
+#include <unistd.h>
 #include <iomanip>
 #include <iostream>
+#include <algorithm>
 #include <map>
+#include <optional>
 
 using namespace kiln::runtime;
 
@@ -42,6 +46,78 @@ void describe(const Plan &plan) {
   }
 }
 
+constexpr const char *kUsage =
+    "usage: kiln-run --devices          list the devices this build can run "
+    "plans on\n"
+    "       kiln-run PLAN --describe    what a plan holds\n"
+    "       kiln-run PLAN [--steps N] [--data PATH] [--out DIR] [--resume "
+    "DIR]\n"
+    "                     [--threads N] [--seed N] [--no-check-numerics]\n"
+    "                                   train with a compiled plan (defaults: "
+    "the\n"
+    "                                   plan's training section; --out "
+    "runs/plan)\n";
+
+/// A non-negative integer option value, or nothing after printing why.
+std::optional<int64_t> count(const char *flag, const char *text) {
+  char *end = nullptr;
+  long long v = std::strtoll(text, &end, 10);
+  if (!*text || *end || v < 0) {
+    std::cerr << "error: " << flag << " expects a non-negative integer, got '"
+              << text << "'\n";
+    return std::nullopt;
+  }
+  return v;
+}
+
+int train(const Plan &plan, int argc, char **argv) {
+  TrainOptions options;
+  options.training = plan.training;
+  options.outDir = "runs/plan";
+  options.title = std::string("kiln-run: ") + argv[1] + ", ";
+  options.progressBar = isatty(STDOUT_FILENO);
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--no-check-numerics") {
+      options.checkNumerics = false;
+      continue;
+    }
+    static const char *withValue[] = {"--steps", "--data",    "--out",
+                                      "--resume", "--threads", "--seed"};
+    if (std::find(std::begin(withValue), std::end(withValue), flag) ==
+        std::end(withValue)) {
+      std::cerr << "error: unknown option '" << flag << "' (see kiln-run --help)\n";
+      return 1;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "error: " << flag << " needs a value\n";
+      return 1;
+    }
+    const char *value = argv[++i];
+    if (flag == "--data") {
+      options.training.data = value;
+    } else if (flag == "--out") {
+      options.outDir = value;
+    } else if (flag == "--resume") {
+      options.resume = value;
+    } else {
+      std::optional<int64_t> n = count(flag.c_str(), value);
+      if (!n)
+        return 1;
+      if (flag == "--steps")
+        options.training.steps = *n;
+      else if (flag == "--seed")
+        options.training.seed = *n;
+      else if (*n < 1 || *n > 1024) {
+        std::cerr << "error: --threads expects 1 to 1024\n";
+        return 1;
+      } else
+        options.threads = static_cast<int>(*n);
+    }
+  }
+  return runTraining(plan, options);
+}
+
 int usage() {
   std::cerr << "error: expected --devices, PLAN or PLAN --describe (see "
                "kiln-run --help)\n";
@@ -55,11 +131,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc == 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
-    std::cout << "usage: kiln-run --devices          list the devices this "
-                 "build can run plans on\n"
-                 "       kiln-run PLAN --describe    what a plan holds\n"
-                 "       kiln-run PLAN               run a compiled plan (not "
-                 "implemented yet: issue #3)\n";
+    std::cout << kUsage;
     return 0;
   }
   if (argc < 2 || argv[1][0] == '-')
@@ -74,8 +146,5 @@ int main(int argc, char **argv) {
     describe(*plan);
     return 0;
   }
-  if (argc != 2)
-    return usage();
-  std::cerr << "error: running plans is not implemented yet (issue #3)\n";
-  return 1;
+  return train(*plan, argc, argv);
 }

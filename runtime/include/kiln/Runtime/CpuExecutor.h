@@ -62,6 +62,7 @@ public:
 private:
   explicit CpuExecutor(const Plan &plan);
   View view(int64_t id);
+  std::string describeStep(const PlanStep &step) const;
 
   const Plan &planRef;
   std::map<int64_t, std::vector<float>> states;

@@ -1,0 +1,85 @@
+// Properties of a compiled training step on the CPU backend that the
+// oracle tests do not cover: the op a NaN comes from, and determinism for
+// a given thread count.
+#include "kiln/Compiler/Session.h"
+#include "kiln/Runtime/Cpu/Common.h"
+#include "kiln/Runtime/CpuExecutor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace kiln;
+using namespace kiln::runtime;
+
+namespace {
+Plan compileTiny(const std::vector<std::string> &extra = {}) {
+  std::vector<std::string> sets = {
+      "model.dim=64",          "model.n_layers=2",
+      "model.n_heads=4",       "model.n_kv_heads=2",
+      "training.seq_len=16",   "training.global_batch_size=2",
+      "mixed_precision.param=\"float32\""};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  ModelSession session;
+  EXPECT_TRUE(session.load("llama3-debug", sets));
+  std::optional<std::string> text = session.compilePlan();
+  EXPECT_TRUE(text);
+  std::string error;
+  std::optional<Plan> plan = parsePlan(text ? *text : "", error);
+  EXPECT_TRUE(plan) << error;
+  return plan ? *plan : Plan{};
+}
+
+std::vector<int32_t> someTokens(size_t n, int salt) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i)
+    t[i] = static_cast<int32_t>((i * 37 + salt) % 256);
+  return t;
+}
+} // namespace
+
+TEST(TrainingStep, NonFiniteValueNamesTheOpThatProducedIt) {
+  Plan plan = compileTiny();
+  std::string error;
+  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
+  ASSERT_TRUE(exec) << error;
+  exec->initialize(0);
+  (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
+  std::vector<int32_t> tokens = someTokens(32, 1), targets = someTokens(32, 2);
+
+  exec->setCheckNumerics(true);
+  EXPECT_FALSE(exec->run("train_step", tokens, targets, 1, error));
+  EXPECT_NE(error.find("linear of model.layers.1.mlp.down_proj.weight at "
+                       "model.layers.1.mlp.down_proj"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("in its result 0"), std::string::npos) << error;
+
+  // Unchecked, the step runs and only the loss shows it.
+  exec->initialize(0);
+  (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
+  exec->setCheckNumerics(false);
+  auto out = exec->run("train_step", tokens, targets, 1, error);
+  ASSERT_TRUE(out) << error;
+  EXPECT_FALSE(std::isfinite(out->at("loss")[0]));
+}
+
+TEST(TrainingStep, SameThreadCountSameBits) {
+  Plan plan = compileTiny();
+  std::vector<int32_t> tokens = someTokens(32, 3), targets = someTokens(32, 4);
+  cpu::setCpuThreads(2);
+  std::vector<std::vector<float>> weights;
+  for (int run = 0; run < 2; ++run) {
+    std::string error;
+    std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
+    ASSERT_TRUE(exec) << error;
+    exec->initialize(7);
+    for (int64_t step = 1; step <= 3; ++step)
+      ASSERT_TRUE(exec->run("train_step", tokens, targets, step, error))
+          << error;
+    weights.push_back(*exec->state("model.layers.0.self_attn.q_proj.weight"));
+  }
+  cpu::setCpuThreads(1);
+  EXPECT_EQ(0, std::memcmp(weights[0].data(), weights[1].data(),
+                           weights[0].size() * sizeof(float)));
+}
