@@ -1,12 +1,13 @@
 //===- CpuStepBench.cpp - Kiln's CPU training step vs LibTorch eager ------===//
 //
 // kiln-bench-cpu: times one full training step (forward, backward, gradient
-// clipping, AdamW) of the same model on the same batches and thread count,
-// three ways: Kiln's compiled plan on the CPU executor in fp32, the same
-// with the default bf16 policy, and the LibTorch oracle model
-// (tests/oracle/TorchLlama.h) run eagerly in fp32 with torch::optim::AdamW.
-// All three start from the weights Kiln's executor initialises, so their
-// first-step losses agree, and take turns step by step; docs/perf.md has
+// clipping, AdamW) of the same model on the same batches and thread count:
+// Kiln's compiled plan on the CPU executor in fp32, the same with the
+// default bf16 policy, and the LibTorch oracle model
+// (tests/oracle/TorchLlama.h) run eagerly in fp32 with torch::optim::AdamW;
+// with more than one thread, torch also with OpenBLAS at one thread (see
+// main). All start from the weights Kiln's executor initialises, so their
+// first-step losses agree, and take turns step by step. docs/perf.md has
 // the results.
 //
 //===----------------------------------------------------------------------===//
@@ -22,7 +23,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,9 +74,17 @@ std::optional<Options> parseArgs(int argc, char **argv) {
     // Both `--flag value` and `--flag=value`.
     std::string value;
     size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
+    bool inlineValue = arg.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inlineValue)
       arg = arg.substr(0, eq);
+    if (arg != "--model" && arg != "--threads" && arg != "--steps" &&
+        arg != "--set") {
+      std::fprintf(stderr, "error: unknown argument '%s'\n", argv[i]);
+      usage(argv[0]);
+      return std::nullopt;
+    }
+    if (inlineValue) {
+      value = std::string(argv[i]).substr(eq + 1);
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
@@ -103,12 +111,8 @@ std::optional<Options> parseArgs(int argc, char **argv) {
     } else if (arg == "--steps") {
       if (!positive(o.steps))
         return std::nullopt;
-    } else if (arg == "--set") {
-      o.sets.push_back(value);
     } else {
-      std::fprintf(stderr, "error: unknown argument '%s'\n", arg.c_str());
-      usage(argv[0]);
-      return std::nullopt;
+      o.sets.push_back(value);
     }
   }
   return o;
@@ -253,8 +257,10 @@ int main(int argc, char **argv) {
   std::vector<std::string> fp32Sets = options->sets;
   fp32Sets.push_back("mixed_precision.param=\"float32\"");
   std::optional<Compiled> fp32 = compile(options->model, fp32Sets);
+  if (!fp32)
+    return 1;
   std::optional<Compiled> bf16 = compile(options->model, options->sets);
-  if (!fp32 || !bf16)
+  if (!bf16)
     return 1;
 
   const Config &config = fp32->config;
@@ -277,15 +283,25 @@ int main(int argc, char **argv) {
                            m.kvHeads(), m.vocab_size, m.ffnHiddenDim(),
                            m.norm_eps,  m.rope_theta, m.tie_embeddings};
   const OptimizerConfig &opt = config.optimizer;
-  oracle::EagerTrainer eager(
-      shape, weights, batch, seq,
-      {opt.betas[0], opt.betas[1], opt.eps, opt.weight_decay, opt.max_norm},
-      oracle::Precision::Float32);
+  oracle::AdamWConfig adamw{opt.betas[0], opt.betas[1], opt.eps,
+                            opt.weight_decay, opt.max_norm};
+  oracle::EagerTrainer eager(shape, weights, batch, seq, adamw,
+                             oracle::Precision::Float32);
+  // Debian's LibTorch runs GEMMs on OpenBLAS's pthreads and its other ops
+  // on OpenMP threads. With both pools at N threads they compete for the
+  // same cores (idle OpenBLAS workers spin in sched_yield), and on this
+  // 2-core machine a torch step gets slower than with 1 thread. So for
+  // N > 1 torch also runs with OpenBLAS at 1 thread during its steps, its
+  // best setting here, and the ratios are against the faster of the two.
+  std::unique_ptr<oracle::EagerTrainer> eagerOneBlas;
+  if (options->threads > 1)
+    eagerOneBlas = std::make_unique<oracle::EagerTrainer>(
+        shape, weights, batch, seq, adamw, oracle::Precision::Float32);
 
-  // The three engines take turns step by step rather than each running all
-  // its steps in a block: load from elsewhere on the machine then falls on
-  // all three alike instead of on whichever block it coincides with.
-  Timings kilnFp32, kilnBf16, torchEager;
+  // The engines take turns step by step rather than each running all its
+  // steps in a block: load from elsewhere on the machine then falls on all
+  // of them alike instead of on whichever block it coincides with.
+  Timings kilnFp32, kilnBf16, torchEager, torchOneBlas;
   for (int i = 0; i < total; ++i) {
     double lr = 0;
     if (!kilnStep(*fp32Exec, *batches, i, kilnFp32, &lr) ||
@@ -293,20 +309,30 @@ int main(int argc, char **argv) {
       return 1;
     // Torch takes Kiln's learning rate of the step (its warm-up and decay
     // schedule), so that later losses stay comparable too.
-    Clock::time_point began = Clock::now();
-    double loss = eager.step(batches->tokens[i], batches->targets[i], lr);
-    torchEager.seconds.push_back(secondsSince(began));
-    torchEager.losses.push_back(loss);
+    auto torchStep = [&](oracle::EagerTrainer &trainer, Timings &timings) {
+      Clock::time_point began = Clock::now();
+      double loss = trainer.step(batches->tokens[i], batches->targets[i], lr);
+      timings.seconds.push_back(secondsSince(began));
+      timings.losses.push_back(loss);
+    };
+    torchStep(eager, torchEager);
+    if (eagerOneBlas) {
+      // Kiln's kernels are idle meanwhile: only OpenBLAS's count matters.
+      cpu::setCpuThreads(1);
+      torchStep(*eagerOneBlas, torchOneBlas);
+      cpu::setCpuThreads(options->threads);
+    }
   }
 
   size_t parameters = 0;
   for (const auto &[name, values] : weights)
     parameters += values.size();
   std::printf("%s: %zu parameters, batch %lld x seq %lld (%lld tokens/step), "
-              "%d threads, %d timed steps after %d warm-up\n",
+              "%d thread%s, %d timed steps after %d warm-up\n",
               options->model.c_str(), parameters, static_cast<long long>(batch),
               static_cast<long long>(seq), static_cast<long long>(batch * seq),
-              options->threads, options->steps, kWarmupSteps);
+              options->threads, options->threads == 1 ? "" : "s",
+              options->steps, kWarmupSteps);
   std::printf("loss at step 1: Kiln fp32 %.6f, LibTorch fp32 %.6f, Kiln bf16 "
               "%.6f\n",
               kilnFp32.losses.front(), torchEager.losses.front(),
@@ -320,22 +346,32 @@ int main(int argc, char **argv) {
       summarize("Kiln fp32", kilnFp32.seconds),
       summarize("Kiln bf16 (default policy)", kilnBf16.seconds),
       summarize("LibTorch eager fp32", torchEager.seconds)};
-  double torchMedian = rows.back().median;
-  std::printf("%-28s %12s %10s %10s %12s\n", "training step", "median ms",
+  if (eagerOneBlas)
+    rows.push_back(
+        summarize("LibTorch eager fp32, 1 BLAS thread", torchOneBlas.seconds));
+  const Row *reference = &rows[2];
+  if (eagerOneBlas && rows[3].median < reference->median)
+    reference = &rows[3];
+  std::printf("%-36s %10s %8s %9s %12s\n", "training step", "median ms",
               "min ms", "tokens/s", "vs LibTorch");
   for (const Row &r : rows)
-    std::printf("%-28s %12.1f %10.1f %10.0f %11.2fx\n", r.name.c_str(),
+    std::printf("%-36s %10.1f %8.1f %9.0f %11.2fx\n", r.name.c_str(),
                 1e3 * r.median, 1e3 * r.min, batch * seq / r.median,
-                torchMedian / r.median);
-  std::printf("\nvs LibTorch = LibTorch fp32 median / this median (above 1: "
-              "faster than LibTorch)\n");
+                reference->median / r.median);
+  std::printf("\nvs LibTorch = median of \"%s\" / this median (above 1: "
+              "faster than LibTorch)\n",
+              reference->name.c_str());
   if (options->perStep) {
-    std::printf("\n%-6s %12s %12s %12s   (ms; steps 1-%d warm up)\n", "step",
-                "Kiln fp32", "Kiln bf16", "LibTorch", kWarmupSteps);
-    for (int i = 0; i < total; ++i)
-      std::printf("%-6d %12.1f %12.1f %12.1f\n", i + 1,
-                  1e3 * kilnFp32.seconds[i], 1e3 * kilnBf16.seconds[i],
-                  1e3 * torchEager.seconds[i]);
+    std::printf("\nms per step (steps 1-%d warm up)\n%-6s %10s %10s %10s",
+                kWarmupSteps, "step", "Kiln fp32", "Kiln bf16", "LibTorch");
+    std::printf(eagerOneBlas ? " %10s\n" : "\n", "1 BLAS thr");
+    for (int i = 0; i < total; ++i) {
+      std::printf("%-6d %10.1f %10.1f %10.1f", i + 1, 1e3 * kilnFp32.seconds[i],
+                  1e3 * kilnBf16.seconds[i], 1e3 * torchEager.seconds[i]);
+      if (eagerOneBlas)
+        std::printf(" %10.1f", 1e3 * torchOneBlas.seconds[i]);
+      std::printf("\n");
+    }
   }
   return 0;
 }
