@@ -94,18 +94,14 @@ View widened(const View &v, std::vector<float> &scratch) {
     return v;
   int64_t n = v.numElements();
   scratch.resize(n);
-  const uint16_t *bits = static_cast<const uint16_t *>(v.data);
-  for (int64_t i = 0; i < n; ++i)
-    scratch[i] = cpu::fromBf16Bits(bits[i]);
+  cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data), scratch.data(), n);
   return View{scratch.data(), DType::F32, v.shape};
 }
 
 void narrow(const float *from, const View &to) {
-  int64_t n = to.numElements();
-  uint16_t *bits = static_cast<uint16_t *>(to.data);
-  for (int64_t i = 0; i < n; ++i)
-    bits[i] = cpu::toBf16Bits(from[i]);
+  cpu::toBf16Bits(from, static_cast<uint16_t *>(to.data), to.numElements());
 }
+
 /// "NaN in its result 0 at element 12", or empty when every float result is
 /// finite.
 std::string firstNonFinite(const std::vector<View> &results) {

@@ -116,13 +116,6 @@ double worstGradientError(const KilnRun &kiln, const oracle::LossAndGrads &ref,
     double e = relativeError(it->second, grad);
     worst = std::max(worst, e);
     EXPECT_LE(e, bound) << name;
-    if (getenv("KILN_ORACLE_VERBOSE")) {
-      size_t same = 0;
-      for (size_t i = 0; i < grad.size(); ++i)
-        same += float(grad[i]) == it->second[i];
-      std::printf("  %-50s %.3e  equal %.3f\n", name.c_str(), e,
-                  double(same) / grad.size());
-    }
   }
   return worst;
 }
