@@ -2,6 +2,7 @@
 
 #include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/CpuFusedGroup.h"
 #include "kiln/Runtime/CpuOps.h"
 #include "kiln/Runtime/Init.h"
 
@@ -23,7 +24,7 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
                                                  std::string &error) {
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &step : entry.steps)
-      if (!findCpuOp(step.op)) {
+      if (!step.group && !findCpuOp(step.op)) {
         error = "the CPU backend cannot run op '" + step.op + "' (" +
                 name + ", " + step.loc + ")";
         return nullptr;
@@ -125,6 +126,8 @@ std::string firstNonFinite(const std::vector<View> &results) {
 /// model.norm.weight at llama3-debug:2:2".
 std::string CpuExecutor::describeStep(const PlanStep &step) const {
   std::string text = step.op;
+  if (step.group && step.attrs.count("ops"))
+    text = "fused group (" + step.str("ops") + ")";
   for (int64_t id : step.operands)
     if (planRef.values[id].kind == PlanValue::State) {
       text += " of " + planRef.values[id].name;
@@ -148,9 +151,27 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
   targetsBuf = targets;
   stepValue = step;
 
+  auto fail = [&](size_t i, const PlanStep &s, const std::string &failure) {
+    error = "op " + std::to_string(i) + " of " + name + ", " +
+            describeStep(s) + ": " + failure;
+    return std::nullopt;
+  };
   std::vector<std::vector<float>> scratch;
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const PlanStep &s = entry->steps[i];
+    if (s.group) {
+      // A fused group reads and writes every dtype itself.
+      std::vector<View> operands, results;
+      for (int64_t id : s.operands)
+        operands.push_back(view(id));
+      for (int64_t id : s.results)
+        results.push_back(view(id));
+      std::string failure =
+          runFusedGroup(*s.group, operands, results, checkNumerics);
+      if (!failure.empty())
+        return fail(i, s, failure);
+      continue;
+    }
     size_t count = s.operands.size() + s.results.size();
     if (scratch.size() < count)
       scratch.resize(count);
@@ -170,11 +191,8 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     std::string failure = findCpuOp(s.op)(s, operands, results);
     if (failure.empty() && checkNumerics)
       failure = firstNonFinite(results);
-    if (!failure.empty()) {
-      error = "op " + std::to_string(i) + " of " + name + ", " +
-              describeStep(s) + ": " + failure;
-      return std::nullopt;
-    }
+    if (!failure.empty())
+      return fail(i, s, failure);
     for (size_t k = 0; k < stored.size(); ++k)
       if (stored[k].data != results[k].data)
         narrow(results[k].f32(), stored[k]);

@@ -110,6 +110,63 @@ AttrValue parseAttr(const json &j) {
   throw PlanError{"unsupported attribute value " + j.dump()};
 }
 
+/// The `group` of a `fused` step, checked against the values it reads and
+/// writes.
+std::shared_ptr<const FusedGroup> parseGroup(const json &j,
+                                             const PlanStep &step,
+                                             const Plan &plan,
+                                             const std::string &where) {
+  auto group = std::make_shared<FusedGroup>();
+  group->rows = j.at("rows").get<int64_t>();
+  group->cols = j.at("cols").get<int64_t>();
+  static const std::map<std::string, GroupKind> kinds = {
+      {"scalar", GroupKind::Scalar},
+      {"row", GroupKind::Row},
+      {"col", GroupKind::Col},
+      {"elem", GroupKind::Elem}};
+  for (const json &ji : j.at("body")) {
+    GroupInstr in;
+    std::string op = ji.at("op").get<std::string>();
+    if (!parseGroupOp(op, in.op))
+      throw PlanError{where + ": unknown group instruction '" + op + "'"};
+    in.type = parseDType(ji.value("type", "f32"));
+    in.args = ji.value("args", std::vector<int32_t>{});
+    if (in.op == GroupInstr::Op::Load) {
+      in.operand = ji.at("operand").get<int32_t>();
+      auto kind = kinds.find(ji.at("kind").get<std::string>());
+      if (kind == kinds.end())
+        throw PlanError{where + ": unknown load kind " + ji.at("kind").dump()};
+      in.kind = kind->second;
+    }
+    if (in.op == GroupInstr::Op::Const)
+      in.value = ji.at("value").get<double>();
+    group->body.push_back(std::move(in));
+  }
+  for (const json &jo : j.at("outputs")) {
+    GroupOutput out;
+    out.value = jo.at("value").get<int32_t>();
+    std::string store = jo.value("store", "elem");
+    if (!parseGroupStore(store, out.store))
+      throw PlanError{where + ": unknown store '" + store + "'"};
+    group->outputs.push_back(out);
+  }
+  auto values = [&](const std::vector<int64_t> &ids) {
+    std::vector<const PlanValue *> out;
+    for (int64_t id : ids) {
+      if (id < 0 || id >= static_cast<int64_t>(plan.values.size()))
+        throw PlanError{where + " refers to value " + std::to_string(id) +
+                        ", which does not exist"};
+      out.push_back(&plan.values[id]);
+    }
+    return out;
+  };
+  std::string problem =
+      checkFusedGroup(*group, values(step.operands), values(step.results));
+  if (!problem.empty())
+    throw PlanError{where + ": " + problem};
+  return group;
+}
+
 Plan parse(const std::string &text) {
   json j = json::parse(text);
   if (!j.is_object() || j.value("format", "") != "kiln-plan")
@@ -176,6 +233,10 @@ Plan parse(const std::string &text) {
       step.loc = js.value("loc", "");
       for (const auto &[key, value] : js.at("attrs").items())
         step.attrs[key] = parseAttr(value);
+      if (step.op == "fused")
+        step.group =
+            parseGroup(js.at("group"), step, plan,
+                       name + " step " + std::to_string(entry.steps.size()));
       entry.steps.push_back(std::move(step));
     }
     plan.entries[name] = std::move(entry);

@@ -8,7 +8,7 @@ using namespace kiln::runtime;
 
 namespace {
 const char *kValid = R"({
-  "format": "kiln-plan", "version": 1, "vocab_size": 16,
+  "format": "kiln-plan", "version": 2, "vocab_size": 16,
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",
                "checkpoint_folder": "checkpoints"},
@@ -66,9 +66,9 @@ TEST(Plan, RejectsWhatIsNotAPlan) {
 }
 
 TEST(Plan, RejectsAnotherVersion) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 1", "\"version\": 2")),
-            "plan version 2 is not supported by this runtime (it reads "
-            "version 1)");
+  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 2", "\"version\": 1")),
+            "plan version 1 is not supported by this runtime (it reads "
+            "version 2)");
 }
 
 TEST(Plan, RejectsDanglingIds) {
@@ -95,6 +95,74 @@ TEST(Plan, RejectsMissingAndMistypedFields) {
                             "\"arena_bytes\": \"x\", \"state"))
                 .find("malformed plan"),
             std::string::npos);
+}
+
+namespace {
+// value 3 (bf16 [2, 4]) = convert(value 1 reshaped): a fused step.
+std::string withGroup(const std::string &group) {
+  return replace(kValid,
+                 "\"steps\": [{\"op\": \"cast\", \"operands\": [1]",
+                 "\"steps\": [{\"op\": \"fused\", \"group\": " + group +
+                     ", \"operands\": [1]");
+}
+const char *kGroup = R"({"rows": 2, "cols": 4, "body": [
+    {"op": "load", "operand": 0, "kind": "elem", "type": "f32"},
+    {"op": "convert", "args": [0], "type": "bf16"}],
+  "outputs": [{"value": 1}]})";
+} // namespace
+
+TEST(Plan, ReadsAFusedGroup) {
+  // w [4, 4] f32 as 2 x 8 points, summed over rows into value 3 (8 bf16).
+  std::string valid = replace(replace(kGroup, "\"cols\": 4", "\"cols\": 8"),
+                              "{\"value\": 1}",
+                              "{\"value\": 1, \"store\": \"col_sum\"}");
+  std::string error;
+  std::optional<Plan> plan = parsePlan(withGroup(valid), error);
+  ASSERT_TRUE(plan) << error;
+  const PlanStep &step = plan->entry("eval_loss")->steps[0];
+  ASSERT_TRUE(step.group);
+  EXPECT_EQ(step.group->rows, 2);
+  EXPECT_EQ(step.group->cols, 8);
+  ASSERT_EQ(step.group->body.size(), 2u);
+  EXPECT_EQ(step.group->body[1].op, GroupInstr::Op::Convert);
+  EXPECT_EQ(step.group->body[1].kind, GroupKind::Elem); // inferred
+  EXPECT_EQ(step.group->outputs[0].store, GroupOutput::Store::ColSum);
+
+  // 2 x 4 points, but w has 16 elements.
+  EXPECT_EQ(errorOf(withGroup(kGroup)),
+            "eval_loss step 0: instruction 0 (load) loads 16 elements as a "
+            "elem value of 8");
+  // 4 x 4 points stored whole, but the result has 8 elements.
+  EXPECT_EQ(errorOf(withGroup(replace(kGroup, "\"rows\": 2", "\"rows\": 4"))),
+            "eval_loss step 0: output 0 (elem) writes 16 elements to value 3, "
+            "which has 8");
+}
+
+TEST(Plan, RejectsMalformedGroups) {
+  std::string g = R"({"rows": 4, "cols": 4, "body": [
+      {"op": "load", "operand": 0, "kind": "elem", "type": "f32"},
+      {"op": "row_sum", "args": [0]},
+      {"op": "mul", "args": [0, 1], "type": "bf16"}],
+    "outputs": [{"value": 2, "store": "col_sum"}]})";
+  // value 3 has 8 elements; col_sum writes 4.
+  EXPECT_NE(errorOf(withGroup(g)).find("col_sum) writes 4 elements"),
+            std::string::npos);
+  EXPECT_EQ(errorOf(withGroup(replace(g, "\"args\": [0, 1]", "\"args\": [0, 2]"))),
+            "eval_loss step 0: instruction 2 (mul) reads instruction 2, which "
+            "does not come before it");
+  EXPECT_EQ(errorOf(withGroup(replace(g, "\"row_sum\", \"args\": [0]",
+                                      "\"row_sum\", \"args\": [0, 0]"))),
+            "eval_loss step 0: instruction 1 (row_sum) has 2 arguments, not 1");
+  EXPECT_EQ(errorOf(withGroup(replace(g, "\"row_sum\"", "\"cube\""))),
+            "eval_loss step 0: unknown group instruction 'cube'");
+  EXPECT_EQ(errorOf(withGroup(replace(g, "\"col_sum\"", "\"sideways\""))),
+            "eval_loss step 0: unknown store 'sideways'");
+  EXPECT_EQ(errorOf(withGroup(replace(g, "\"operand\": 0", "\"operand\": 3"))),
+            "eval_loss step 0: instruction 0 (load) loads operand 3 of 1");
+  EXPECT_EQ(errorOf(withGroup(replace(g, "\"type\": \"f32\"}", "\"type\": \"bf16\"}"))),
+            "eval_loss step 0: instruction 0 (load) loads a f32 tensor as bf16");
+  EXPECT_EQ(errorOf(withGroup(replace(g, "\"store\": \"col_sum\"", "\"store\": \"row\""))),
+            "eval_loss step 0: output 0 (row) stores a elem value");
 }
 
 TEST(Plan, MissingFileIsAnError) {

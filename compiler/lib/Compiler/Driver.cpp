@@ -123,7 +123,10 @@ int kiln::runCompile(const CompileCommand &command) {
     });
   };
   auto configure = [&](PassManager &pm) { return applyPassManagerCLOptions(pm); };
-  if (failed(runPipeline(*module, *last, afterPhase, configure)))
+  auto skip = [&](const PhaseInfo &phase) {
+    return !command.fuse && llvm::StringRef(phase.name) == "fuse";
+  };
+  if (failed(runPipeline(*module, *last, afterPhase, configure, skip)))
     return 1;
 
   if (llvm::StringRef(last->name) != "plan")

@@ -26,6 +26,10 @@ void kiln::buildPrecisionPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
+void kiln::buildFusePipeline(OpPassManager &pm) {
+  pm.addNestedPass<func::FuncOp>(createKilnFuseElementwise());
+}
+
 void kiln::buildPlanPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -41,7 +45,8 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
        buildPrecisionPipeline},
       {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4", nullptr},
       {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", nullptr},
-      {"fuse", "cast and elementwise fusion", "#5", nullptr},
+      {"fuse", "elementwise and row-wise ops as fused groups", "#3",
+       buildFusePipeline},
       {"schedule", "overlap order, recompute, buffer assignment", "#4",
        nullptr},
       {"plan", "the serialized runtime plan", "#3", buildPlanPipeline},
@@ -73,11 +78,12 @@ void kiln::registerKilnPipelines() {
 LogicalResult kiln::runPipeline(
     ModuleOp module, const PhaseInfo &lastPhase,
     function_ref<LogicalResult(unsigned, const PhaseInfo &)> afterPhase,
-    function_ref<LogicalResult(PassManager &)> configure) {
+    function_ref<LogicalResult(PassManager &)> configure,
+    function_ref<bool(const PhaseInfo &)> skip) {
   unsigned index = 0;
   for (const PhaseInfo &phase : pipelinePhases()) {
     ++index;
-    if (!phase.implemented())
+    if (!phase.implemented() || (skip && skip(phase)))
       continue;
     PassManager pm(module->getContext());
     if (failed(configure(pm)))

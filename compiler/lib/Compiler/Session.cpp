@@ -31,14 +31,17 @@ bool ModelSession::load(const std::string &model,
   return true;
 }
 
-std::optional<std::string> ModelSession::compilePlan() {
+std::optional<std::string> ModelSession::compilePlan(bool fuse) {
   OwningOpRef<ModuleOp> module = importModel(&context, *config);
   if (failed(verify(*module)))
     return std::nullopt;
   const PhaseInfo *plan = findPhase("plan");
   auto none = [](unsigned, const PhaseInfo &) { return success(); };
   auto configure = [](PassManager &) { return success(); };
-  if (failed(runPipeline(*module, *plan, none, configure)))
+  auto skip = [&](const PhaseInfo &phase) {
+    return !fuse && llvm::StringRef(phase.name) == "fuse";
+  };
+  if (failed(runPipeline(*module, *plan, none, configure, skip)))
     return std::nullopt;
   FailureOr<llvm::json::Value> json = emitPlan(*module);
   if (failed(json))

@@ -13,6 +13,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Plan/BufferPlanner.h"
+#include "kiln/Plan/GroupLowering.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -188,6 +189,34 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
     json::Array operands, results;
     for (Value v : op.getOperands())
       operands.push_back(ids.lookup(v));
+    // Fused groups, and lone fusible ops as groups of one op.
+    std::optional<json::Object> group;
+    std::string groupOps;
+    Location loc = op.getLoc();
+    if (auto fused = dyn_cast<FusedGroupOp>(op)) {
+      Block &groupBody = fused.getBody().front();
+      SmallVector<Operation *> members = llvm::map_to_vector(
+          groupBody.without_terminator(), [](Operation &m) { return &m; });
+      FailureOr<json::Object> lowered = lowerToGroup(
+          members, SmallVector<Value>(groupBody.getArguments()),
+          SmallVector<Value>(groupBody.getTerminator()->getOperands()),
+          fused.getIterationSpace());
+      if (failed(lowered))
+        return failure();
+      group = std::move(*lowered);
+      for (Operation *m : members)
+        groupOps += (groupOps.empty() ? "" : ", ") +
+                    m->getName().stripDialect().str();
+      loc = members.back()->getLoc();
+    } else if (auto space = fusionSpace(&op)) {
+      FailureOr<json::Object> lowered =
+          lowerToGroup({&op}, SmallVector<Value>(op.getOperands()),
+                       SmallVector<Value>(op.getResults()), *space);
+      if (failed(lowered))
+        return failure();
+      group = std::move(*lowered);
+      groupOps = op.getName().stripDialect().str();
+    }
     auto adamw = dyn_cast<AdamWOp>(op);
     for (OpResult r : op.getResults()) {
       // AdamW overwrites the state it reads: its three results alias the
@@ -220,19 +249,25 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
       arenaIds.push_back(ids[r]);
       results.push_back(ids[r]);
     }
-    json::Object attrs;
-    for (NamedAttribute attr : op.getAttrDictionary()) {
-      FailureOr<json::Value> v = attrToJson(&op, attr);
-      if (failed(v))
-        return failure();
-      attrs[attr.getName().getValue()] = std::move(*v);
+    json::Object step{{"operands", std::move(operands)},
+                      {"results", std::move(results)},
+                      {"loc", locString(loc)}};
+    if (group) {
+      step["op"] = "fused";
+      step["attrs"] = json::Object{{"ops", groupOps}};
+      step["group"] = std::move(*group);
+    } else {
+      json::Object attrs;
+      for (NamedAttribute attr : op.getAttrDictionary()) {
+        FailureOr<json::Value> v = attrToJson(&op, attr);
+        if (failed(v))
+          return failure();
+        attrs[attr.getName().getValue()] = std::move(*v);
+      }
+      step["op"] = op.getName().stripDialect().str();
+      step["attrs"] = std::move(attrs);
     }
-    steps.push_back(json::Object{
-        {"op", op.getName().stripDialect().str()},
-        {"operands", std::move(operands)},
-        {"results", std::move(results)},
-        {"attrs", std::move(attrs)},
-        {"loc", locString(op.getLoc())}});
+    steps.push_back(std::move(step));
   }
 
   int64_t peak = 0;

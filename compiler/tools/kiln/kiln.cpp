@@ -37,6 +37,9 @@ int main(int argc, char **argv) {
                          "Write each phase's IR as DIR/NN-<phase>.mlir");
   compileCmd->add_option("--set", compile.overrides,
                          "Override a key: section.key=value (repeatable)");
+  compileCmd->add_flag("!--no-fuse", compile.fuse,
+                       "Skip the fuse phase: every elementwise op is its own "
+                       "group in the plan");
   compileCmd->allow_extras();
   compileCmd->footer("MLIR's own flags (--mlir-print-ir-after-all, "
                      "--mlir-print-debuginfo, ...) are accepted too.");

@@ -370,3 +370,65 @@ func.func @grad_norm_needs_operands() {
 func.func @unknown_result_attr(%a: tensor<4xf32>) -> (tensor<4xf32> {kiln.gradient = "a"}) {
   return %a : tensor<4xf32>
 }
+
+// -----
+
+func.func @fused_group_c1(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'kiln.fused_group' op block arguments must have the types of the inputs}}
+  %0 = kiln.fused_group(%a) : (tensor<4x8xf32>) -> (tensor<4x8xf32>) {
+  ^bb0(%x: tensor<4x8xbf16>):
+    %1 = kiln.cast %x : tensor<4x8xbf16> -> tensor<4x8xf32>
+    kiln.yield %1 : tensor<4x8xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fused_group_c2(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{'kiln.fused_group' op kiln.yield must have the types of the results}}
+  %0 = kiln.fused_group(%a) : (tensor<4x8xf32>) -> (tensor<4x8xbf16>) {
+  ^bb0(%x: tensor<4x8xf32>):
+    %1 = kiln.silu %x : tensor<4x8xf32>
+    kiln.yield %1 : tensor<4x8xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fused_group_c3(%a: tensor<4x8xf32>, %w: tensor<8x8xf32>) {
+  // expected-error @+1 {{'kiln.fused_group' op cannot fuse 'kiln.linear'}}
+  %0 = kiln.fused_group(%a, %w) : (tensor<4x8xf32>, tensor<8x8xf32>) -> (tensor<4x8xf32>) {
+  ^bb0(%x: tensor<4x8xf32>, %y: tensor<8x8xf32>):
+    %1 = kiln.linear wq %x, %y param("q") : tensor<4x8xf32>, tensor<8x8xf32> -> tensor<4x8xf32>
+    kiln.yield %1 : tensor<4x8xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fused_group_c3_space(%a: tensor<4x8xf32>, %b: tensor<2x16xf32>) {
+  %0 = kiln.fused_group(%a, %b) : (tensor<4x8xf32>, tensor<2x16xf32>) -> (tensor<2x16xf32>) {
+  ^bb0(%x: tensor<4x8xf32>, %y: tensor<2x16xf32>):
+    %1 = kiln.silu %x : tensor<4x8xf32>
+    // expected-error @+1 {{'kiln.silu' op iterates over 2x16 points, the group over 4x8}}
+    %2 = kiln.silu %y : tensor<2x16xf32>
+    kiln.yield %2 : tensor<2x16xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @fused_group_c3_terminal(%a: tensor<8x8xf32>) {
+  %0 = kiln.fused_group(%a) : (tensor<8x8xf32>) -> (tensor<8x8xf32>) {
+  ^bb0(%x: tensor<8x8xf32>):
+    %1 = kiln.transpose %x [1, 0] : tensor<8x8xf32> -> tensor<8x8xf32>
+    // expected-error @+1 {{'kiln.silu' op reads a value of its own group that exists only after the group has run}}
+    %2 = kiln.silu %1 : tensor<8x8xf32>
+    kiln.yield %2 : tensor<8x8xf32>
+  }
+  return
+}

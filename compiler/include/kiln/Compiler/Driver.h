@@ -20,6 +20,7 @@ struct CompileCommand {
   std::string dumpDir;                // --dump-ir-to
   std::vector<std::string> overrides; // --set section.key=value
   std::vector<std::string> mlirFlags; // --mlir-* passed to MLIR
+  bool fuse = true;                   // run the fuse phase
 };
 int runCompile(const CompileCommand &command);
 

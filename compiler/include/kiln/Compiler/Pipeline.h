@@ -40,6 +40,9 @@ void buildTrainPipeline(mlir::OpPassManager &pm);
 /// precision: kiln-mixed-precision, canonicalize, CSE.
 void buildPrecisionPipeline(mlir::OpPassManager &pm);
 
+/// fuse: kiln-fuse-elementwise on every function.
+void buildFusePipeline(mlir::OpPassManager &pm);
+
 /// plan: a last cleanup; the driver then serializes the module with
 /// emitPlan (kiln/Plan/PlanEmitter.h) instead of printing IR.
 void buildPlanPipeline(mlir::OpPassManager &pm);
@@ -51,13 +54,15 @@ void registerKilnPipelines();
 /// Runs the phases from `import` up to and including `lastPhase` on a module
 /// the frontend produced. `afterPhase(index, phase)` is called after each,
 /// e.g. to dump the IR. `configure` may add instrumentation (MLIR's
-/// --mlir-print-ir-after-all and friends).
+/// --mlir-print-ir-after-all and friends). Phases for which `skip` returns
+/// true are not run.
 mlir::LogicalResult
 runPipeline(mlir::ModuleOp module, const PhaseInfo &lastPhase,
             llvm::function_ref<mlir::LogicalResult(unsigned, const PhaseInfo &)>
                 afterPhase,
             llvm::function_ref<mlir::LogicalResult(mlir::PassManager &)>
-                configure);
+                configure,
+            llvm::function_ref<bool(const PhaseInfo &)> skip = {});
 
 } // namespace kiln
 

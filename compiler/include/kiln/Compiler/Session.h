@@ -30,9 +30,10 @@ struct ModelSession {
   bool load(const std::string &model,
             const std::vector<std::string> &overrides);
 
-  /// Runs every built phase and returns the plan as JSON text, or nothing
-  /// after printing the diagnostics.
-  std::optional<std::string> compilePlan();
+  /// Runs every built phase (with `fuse` false, all but the fuse phase) and
+  /// returns the plan as JSON text, or nothing after printing the
+  /// diagnostics.
+  std::optional<std::string> compilePlan(bool fuse = true);
 };
 
 } // namespace kiln

@@ -13,7 +13,7 @@
 
 namespace kiln {
 
-inline constexpr int kPlanVersion = 1;
+inline constexpr int kPlanVersion = 2;
 
 /// Lowers @train_step and @forward_loss to the plan. Emits a diagnostic and
 /// fails on IR the runtime cannot run (an op it does not know, a state that

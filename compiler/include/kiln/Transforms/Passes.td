@@ -96,4 +96,35 @@ def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnFuseElementwise : Pass<"kiln-fuse-elementwise", "mlir::func::FuncOp"> {
+  let summary = "Group elementwise and row-wise ops into kiln.fused_group";
+  let description = [{
+    Walks each function in order and puts every fusible op (see
+    `kiln.fused_group`) into the group of one of its operands' producers,
+    or else of an earlier op that reads one of its operands (so the input
+    is read once), when both have the same iteration space and no op outside the group
+    reads the group's values before this op (so the group can run where its
+    last op was, and every reader still comes after it). Otherwise the op
+    starts a group of its own. Groups of two or more ops become
+    `kiln.fused_group` ops at the position of their last op, yielding the
+    values read after them; a group of one op stays as it is (the plan
+    writes it as a one-op group). GEMMs, attention, rope, the loss and the
+    optimizer are never fused.
+
+    ```mlir
+    %s = kiln.add %x, %dx : tensor<2x4x8xbf16>
+    %n = kiln.rms_norm %s, %w {eps = 1.0e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
+    %y = kiln.linear wq %n, %wq param("q") : ...
+    // becomes
+    %g:2 = kiln.fused_group(%x, %dx, %w) : (...) -> (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>) {
+    ^bb0(%a: tensor<2x4x8xbf16>, %b: tensor<2x4x8xbf16>, %c: tensor<8xbf16>):
+      %0 = kiln.add %a, %b : tensor<2x4x8xbf16>
+      %1 = kiln.rms_norm %0, %c {eps = 1.0e-05 : f64} : tensor<2x4x8xbf16>, tensor<8xbf16>
+      kiln.yield %0, %1 : tensor<2x4x8xbf16>, tensor<2x4x8xbf16>
+    }
+    %y = kiln.linear wq %g#1, %wq param("q") : ...
+    ```
+  }];
+}
+
 #endif // KILN_TRANSFORMS_PASSES_TD

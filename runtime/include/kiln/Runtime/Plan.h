@@ -9,8 +9,12 @@
 #ifndef KILN_RUNTIME_PLAN_H
 #define KILN_RUNTIME_PLAN_H
 
+#include "kiln/Runtime/DType.h"
+#include "kiln/Runtime/FusedGroup.h"
+
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -18,11 +22,7 @@
 
 namespace kiln::runtime {
 
-inline constexpr int kSupportedPlanVersion = 1;
-
-enum class DType { F32, BF16, F16, F64, I32, I64 };
-int64_t dtypeBytes(DType type);
-const char *dtypeName(DType type);
+inline constexpr int kSupportedPlanVersion = 2;
 
 /// How a parameter starts: TorchTitan's initialisers (docs/plan.md).
 struct InitSpec {
@@ -52,6 +52,8 @@ struct PlanStep {
   std::vector<int64_t> operands, results;
   std::map<std::string, AttrValue> attrs;
   std::string loc; // the model component and its line in the model file
+  /// The typed op list of a `fused` step (shared: steps are copied).
+  std::shared_ptr<const FusedGroup> group;
 
   /// Typed attribute access; a missing or mistyped attribute is a plan error
   /// caught at load time by validatePlan, so these never fail later.

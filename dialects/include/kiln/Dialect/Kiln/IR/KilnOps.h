@@ -6,6 +6,7 @@
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -15,5 +16,16 @@
 
 #define GET_OP_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnOps.h.inc"
+
+namespace kiln {
+/// The rows x cols iteration space of an op that can join a fused group
+/// (`kiln.fused_group`), or nothing for any other op.
+std::optional<std::pair<int64_t, int64_t>> fusionSpace(mlir::Operation *op);
+
+/// Whether another op of the same group may read `result` of a fusible op.
+/// Not a sum over rows (rms_norm_grad's weight gradient) nor a transposed
+/// result: both exist only once the whole group has run.
+bool readableInGroup(mlir::OpResult result);
+} // namespace kiln
 
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_H

@@ -1,0 +1,219 @@
+//===- GroupLowering.cpp - Fusible ops as a fused group's op list ---------===//
+//
+// Each op's formula is written with f32 intermediates and its result
+// rounded to the op's element type, so a group computes exactly what its
+// ops would compute one by one (tests/unit/TrainingStepTest.cpp checks the
+// bits of a fused and an unfused step).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Plan/GroupLowering.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+using namespace kiln;
+namespace json = llvm::json;
+
+namespace {
+
+class GroupWriter {
+public:
+  GroupWriter(ArrayRef<Value> inputs, std::pair<int64_t, int64_t> space)
+      : inputs(inputs), rows(space.first), cols(space.second) {}
+
+  LogicalResult lower(Operation *op);
+  FailureOr<json::Object> finish(ArrayRef<Value> outputs);
+
+private:
+  /// Appends an instruction; returns its index.
+  int64_t emit(StringRef op, ArrayRef<int64_t> args, StringRef type = "f32") {
+    body.push_back(json::Object{
+        {"op", op.str()}, {"args", json::Array(args)}, {"type", type.str()}});
+    return body.size() - 1;
+  }
+  int64_t constant(double value) {
+    body.push_back(json::Object{{"op", "const"}, {"value", value}});
+    return body.size() - 1;
+  }
+  /// The instruction holding `v`: a load of the input `v` (as `kind`) the
+  /// first time it is read, or the instruction of the op that made it.
+  FailureOr<int64_t> get(Operation *user, Value v, StringRef kind = "elem");
+  FailureOr<StringRef> typeOf(Operation *op, Value v);
+
+  LogicalResult lowerRstd(Operation *op, Value x, double eps, int64_t &r);
+
+  ArrayRef<Value> inputs;
+  int64_t rows, cols;
+  json::Array body;
+  DenseMap<Value, int64_t> regs;
+  llvm::StringMap<int64_t> loads; // "<operand>:<kind>"
+  /// Values that are only stored: (instruction, store).
+  DenseMap<Value, std::pair<int64_t, StringRef>> stored;
+};
+
+FailureOr<StringRef> GroupWriter::typeOf(Operation *op, Value v) {
+  Type e = cast<RankedTensorType>(v.getType()).getElementType();
+  if (e.isF32())
+    return StringRef("f32");
+  if (e.isBF16())
+    return StringRef("bf16");
+  return op->emitOpError("cannot be fused: fused groups compute in f32 or "
+                         "bf16, not ")
+         << e;
+}
+
+FailureOr<int64_t> GroupWriter::get(Operation *user, Value v, StringRef kind) {
+  if (auto it = regs.find(v); it != regs.end())
+    return it->second;
+  if (stored.count(v))
+    return user->emitOpError("reads a value its group only stores");
+  auto at = llvm::find(inputs, v);
+  if (at == inputs.end())
+    return user->emitOpError("reads a value from outside its group that is "
+                             "not one of the group's inputs");
+  int64_t operand = at - inputs.begin();
+  std::string key = (llvm::Twine(operand) + ":" + kind).str();
+  if (auto it = loads.find(key); it != loads.end())
+    return it->second;
+  FailureOr<StringRef> type = typeOf(user, v);
+  if (failed(type))
+    return failure();
+  body.push_back(json::Object{{"op", "load"},
+                              {"operand", operand},
+                              {"kind", kind.str()},
+                              {"type", type->str()}});
+  return loads[key] = body.size() - 1;
+}
+
+/// r = 1 / sqrt(mean(x^2) + eps) per row, as rms_norm and its gradient
+/// both compute it.
+LogicalResult GroupWriter::lowerRstd(Operation *op, Value x, double eps,
+                                     int64_t &r) {
+  FailureOr<int64_t> xi = get(op, x);
+  if (failed(xi))
+    return failure();
+  int64_t sq = emit("mul", {*xi, *xi});
+  int64_t ss = emit("row_sum", {sq});
+  int64_t ms = emit("div", {ss, constant(static_cast<double>(cols))});
+  r = emit("rsqrt", {emit("add", {ms, constant(eps)})});
+  return success();
+}
+
+LogicalResult GroupWriter::lower(Operation *op) {
+  Value result = op->getResult(0);
+  FailureOr<StringRef> type = typeOf(op, result);
+  if (failed(type))
+    return failure();
+  auto arg = [&](unsigned i, StringRef kind = "elem") {
+    return get(op, op->getOperand(i), kind);
+  };
+
+  if (isa<AddOp, MulOp>(op)) {
+    FailureOr<int64_t> a = arg(0), b = arg(1);
+    if (failed(a) || failed(b))
+      return failure();
+    regs[result] = emit(isa<AddOp>(op) ? "add" : "mul", {*a, *b}, *type);
+    return success();
+  }
+  if (isa<SiluOp>(op)) {
+    // x * sigmoid(x)
+    FailureOr<int64_t> x = arg(0);
+    if (failed(x))
+      return failure();
+    regs[result] = emit("mul", {*x, emit("sigmoid", {*x})}, *type);
+    return success();
+  }
+  if (isa<SiluGradOp>(op)) {
+    // (dy * s) * (1 + x * (1 - s)), s = sigmoid(x)
+    FailureOr<int64_t> dy = arg(0), x = arg(1);
+    if (failed(dy) || failed(x))
+      return failure();
+    int64_t s = emit("sigmoid", {*x});
+    int64_t one = constant(1.0);
+    int64_t inner = emit("add", {one, emit("mul", {*x, emit("sub", {one, s})})});
+    regs[result] = emit("mul", {emit("mul", {*dy, s}), inner}, *type);
+    return success();
+  }
+  if (isa<CastOp>(op)) {
+    FailureOr<int64_t> x = arg(0);
+    if (failed(x))
+      return failure();
+    regs[result] = emit("convert", {*x}, *type);
+    return success();
+  }
+  if (auto norm = dyn_cast<RMSNormOp>(op)) {
+    // (x * r) * w
+    int64_t r;
+    FailureOr<int64_t> x = arg(0), w = arg(1, "col");
+    if (failed(x) || failed(w) ||
+        failed(lowerRstd(op, norm.getInput(), norm.getEps().convertToDouble(),
+                         r)))
+      return failure();
+    regs[result] = emit("mul", {emit("mul", {*x, r}), *w}, *type);
+    return success();
+  }
+  if (auto grad = dyn_cast<RMSNormGradOp>(op)) {
+    // g = dy * w, k = r^2 * mean(g * x): dx = r * (g - x * k);
+    // dw = sum over rows of (dy * x) * r.
+    int64_t r;
+    FailureOr<int64_t> dy = arg(0), x = arg(1), w = arg(2, "col");
+    if (failed(dy) || failed(x) || failed(w) ||
+        failed(lowerRstd(op, grad.getInput(), grad.getEps().convertToDouble(),
+                         r)))
+      return failure();
+    int64_t g = emit("mul", {*dy, *w});
+    int64_t mean = emit("div", {emit("row_sum", {emit("mul", {g, *x})}),
+                                constant(static_cast<double>(cols))});
+    int64_t k = emit("mul", {emit("mul", {r, r}), mean});
+    regs[grad.getInputGrad()] =
+        emit("mul", {r, emit("sub", {g, emit("mul", {*x, k})})}, *type);
+    int64_t dwTerm = emit("mul", {emit("mul", {*dy, *x}), r});
+    stored[grad.getWeightGrad()] = {dwTerm, "col_sum"};
+    return success();
+  }
+  if (isa<TransposeOp>(op)) {
+    FailureOr<int64_t> x = arg(0);
+    if (failed(x))
+      return failure();
+    stored[result] = {*x, "transpose"};
+    return success();
+  }
+  return op->emitOpError("has no fused-group form");
+}
+
+FailureOr<json::Object> GroupWriter::finish(ArrayRef<Value> outputs) {
+  json::Array outs;
+  for (Value v : outputs) {
+    if (auto it = stored.find(v); it != stored.end()) {
+      outs.push_back(json::Object{{"value", it->second.first},
+                                  {"store", it->second.second.str()}});
+      continue;
+    }
+    auto it = regs.find(v);
+    if (it == regs.end())
+      return failure();
+    outs.push_back(json::Object{{"value", it->second}, {"store", "elem"}});
+  }
+  return json::Object{{"rows", rows},
+                      {"cols", cols},
+                      {"body", std::move(body)},
+                      {"outputs", std::move(outs)}};
+}
+
+} // namespace
+
+FailureOr<json::Object> kiln::lowerToGroup(ArrayRef<Operation *> ops,
+                                           ArrayRef<Value> inputs,
+                                           ArrayRef<Value> outputs,
+                                           std::pair<int64_t, int64_t> space) {
+  GroupWriter writer(inputs, space);
+  for (Operation *op : ops)
+    if (failed(writer.lower(op)))
+      return failure();
+  FailureOr<json::Object> group = writer.finish(outputs);
+  if (failed(group))
+    return ops.back()->emitOpError("internal: a group output was not computed");
+  return group;
+}

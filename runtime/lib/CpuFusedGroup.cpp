@@ -1,0 +1,405 @@
+//===- CpuFusedGroup.cpp - Interpreting a fused group in one pass ---------===//
+//
+// Instructions are split by kind. Scalar and column values are the same for
+// every row, so they are computed once, before the rows. Row and element
+// values are computed per tile: a whole row when the group has row values,
+// column values, or per-row stores; otherwise kFlatTile consecutive
+// elements. Each instruction is a loop over the tile into its own buffer
+// (one per instruction and thread, so the working set is body length x tile
+// length floats); an f32 element load points into the tensor itself.
+//
+// Compiled with -ffp-contract=off: every a*b+c rounds twice, as the plan's
+// semantics say.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/CpuFusedGroup.h"
+#include "kiln/Runtime/Cpu/Bf16.h"
+
+#include "cpu/Parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace kiln::runtime {
+
+namespace {
+
+using Op = GroupInstr::Op;
+using Store = GroupOutput::Store;
+
+/// Elements per tile when no instruction depends on rows.
+constexpr int64_t kFlatTile = 4096;
+/// Elements of work worth starting a thread for.
+constexpr int64_t kGrainElements = 1 << 15;
+
+/// A value over the current tile: an array, or one number for all of it.
+struct Reg {
+  const float *p = nullptr;
+  float s = 0;
+};
+
+float loadScalar(const View &v, int64_t i) {
+  return v.dtype == DType::F32 ? v.f32()[i]
+                               : cpu::fromBf16Bits(
+                                     static_cast<const uint16_t *>(v.data)[i]);
+}
+
+/// `n` elements of `v` from `begin`, as f32: the tensor itself when it is
+/// f32, else widened into `buf`.
+const float *loadRange(const View &v, int64_t begin, int64_t n, float *buf) {
+  if (v.dtype == DType::F32)
+    return v.f32() + begin;
+  const uint16_t *bits = static_cast<const uint16_t *>(v.data) + begin;
+  for (int64_t i = 0; i < n; ++i)
+    buf[i] = cpu::fromBf16Bits(bits[i]);
+  return buf;
+}
+
+template <typename F> Reg unary(Reg a, float *out, int64_t n, F f) {
+  if (!a.p)
+    return {nullptr, f(a.s)};
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = f(a.p[i]);
+  return {out, 0};
+}
+
+template <typename F> Reg binary(Reg a, Reg b, float *out, int64_t n, F f) {
+  if (!a.p && !b.p)
+    return {nullptr, f(a.s, b.s)};
+  if (a.p && b.p) {
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f(a.p[i], b.p[i]);
+  } else if (a.p) {
+    float s = b.s;
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f(a.p[i], s);
+  } else {
+    float s = a.s;
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f(s, b.p[i]);
+  }
+  return {out, 0};
+}
+
+float nanOr(float a, float b, float pick) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN()
+                                        : pick;
+}
+
+/// Applies an arithmetic instruction to `a` (and `b`) over `n` elements,
+/// rounding to the instruction's type.
+Reg apply(const GroupInstr &in, Reg a, Reg b, float *out, int64_t n) {
+  Reg r;
+  switch (in.op) {
+  case Op::Neg:
+    r = unary(a, out, n, [](float x) { return -x; });
+    break;
+  case Op::Exp:
+    r = unary(a, out, n, [](float x) { return std::exp(x); });
+    break;
+  case Op::Log:
+    r = unary(a, out, n, [](float x) { return std::log(x); });
+    break;
+  case Op::Sqrt:
+    r = unary(a, out, n, [](float x) { return std::sqrt(x); });
+    break;
+  case Op::Rsqrt:
+    r = unary(a, out, n, [](float x) { return 1.0f / std::sqrt(x); });
+    break;
+  case Op::Sigmoid:
+    r = unary(a, out, n, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+    break;
+  case Op::Convert:
+    r = unary(a, out, n, [](float x) { return x; });
+    break;
+  case Op::Add:
+    r = binary(a, b, out, n, [](float x, float y) { return x + y; });
+    break;
+  case Op::Sub:
+    r = binary(a, b, out, n, [](float x, float y) { return x - y; });
+    break;
+  case Op::Mul:
+    r = binary(a, b, out, n, [](float x, float y) { return x * y; });
+    break;
+  case Op::Div:
+    r = binary(a, b, out, n, [](float x, float y) { return x / y; });
+    break;
+  case Op::Max:
+    r = binary(a, b, out, n,
+               [](float x, float y) { return nanOr(x, y, x > y ? x : y); });
+    break;
+  case Op::Min:
+    r = binary(a, b, out, n,
+               [](float x, float y) { return nanOr(x, y, x < y ? x : y); });
+    break;
+  case Op::Load:
+  case Op::Const:
+  case Op::RowSum:
+    break; // handled by the callers
+  }
+  if (in.type == DType::BF16) {
+    if (r.p)
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = cpu::roundToBf16(out[i]);
+    else
+      r.s = cpu::roundToBf16(r.s);
+  }
+  return r;
+}
+
+bool uniform(GroupKind kind) {
+  return kind == GroupKind::Scalar || kind == GroupKind::Col;
+}
+
+/// The first non-finite value a block stored: (output, element).
+struct BadValue {
+  int64_t output = std::numeric_limits<int64_t>::max(), element = 0;
+  bool operator<(const BadValue &o) const {
+    return output != o.output ? output < o.output : element < o.element;
+  }
+};
+
+class Interpreter {
+public:
+  Interpreter(const FusedGroup &g, const std::vector<View> &in,
+              const std::vector<View> &out, bool check)
+      : g(g), in(in), out(out), check(check) {
+    byRow = false;
+    for (const GroupInstr &i : g.body)
+      byRow |= i.kind == GroupKind::Row || i.kind == GroupKind::Col;
+    for (const GroupOutput &o : g.outputs)
+      byRow |= o.store != Store::Elem && o.store != Store::Amax;
+    total = g.rows * g.cols;
+    tileLen = byRow ? g.cols : std::min(kFlatTile, total);
+    tiles = byRow ? g.rows : (total + kFlatTile - 1) / kFlatTile;
+    tilesPerBlock = byRow ? kColSumBlockRows : 1;
+    blocks = (tiles + tilesPerBlock - 1) / tilesPerBlock;
+  }
+
+  std::string run();
+
+private:
+  void computeUniform();
+  void runBlock(int64_t block, std::vector<float> &storage,
+                std::vector<Reg> &regs);
+  void store(int64_t tile, int64_t begin, int64_t n, const std::vector<Reg> &regs,
+             int64_t block);
+
+  const FusedGroup &g;
+  const std::vector<View> &in, &out;
+  bool check;
+  bool byRow;
+  int64_t total, tileLen, tiles, tilesPerBlock, blocks;
+
+  std::vector<Reg> uniformRegs;              // per instruction
+  std::vector<std::vector<float>> colValues; // per instruction (col kind)
+  // Per output and block: col_sum partial sums, amax.
+  std::vector<std::vector<double>> colPartials;
+  std::vector<std::vector<float>> amaxPartials;
+  std::vector<BadValue> firstBad; // per block
+};
+
+void Interpreter::computeUniform() {
+  uniformRegs.assign(g.body.size(), Reg{});
+  colValues.assign(g.body.size(), {});
+  for (size_t i = 0; i < g.body.size(); ++i) {
+    const GroupInstr &ins = g.body[i];
+    if (!uniform(ins.kind))
+      continue;
+    int64_t n = ins.kind == GroupKind::Col ? g.cols : 1;
+    std::vector<float> &buf = colValues[i];
+    buf.resize(n);
+    if (ins.op == Op::Load) {
+      const View &v = in[ins.operand];
+      if (ins.kind == GroupKind::Col)
+        uniformRegs[i] = {loadRange(v, 0, n, buf.data()), 0};
+      else
+        uniformRegs[i] = {nullptr, loadScalar(v, 0)};
+      continue;
+    }
+    if (ins.op == Op::Const) {
+      float c = static_cast<float>(ins.value);
+      uniformRegs[i] = {nullptr,
+                        ins.type == DType::BF16 ? cpu::roundToBf16(c) : c};
+      continue;
+    }
+    Reg a = uniformRegs[ins.args[0]];
+    Reg b = ins.args.size() > 1 ? uniformRegs[ins.args[1]] : Reg{};
+    uniformRegs[i] = apply(ins, a, b, buf.data(), n);
+  }
+}
+
+void Interpreter::runBlock(int64_t block, std::vector<float> &storage,
+                           std::vector<Reg> &regs) {
+  int64_t firstTile = block * tilesPerBlock;
+  int64_t lastTile = std::min(tiles, firstTile + tilesPerBlock);
+  for (int64_t t = firstTile; t < lastTile; ++t) {
+    int64_t begin = byRow ? t * g.cols : t * kFlatTile;
+    int64_t n = byRow ? g.cols : std::min(kFlatTile, total - begin);
+    for (size_t i = 0; i < g.body.size(); ++i) {
+      const GroupInstr &ins = g.body[i];
+      if (uniform(ins.kind)) {
+        regs[i] = uniformRegs[i];
+        continue;
+      }
+      float *buf = storage.data() + i * tileLen;
+      if (ins.op == Op::Load) {
+        const View &v = in[ins.operand];
+        regs[i] = ins.kind == GroupKind::Row
+                      ? Reg{nullptr, loadScalar(v, t)}
+                      : Reg{loadRange(v, begin, n, buf), 0};
+        continue;
+      }
+      if (ins.op == Op::RowSum) {
+        const float *x = regs[ins.args[0]].p;
+        double sum = 0;
+        for (int64_t c = 0; c < n; ++c)
+          sum += x[c];
+        float s = static_cast<float>(sum);
+        regs[i] = {nullptr, ins.type == DType::BF16 ? cpu::roundToBf16(s) : s};
+        continue;
+      }
+      Reg a = regs[ins.args[0]];
+      Reg b = ins.args.size() > 1 ? regs[ins.args[1]] : Reg{};
+      regs[i] = apply(ins, a, b, buf, n);
+    }
+    store(t, begin, n, regs, block);
+  }
+}
+
+void Interpreter::store(int64_t tile, int64_t begin, int64_t n,
+                        const std::vector<Reg> &regs, int64_t block) {
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const GroupOutput &go = g.outputs[o];
+    const View &r = out[o];
+    Reg v = regs[go.value];
+    bool bf16 = r.dtype == DType::BF16;
+    uint16_t *bits = static_cast<uint16_t *>(r.data);
+    auto noteBad = [&](int64_t element) {
+      BadValue bad{static_cast<int64_t>(o), element};
+      if (bad < firstBad[block])
+        firstBad[block] = bad;
+    };
+    switch (go.store) {
+    case Store::Elem:
+      if (bf16)
+        for (int64_t i = 0; i < n; ++i)
+          bits[begin + i] = cpu::toBf16Bits(v.p[i]);
+      else if (r.f32() + begin != v.p)
+        std::memcpy(r.f32() + begin, v.p, n * sizeof(float));
+      if (check)
+        for (int64_t i = 0; i < n; ++i)
+          if (!std::isfinite(v.p[i])) {
+            noteBad(begin + i);
+            break;
+          }
+      break;
+    case Store::Transpose:
+      for (int64_t c = 0; c < n; ++c) {
+        int64_t at = c * g.rows + tile;
+        if (bf16)
+          bits[at] = cpu::toBf16Bits(v.p[c]);
+        else
+          r.f32()[at] = v.p[c];
+        if (check && !std::isfinite(v.p[c]))
+          noteBad(at);
+      }
+      break;
+    case Store::Row:
+      if (bf16)
+        bits[tile] = cpu::toBf16Bits(v.s);
+      else
+        r.f32()[tile] = v.s;
+      if (check && !std::isfinite(v.s))
+        noteBad(tile);
+      break;
+    case Store::ColSum: {
+      double *partial = colPartials[o].data() + block * g.cols;
+      for (int64_t c = 0; c < n; ++c)
+        partial[c] += v.p[c];
+      break;
+    }
+    case Store::Amax: {
+      float &m = amaxPartials[o][block];
+      for (int64_t i = 0; i < n; ++i) {
+        float a = std::fabs(v.p[i]);
+        m = std::isnan(a) || std::isnan(m) ? a + m : std::max(m, a);
+      }
+      break;
+    }
+    }
+  }
+}
+
+std::string Interpreter::run() {
+  computeUniform();
+  colPartials.assign(g.outputs.size(), {});
+  amaxPartials.assign(g.outputs.size(), {});
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    if (g.outputs[o].store == Store::ColSum)
+      colPartials[o].assign(blocks * g.cols, 0.0);
+    if (g.outputs[o].store == Store::Amax)
+      amaxPartials[o].assign(blocks, 0.0f);
+  }
+  firstBad.assign(blocks, BadValue{});
+
+  int64_t blockElements = tilesPerBlock * tileLen;
+  int64_t grain = std::max<int64_t>(1, kGrainElements / blockElements);
+  cpu::detail::parallelFor(blocks, grain, [&](int64_t b, int64_t e) {
+    std::vector<float> storage(g.body.size() * tileLen);
+    std::vector<Reg> regs(g.body.size());
+    for (int64_t block = b; block < e; ++block)
+      runBlock(block, storage, regs);
+  });
+
+  BadValue bad;
+  for (const BadValue &b : firstBad)
+    bad = std::min(bad, b);
+  // Reductions over blocks, in block order.
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const View &r = out[o];
+    auto put = [&](int64_t i, double value) {
+      float f = static_cast<float>(value);
+      if (r.dtype == DType::BF16)
+        static_cast<uint16_t *>(r.data)[i] = cpu::toBf16Bits(f);
+      else
+        r.f32()[i] = f;
+      float stored = loadScalar(r, i);
+      if (check && !std::isfinite(stored))
+        bad = std::min(bad, BadValue{static_cast<int64_t>(o), i});
+    };
+    if (g.outputs[o].store == Store::ColSum)
+      for (int64_t c = 0; c < g.cols; ++c) {
+        double sum = 0;
+        for (int64_t k = 0; k < blocks; ++k)
+          sum += colPartials[o][k * g.cols + c];
+        put(c, sum);
+      }
+    if (g.outputs[o].store == Store::Amax) {
+      float m = 0;
+      for (float a : amaxPartials[o])
+        m = std::isnan(a) || std::isnan(m) ? a + m : std::max(m, a);
+      put(0, m);
+    }
+  }
+  if (!check || bad.output == std::numeric_limits<int64_t>::max())
+    return "";
+  float value = loadScalar(out[bad.output], bad.element);
+  return std::string(std::isnan(value) ? "NaN" : "infinity") +
+         " in its result " + std::to_string(bad.output) + " at element " +
+         std::to_string(bad.element);
+}
+
+} // namespace
+
+std::string runFusedGroup(const FusedGroup &group,
+                          const std::vector<View> &operands,
+                          const std::vector<View> &results,
+                          bool checkNumerics) {
+  return Interpreter(group, operands, results, checkNumerics).run();
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,212 @@
+//===- FusedGroup.cpp - Names and checks of the fused-group language ------===//
+
+#include "kiln/Runtime/FusedGroup.h"
+#include "kiln/Runtime/Plan.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kiln::runtime {
+
+namespace {
+using Op = GroupInstr::Op;
+using Store = GroupOutput::Store;
+
+constexpr std::pair<Op, const char *> kOpNames[] = {
+    {Op::Load, "load"},       {Op::Const, "const"},  {Op::Neg, "neg"},
+    {Op::Exp, "exp"},         {Op::Log, "log"},      {Op::Sqrt, "sqrt"},
+    {Op::Rsqrt, "rsqrt"},     {Op::Sigmoid, "sigmoid"},
+    {Op::Convert, "convert"}, {Op::Add, "add"},      {Op::Sub, "sub"},
+    {Op::Mul, "mul"},         {Op::Div, "div"},      {Op::Max, "max"},
+    {Op::Min, "min"},         {Op::RowSum, "row_sum"},
+};
+
+constexpr std::pair<Store, const char *> kStoreNames[] = {
+    {Store::Elem, "elem"},      {Store::Transpose, "transpose"},
+    {Store::Row, "row"},        {Store::ColSum, "col_sum"},
+    {Store::Amax, "amax"},
+};
+
+const char *kindName(GroupKind kind) {
+  switch (kind) {
+  case GroupKind::Scalar:
+    return "scalar";
+  case GroupKind::Row:
+    return "row";
+  case GroupKind::Col:
+    return "col";
+  case GroupKind::Elem:
+    return "elem";
+  }
+  return "?";
+}
+
+/// The kind of a value computed from values of kinds `a` and `b`: a row
+/// value combined with a column value has one value per point.
+GroupKind join(GroupKind a, GroupKind b) {
+  if (a == b || b == GroupKind::Scalar)
+    return a;
+  if (a == GroupKind::Scalar)
+    return b;
+  return GroupKind::Elem;
+}
+
+bool isComputeType(DType t) { return t == DType::F32 || t == DType::BF16; }
+} // namespace
+
+const char *groupOpName(Op op) {
+  for (auto [o, name] : kOpNames)
+    if (o == op)
+      return name;
+  return "?";
+}
+
+const char *groupStoreName(Store store) {
+  for (auto [s, name] : kStoreNames)
+    if (s == store)
+      return name;
+  return "?";
+}
+
+bool parseGroupOp(const std::string &name, Op &op) {
+  for (auto [o, n] : kOpNames)
+    if (name == n) {
+      op = o;
+      return true;
+    }
+  return false;
+}
+
+bool parseGroupStore(const std::string &name, Store &store) {
+  for (auto [s, n] : kStoreNames)
+    if (name == n) {
+      store = s;
+      return true;
+    }
+  return false;
+}
+
+int groupOpArity(Op op) {
+  switch (op) {
+  case Op::Load:
+  case Op::Const:
+    return 0;
+  case Op::Neg:
+  case Op::Exp:
+  case Op::Log:
+  case Op::Sqrt:
+  case Op::Rsqrt:
+  case Op::Sigmoid:
+  case Op::Convert:
+  case Op::RowSum:
+    return 1;
+  case Op::Add:
+  case Op::Sub:
+  case Op::Mul:
+  case Op::Div:
+  case Op::Max:
+  case Op::Min:
+    return 2;
+  }
+  return 0;
+}
+
+std::string checkFusedGroup(FusedGroup &group,
+                            const std::vector<const PlanValue *> &operands,
+                            const std::vector<const PlanValue *> &results) {
+  const int64_t rows = group.rows, cols = group.cols;
+  if (rows < 1 || cols < 1)
+    return "the group's rows and cols must be positive";
+  auto elements = [&](GroupKind kind) -> int64_t {
+    switch (kind) {
+    case GroupKind::Scalar:
+      return 1;
+    case GroupKind::Row:
+      return rows;
+    case GroupKind::Col:
+      return cols;
+    case GroupKind::Elem:
+      return rows * cols;
+    }
+    return 0;
+  };
+  for (size_t i = 0; i < group.body.size(); ++i) {
+    GroupInstr &in = group.body[i];
+    std::string where = "instruction " + std::to_string(i) + " (" +
+                        groupOpName(in.op) + ")";
+    if (static_cast<int>(in.args.size()) != groupOpArity(in.op))
+      return where + " has " + std::to_string(in.args.size()) +
+             " arguments, not " + std::to_string(groupOpArity(in.op));
+    for (int32_t a : in.args)
+      if (a < 0 || a >= static_cast<int32_t>(i))
+        return where + " reads instruction " + std::to_string(a) +
+               ", which does not come before it";
+    if (in.op == Op::Load) {
+      if (in.operand < 0 || in.operand >= static_cast<int32_t>(operands.size()))
+        return where + " loads operand " + std::to_string(in.operand) +
+               " of " + std::to_string(operands.size());
+      const PlanValue &v = *operands[in.operand];
+      if (!isComputeType(v.dtype) || v.dtype != in.type)
+        return where + " loads a " + dtypeName(v.dtype) + " tensor as " +
+               dtypeName(in.type);
+      if (v.numElements() != elements(in.kind))
+        return where + " loads " + std::to_string(v.numElements()) +
+               " elements as a " + kindName(in.kind) + " value of " +
+               std::to_string(elements(in.kind));
+      continue;
+    }
+    if (!isComputeType(in.type))
+      return where + " has type " + dtypeName(in.type) +
+             "; group values are f32 or bf16";
+    if (in.op == Op::Const) {
+      in.kind = GroupKind::Scalar;
+      continue;
+    }
+    if (in.op == Op::RowSum) {
+      if (group.body[in.args[0]].kind != GroupKind::Elem)
+        return where + " sums a value that is not per element";
+      in.kind = GroupKind::Row;
+      continue;
+    }
+    in.kind = group.body[in.args[0]].kind;
+    if (in.args.size() == 2)
+      in.kind = join(in.kind, group.body[in.args[1]].kind);
+  }
+
+  if (group.outputs.size() != results.size())
+    return "the group has " + std::to_string(group.outputs.size()) +
+           " outputs for " + std::to_string(results.size()) + " results";
+  for (size_t o = 0; o < group.outputs.size(); ++o) {
+    const GroupOutput &out = group.outputs[o];
+    std::string where = "output " + std::to_string(o) + " (" +
+                        groupStoreName(out.store) + ")";
+    if (out.value < 0 || out.value >= static_cast<int32_t>(group.body.size()))
+      return where + " stores instruction " + std::to_string(out.value) +
+             ", which does not exist";
+    const GroupInstr &in = group.body[out.value];
+    const PlanValue &r = *results[o];
+    GroupKind want = out.store == Store::Row ? GroupKind::Row : GroupKind::Elem;
+    if (in.kind != want)
+      return where + " stores a " + kindName(in.kind) + " value";
+    int64_t n = out.store == Store::ColSum ? cols
+                : out.store == Store::Amax ? 1
+                                           : elements(want);
+    if (r.numElements() != n)
+      return where + " writes " + std::to_string(n) + " elements to value " +
+             std::to_string(r.id) + ", which has " +
+             std::to_string(r.numElements());
+    bool reduces = out.store == Store::ColSum || out.store == Store::Amax;
+    if (reduces ? !isComputeType(r.dtype) : r.dtype != in.type)
+      return where + " stores a " + dtypeName(in.type) + " value into a " +
+             dtypeName(r.dtype) + " tensor";
+    if (out.store == Store::Transpose && r.shape.size() == 2 &&
+        (r.shape[0] != cols || r.shape[1] != rows))
+      return where + " must write a [cols, rows] tensor";
+    if (std::find(operands.begin(), operands.end(), &r) != operands.end())
+      return where + " writes value " + std::to_string(r.id) +
+             ", which the group also reads";
+  }
+  return "";
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,351 @@
+// The fused-group interpreter against references computed here, one
+// element at a time in double (or with the plan's rounding rules spelled
+// out), and against the kernels of kiln/Runtime/Cpu for the ops the
+// compiler lowers to groups.
+#include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/Cpu/Common.h"
+#include "kiln/Runtime/Cpu/Norm.h"
+#include "kiln/Runtime/CpuFusedGroup.h"
+#include "kiln/Runtime/Plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace kiln::runtime;
+using Op = GroupInstr::Op;
+using Store = GroupOutput::Store;
+
+namespace {
+
+/// A tensor in f32 or bf16 storage.
+struct Tensor {
+  PlanValue value;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+
+  Tensor(std::vector<int64_t> shape, DType dtype) {
+    static int64_t nextId = 0;
+    value.id = nextId++;
+    value.shape = std::move(shape);
+    value.dtype = dtype;
+    if (dtype == DType::F32)
+      f32.assign(value.numElements(), 0.0f);
+    else
+      bf16.assign(value.numElements(), 0);
+  }
+  View view() {
+    return View{value.dtype == DType::F32 ? static_cast<void *>(f32.data())
+                                          : static_cast<void *>(bf16.data()),
+                value.dtype, value.shape};
+  }
+  float at(int64_t i) const {
+    return value.dtype == DType::F32 ? f32[i]
+                                     : kiln::runtime::cpu::fromBf16Bits(bf16[i]);
+  }
+  void set(int64_t i, float x) {
+    if (value.dtype == DType::F32)
+      f32[i] = x;
+    else
+      bf16[i] = kiln::runtime::cpu::toBf16Bits(x);
+  }
+  void fill(std::mt19937 &rng, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    for (int64_t i = 0; i < value.numElements(); ++i)
+      set(i, d(rng));
+  }
+};
+
+struct Builder {
+  FusedGroup g;
+  int32_t add(Op op, std::vector<int32_t> args, DType type = DType::F32) {
+    GroupInstr in;
+    in.op = op;
+    in.args = std::move(args);
+    in.type = type;
+    g.body.push_back(in);
+    return static_cast<int32_t>(g.body.size() - 1);
+  }
+  int32_t load(int32_t operand, GroupKind kind, DType type) {
+    GroupInstr in;
+    in.op = Op::Load;
+    in.operand = operand;
+    in.kind = kind;
+    in.type = type;
+    g.body.push_back(in);
+    return static_cast<int32_t>(g.body.size() - 1);
+  }
+  int32_t constant(double v) {
+    int32_t i = add(Op::Const, {});
+    g.body[i].value = v;
+    return i;
+  }
+  void output(int32_t value, Store store = Store::Elem) {
+    g.outputs.push_back({value, store});
+  }
+  /// Checks the group and runs it; returns the interpreter's message.
+  std::string run(std::vector<Tensor *> in, std::vector<Tensor *> out,
+                  bool check = false) {
+    std::vector<const PlanValue *> iv, ov;
+    std::vector<View> inViews, outViews;
+    for (Tensor *t : in) {
+      iv.push_back(&t->value);
+      inViews.push_back(t->view());
+    }
+    for (Tensor *t : out) {
+      ov.push_back(&t->value);
+      outViews.push_back(t->view());
+    }
+    std::string problem = checkFusedGroup(g, iv, ov);
+    EXPECT_EQ(problem, "");
+    if (!problem.empty())
+      return problem;
+    return runFusedGroup(g, inViews, outViews, check);
+  }
+};
+
+class ThreadCount {
+public:
+  explicit ThreadCount(int n) { kiln::runtime::cpu::setCpuThreads(n); }
+  ~ThreadCount() { kiln::runtime::cpu::setCpuThreads(1); }
+};
+
+/// The group the compiler emits for rms_norm (docs/plan.md).
+Builder rmsNormGroup(int64_t rows, int64_t cols, DType type, double eps) {
+  Builder b;
+  b.g.rows = rows;
+  b.g.cols = cols;
+  int32_t x = b.load(0, GroupKind::Elem, type);
+  int32_t w = b.load(1, GroupKind::Col, type);
+  int32_t sq = b.add(Op::Mul, {x, x});
+  int32_t ss = b.add(Op::RowSum, {sq});
+  int32_t ms = b.add(Op::Div, {ss, b.constant(static_cast<double>(cols))});
+  int32_t r = b.add(Op::Rsqrt, {b.add(Op::Add, {ms, b.constant(eps)})});
+  int32_t y = b.add(Op::Mul, {b.add(Op::Mul, {x, r}), w}, type);
+  b.output(y);
+  return b;
+}
+
+} // namespace
+
+TEST(FusedGroup, RmsNormMatchesDoubleReferenceAndKernel) {
+  std::mt19937 rng(1);
+  const int64_t rows = 37, cols = 96;
+  const double eps = 1e-5;
+  Tensor x({rows, cols}, DType::F32), w({cols}, DType::F32),
+      y({rows, cols}, DType::F32), kernel({rows, cols}, DType::F32);
+  x.fill(rng, -2, 2);
+  w.fill(rng, 0.5, 1.5);
+  Builder b = rmsNormGroup(rows, cols, DType::F32, eps);
+  ASSERT_EQ(b.run({&x, &w}, {&y}), "");
+  kiln::runtime::cpu::rmsNorm(x.f32.data(), w.f32.data(), kernel.f32.data(),
+                              nullptr, rows, cols, eps);
+  for (int64_t t = 0; t < rows; ++t) {
+    double ss = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      ss += double(x.f32[t * cols + c]) * x.f32[t * cols + c];
+    double r = 1 / std::sqrt(ss / cols + eps);
+    for (int64_t c = 0; c < cols; ++c) {
+      int64_t i = t * cols + c;
+      double ref = x.f32[i] * r * w.f32[c];
+      EXPECT_NEAR(y.f32[i], ref, 4e-7 * std::fabs(ref) + 1e-12) << i;
+      EXPECT_NEAR(y.f32[i], kernel.f32[i], 4e-7 * std::fabs(ref) + 1e-12);
+    }
+  }
+}
+
+TEST(FusedGroup, Bf16InstructionsRoundWhereTheirTypeSays) {
+  // y = bf16(bf16(a * b) + a): the product is rounded before the sum.
+  std::mt19937 rng(2);
+  const int64_t n = 10000; // two and a half flat tiles
+  Tensor a({n}, DType::BF16), b({n}, DType::BF16), y({n}, DType::BF16);
+  a.fill(rng, -3, 3);
+  b.fill(rng, -3, 3);
+  Builder g;
+  g.g.rows = 1;
+  g.g.cols = n;
+  int32_t la = g.load(0, GroupKind::Elem, DType::BF16);
+  int32_t lb = g.load(1, GroupKind::Elem, DType::BF16);
+  int32_t p = g.add(Op::Mul, {la, lb}, DType::BF16);
+  g.output(g.add(Op::Add, {p, la}, DType::BF16));
+  ASSERT_EQ(g.run({&a, &b}, {&y}), "");
+  using kiln::runtime::cpu::roundToBf16;
+  int differs = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float expect = roundToBf16(roundToBf16(a.at(i) * b.at(i)) + a.at(i));
+    ASSERT_EQ(y.at(i), expect) << i;
+    differs += roundToBf16(a.at(i) * b.at(i) + a.at(i)) != expect;
+  }
+  EXPECT_GT(differs, 0) << "the test cannot tell rounded from unrounded";
+}
+
+TEST(FusedGroup, SiluMatchesItsFormula) {
+  std::mt19937 rng(3);
+  const int64_t n = 5000;
+  Tensor x({n}, DType::F32), y({n}, DType::F32);
+  x.fill(rng, -20, 20);
+  Builder g;
+  g.g.rows = 1;
+  g.g.cols = n;
+  int32_t lx = g.load(0, GroupKind::Elem, DType::F32);
+  g.output(g.add(Op::Mul, {lx, g.add(Op::Sigmoid, {lx})}));
+  ASSERT_EQ(g.run({&x}, {&y}), "");
+  for (int64_t i = 0; i < n; ++i) {
+    double xi = x.f32[i];
+    double ref = xi / (1 + std::exp(-xi));
+    EXPECT_NEAR(y.f32[i], ref, 3e-7 * std::fabs(ref) + 1e-30) << xi;
+  }
+}
+
+TEST(FusedGroup, ColSumIsExactlyTheBlockedSumForAnyThreadCount) {
+  std::mt19937 rng(4);
+  const int64_t rows = 1100, cols = 33; // 18 blocks of rows, the last partial
+  Tensor x({rows, cols}, DType::F32), s1({cols}, DType::F32),
+      s2({cols}, DType::F32), sb({cols}, DType::BF16);
+  x.fill(rng, -1, 1);
+  auto build = [&] {
+    Builder g;
+    g.g.rows = rows;
+    g.g.cols = cols;
+    int32_t lx = g.load(0, GroupKind::Elem, DType::F32);
+    g.output(g.add(Op::Mul, {lx, lx}), Store::ColSum);
+    return g;
+  };
+  {
+    ThreadCount one(1);
+    Builder g = build();
+    ASSERT_EQ(g.run({&x}, {&s1}), "");
+    Builder h = build();
+    ASSERT_EQ(h.run({&x}, {&sb}), "");
+  }
+  {
+    ThreadCount two(2);
+    Builder g = build();
+    ASSERT_EQ(g.run({&x}, {&s2}), "");
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    double total = 0;
+    for (int64_t b0 = 0; b0 < rows; b0 += kColSumBlockRows) {
+      double block = 0;
+      for (int64_t t = b0; t < std::min(rows, b0 + kColSumBlockRows); ++t) {
+        float v = x.f32[t * cols + c] * x.f32[t * cols + c];
+        block += v;
+      }
+      total += block;
+    }
+    EXPECT_EQ(s1.f32[c], static_cast<float>(total)) << c;
+    EXPECT_EQ(s2.f32[c], s1.f32[c]) << c;
+    EXPECT_EQ(sb.at(c), kiln::runtime::cpu::roundToBf16(s1.f32[c]));
+  }
+}
+
+TEST(FusedGroup, RowValuesBroadcastAndStorePerRow) {
+  // y[r, c] = x[r, c] - mean_r, and the means stored per row.
+  std::mt19937 rng(5);
+  const int64_t rows = 7, cols = 5;
+  Tensor x({rows, cols}, DType::F32), y({rows, cols}, DType::F32),
+      mean({rows}, DType::F32);
+  x.fill(rng, -1, 1);
+  Builder g;
+  g.g.rows = rows;
+  g.g.cols = cols;
+  int32_t lx = g.load(0, GroupKind::Elem, DType::F32);
+  int32_t m = g.add(Op::Div, {g.add(Op::RowSum, {lx}), g.constant(cols)});
+  g.output(g.add(Op::Sub, {lx, m}));
+  g.output(m, Store::Row);
+  ASSERT_EQ(g.run({&x}, {&y, &mean}), "");
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      s += x.f32[r * cols + c];
+    float expectMean = static_cast<float>(s) / static_cast<float>(cols);
+    EXPECT_EQ(mean.f32[r], expectMean);
+    for (int64_t c = 0; c < cols; ++c)
+      EXPECT_EQ(y.f32[r * cols + c], x.f32[r * cols + c] - expectMean);
+  }
+}
+
+TEST(FusedGroup, TransposeAndAmax) {
+  std::mt19937 rng(6);
+  const int64_t rows = 70, cols = 9;
+  Tensor x({rows, cols}, DType::BF16), xt({cols, rows}, DType::BF16),
+      amax({}, DType::F32);
+  x.fill(rng, -4, 4);
+  x.set(5 * cols + 3, -7.5f); // the largest magnitude, negative
+  Builder g;
+  g.g.rows = rows;
+  g.g.cols = cols;
+  int32_t lx = g.load(0, GroupKind::Elem, DType::BF16);
+  g.output(lx, Store::Transpose);
+  g.output(lx, Store::Amax);
+  ASSERT_EQ(g.run({&x}, {&xt, &amax}), "");
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(xt.bf16[c * rows + r], x.bf16[r * cols + c]);
+  EXPECT_EQ(amax.f32[0], 7.5f);
+}
+
+TEST(FusedGroup, AmaxPropagatesNaN) {
+  Tensor x({3, 4}, DType::F32), amax({}, DType::F32);
+  x.f32[7] = std::numeric_limits<float>::quiet_NaN();
+  Builder g;
+  g.g.rows = 3;
+  g.g.cols = 4;
+  g.output(g.load(0, GroupKind::Elem, DType::F32), Store::Amax);
+  ASSERT_EQ(g.run({&x}, {&amax}), "");
+  EXPECT_TRUE(std::isnan(amax.f32[0]));
+}
+
+TEST(FusedGroup, ReportsTheFirstNonFiniteValueItStores) {
+  // log of x: x[3] = 0 gives -inf, x[9] < 0 gives NaN; output 1 is fine.
+  Tensor x({2, 8}, DType::F32), y({2, 8}, DType::BF16), z({2, 8}, DType::F32);
+  for (int64_t i = 0; i < 16; ++i)
+    x.f32[i] = 1.0f + i;
+  x.f32[9] = -1.0f;
+  x.f32[3] = 0.0f;
+  Builder g;
+  g.g.rows = 2;
+  g.g.cols = 8;
+  int32_t lx = g.load(0, GroupKind::Elem, DType::F32);
+  g.output(g.add(Op::Log, {lx}, DType::BF16));
+  g.output(lx);
+  EXPECT_EQ(g.run({&x}, {&y, &z}, /*check=*/true),
+            "infinity in its result 0 at element 3");
+  x.f32[3] = 1.0f;
+  Builder h = g;
+  EXPECT_EQ(h.run({&x}, {&y, &z}, /*check=*/true),
+            "NaN in its result 0 at element 9");
+  x.f32[9] = 2.0f;
+  Builder k = g;
+  EXPECT_EQ(k.run({&x}, {&y, &z}, /*check=*/true), "");
+}
+
+TEST(FusedGroup, CheckInfersKindsAndRejectsMisuse) {
+  Tensor x({4, 3}, DType::F32), w({3}, DType::F32), r({4}, DType::F32),
+      y({4, 3}, DType::F32);
+  Builder g;
+  g.g.rows = 4;
+  g.g.cols = 3;
+  int32_t lw = g.load(1, GroupKind::Col, DType::F32);
+  int32_t lr = g.load(2, GroupKind::Row, DType::F32);
+  int32_t wc = g.add(Op::Exp, {lw});
+  int32_t rc = g.add(Op::Neg, {lr});
+  int32_t both = g.add(Op::Mul, {wc, rc});
+  g.output(both);
+  std::vector<const PlanValue *> in{&x.value, &w.value, &r.value};
+  EXPECT_EQ(checkFusedGroup(g.g, in, {&y.value}), "");
+  EXPECT_EQ(g.g.body[wc].kind, GroupKind::Col);
+  EXPECT_EQ(g.g.body[rc].kind, GroupKind::Row);
+  EXPECT_EQ(g.g.body[both].kind, GroupKind::Elem);
+
+  Builder sumCol = g;
+  sumCol.add(Op::RowSum, {wc});
+  EXPECT_EQ(checkFusedGroup(sumCol.g, in, {&y.value}),
+            "instruction 5 (row_sum) sums a value that is not per element");
+  Builder inPlace = g;
+  EXPECT_EQ(checkFusedGroup(inPlace.g, in, {&x.value}),
+            "output 0 (elem) writes value " + std::to_string(x.value.id) +
+                ", which the group also reads");
+}
