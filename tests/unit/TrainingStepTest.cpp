@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace kiln;
@@ -82,4 +83,33 @@ TEST(TrainingStep, SameThreadCountSameBits) {
   cpu::setCpuThreads(1);
   EXPECT_EQ(0, std::memcmp(weights[0].data(), weights[1].data(),
                            weights[0].size() * sizeof(float)));
+}
+
+TEST(TrainingStep, LogitsEntryGivesTheEvalLoss) {
+  // The loss recomputed in double from the `logits` entry's output equals
+  // the `eval_loss` entry's loss: sampling sees the model that is trained.
+  for (const char *policy : {"\"float32\"", "\"bfloat16\""}) {
+    Plan plan = compileTiny({std::string("mixed_precision.param=") + policy});
+    std::string error;
+    std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
+    ASSERT_TRUE(exec) << error;
+    exec->initialize(3);
+    std::vector<int32_t> tokens = someTokens(32, 5), targets = someTokens(32, 9);
+    auto loss = exec->run("eval_loss", tokens, targets, 1, error);
+    ASSERT_TRUE(loss) << error;
+    auto logits = exec->run("logits", tokens, {}, 1, error);
+    ASSERT_TRUE(logits) << error;
+    const std::vector<float> &z = logits->at("logits");
+    const size_t vocab = 256;
+    ASSERT_EQ(z.size(), tokens.size() * vocab);
+    double total = 0;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const float *row = z.data() + t * vocab;
+      double top = *std::max_element(row, row + vocab), sum = 0;
+      for (size_t v = 0; v < vocab; ++v)
+        sum += std::exp(double(row[v]) - top);
+      total += top + std::log(sum) - row[targets[t]];
+    }
+    EXPECT_NEAR(loss->at("loss")[0], total / tokens.size(), 2e-6) << policy;
+  }
 }

@@ -17,6 +17,7 @@ void kiln::buildImportPipeline(OpPassManager &pm) {
 void kiln::buildTrainPipeline(OpPassManager &pm) {
   pm.addPass(createKilnAutodiff());
   pm.addPass(createKilnOptimizer());
+  pm.addPass(createKilnLogitsEntry());
   pm.addPass(createCSEPass());
 }
 
@@ -39,7 +40,8 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   static const PhaseInfo phases[] = {
       {"import", "the model description as kiln ops (@forward_loss)", "#2",
        buildImportPipeline},
-      {"train", "autodiff backward and AdamW (@train_step)", "#3",
+      {"train", "autodiff backward and AdamW (@train_step), @forward_logits",
+       "#3",
        buildTrainPipeline},
       {"precision", "mixed-precision casts as explicit ops", "#3",
        buildPrecisionPipeline},

@@ -6,8 +6,18 @@
 #include "kiln/Plan/PlanEmitter.h"
 
 #include "mlir/IR/Verifier.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#ifndef KILN_GIT_HASH
+#define KILN_GIT_HASH "unknown"
+#endif
 
 using namespace mlir;
 using namespace kiln;
@@ -50,4 +60,65 @@ std::optional<std::string> ModelSession::compilePlan(bool fuse) {
   llvm::raw_string_ostream os(text);
   os << *json;
   return text;
+}
+
+namespace {
+uint64_t fnv1a(const std::string &text, uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string cacheDir() {
+  if (const char *dir = std::getenv("KILN_CACHE_DIR"))
+    return dir;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"))
+    return std::string(xdg) + "/kiln";
+  if (const char *home = std::getenv("HOME"))
+    return std::string(home) + "/.cache/kiln";
+  return "/tmp/kiln-cache";
+}
+
+/// This build of the compiler: its git hash (taken when CMake configured
+/// the build) and the size and time of the running executable (so a
+/// rebuild without reconfiguring never reuses another build's plans).
+std::string buildIdentity() {
+  std::string id = KILN_GIT_HASH;
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status("/proc/self/exe", status))
+    id += " " + std::to_string(status.getSize()) + " " +
+          std::to_string(status.getLastModificationTime()
+                             .time_since_epoch()
+                             .count());
+  return id;
+}
+} // namespace
+
+std::optional<std::string>
+ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
+  std::string key = source->text;
+  for (const std::string &o : overrides)
+    key += "\n--set " + o;
+  key += "\n" + buildIdentity() + "\nplan " + std::to_string(kPlanVersion);
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.kplan",
+                static_cast<unsigned long long>(fnv1a(key)));
+  std::string path = cacheDir() + "/" + name;
+  std::ifstream in(path);
+  if (in) {
+    std::stringstream text;
+    text << in.rdbuf();
+    hit = true;
+    return text.str();
+  }
+  hit = false;
+  std::optional<std::string> plan = compilePlan();
+  if (plan && !llvm::sys::fs::create_directories(cacheDir())) {
+    std::string tmp = path + ".tmp" + std::to_string(getpid());
+    std::ofstream(tmp) << *plan;
+    std::rename(tmp.c_str(), path.c_str());
+  }
+  return plan;
 }

@@ -346,5 +346,8 @@ FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
       failed(builder.addFunction(eval, "eval_loss")) ||
       failed(builder.addFunction(grads, "loss_and_grads")))
     return failure();
+  if (auto logits = module.lookupSymbol<func::FuncOp>(kForwardLogitsFunc))
+    if (failed(builder.addFunction(logits, "logits")))
+      return failure();
   return builder.finish(vocab, std::move(training));
 }

@@ -45,6 +45,17 @@ struct TrainCommand {
 };
 int runTrain(const TrainCommand &command);
 
+struct SampleCommand {
+  std::string checkpoint;   // a checkpoint, or a folder of them, or a run
+  std::string prompt;
+  int64_t tokens = 200;     // how many to generate
+  double temperature = 0.8; // 0: greedy
+  int64_t topK = 0;         // 0: every token
+  uint64_t seed = 0;
+  int threads = 0;          // 0: every core
+};
+int runSample(const SampleCommand &command);
+
 } // namespace kiln
 
 #endif // KILN_COMPILER_DRIVER_H

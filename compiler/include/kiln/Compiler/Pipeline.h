@@ -34,7 +34,7 @@ const PhaseInfo *findPhase(llvm::StringRef name);
 /// import: cleanup after the frontend (canonicalize, CSE).
 void buildImportPipeline(mlir::OpPassManager &pm);
 
-/// train: kiln-autodiff, kiln-optimizer, CSE.
+/// train: kiln-autodiff, kiln-optimizer, kiln-logits-entry, CSE.
 void buildTrainPipeline(mlir::OpPassManager &pm);
 
 /// precision: kiln-mixed-precision, canonicalize, CSE.

@@ -34,6 +34,14 @@ struct ModelSession {
   /// returns the plan as JSON text, or nothing after printing the
   /// diagnostics.
   std::optional<std::string> compilePlan(bool fuse = true);
+
+  /// compilePlan's result from the on-disk cache ($KILN_CACHE_DIR, else
+  /// $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed by the model text, the
+  /// `overrides` it was loaded with and this build; compiled and stored
+  /// there when missing (a cache that cannot be written only costs time).
+  /// `hit` says which.
+  std::optional<std::string> cachedPlan(const std::vector<std::string> &overrides,
+                                        bool &hit);
 };
 
 } // namespace kiln

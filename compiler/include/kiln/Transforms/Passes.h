@@ -20,6 +20,7 @@ namespace kiln {
 inline constexpr llvm::StringLiteral kForwardLossFunc = "forward_loss";
 inline constexpr llvm::StringLiteral kLossAndGradsFunc = "loss_and_grads";
 inline constexpr llvm::StringLiteral kTrainStepFunc = "train_step";
+inline constexpr llvm::StringLiteral kForwardLogitsFunc = "forward_logits";
 inline constexpr llvm::StringLiteral kOptimizerAttr = "kiln.optimizer";
 inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
 

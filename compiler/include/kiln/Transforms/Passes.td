@@ -96,6 +96,34 @@ def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnLogitsEntry : Pass<"kiln-logits-entry", "mlir::ModuleOp"> {
+  let summary = "Add @forward_logits: the forward without the loss, for sampling";
+  let description = [{
+    Clones `@forward_loss` into `@forward_logits`, which returns the input
+    of the `kiln.cross_entropy` that computed the loss (the logits,
+    `[batch, seq, vocab]`, tagged `kiln.output = "logits"`) and no longer
+    takes the targets. The plan writes it as the entry `logits`; `kiln
+    sample` runs it. A module without `@forward_loss` is left alone.
+
+    ```mlir
+    func.func @forward_loss(%tok: tensor<1x8xi32> {kiln.input = "tokens"},
+                            %tgt: tensor<1x8xi32> {kiln.input = "targets"}, ...) -> tensor<f32> {
+      ...
+      %logits = kiln.linear output %h, %w param("lm_head.weight") : ...
+      %loss = kiln.cross_entropy %logits, %tgt : ...
+      return %loss : tensor<f32>
+    }
+    // adds
+    func.func @forward_logits(%tok: tensor<1x8xi32> {kiln.input = "tokens"}, ...)
+        -> (tensor<1x8x256xf32> {kiln.output = "logits"}) {
+      ...
+      %logits = kiln.linear output %h, %w param("lm_head.weight") : ...
+      return %logits : tensor<1x8x256xf32>
+    }
+    ```
+  }];
+}
+
 def KilnFuseElementwise : Pass<"kiln-fuse-elementwise", "mlir::func::FuncOp"> {
   let summary = "Group elementwise and row-wise ops into kiln.fused_group";
   let description = [{

@@ -1,0 +1,94 @@
+//===- Sample.cpp - `kiln sample`: text from a checkpoint -----------------===//
+//
+// The model comes back from the checkpoint's config.toml, compiled (cached)
+// for a batch of one; the weights from its model.safetensors. The prompt is
+// encoded as bytes, so this reads byte-level models (vocabulary 256).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Compiler/Driver.h"
+#include "kiln/Compiler/Session.h"
+#include "kiln/Runtime/Cpu/Common.h"
+#include "kiln/Runtime/Sampler.h"
+#include "kiln/Runtime/Trainer.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+
+using namespace kiln;
+using namespace kiln::runtime;
+
+namespace {
+int fail(const std::string &message) {
+  llvm::errs() << "error: " << message << "\n";
+  return 1;
+}
+} // namespace
+
+int kiln::runSample(const SampleCommand &command) {
+  if (command.prompt.empty())
+    return fail("--prompt must not be empty");
+  if (command.temperature < 0)
+    return fail("--temperature must not be negative");
+
+  // A checkpoint folder, a folder of step-N checkpoints, or a run folder.
+  std::string error;
+  std::optional<std::string> dir = findCheckpoint(command.checkpoint, error);
+  if (!dir && llvm::sys::fs::is_directory(command.checkpoint + "/checkpoints"))
+    dir = findCheckpoint(command.checkpoint + "/checkpoints", error);
+  if (!dir)
+    return fail(error);
+  std::string configPath = *dir + "/config.toml";
+  if (!llvm::sys::fs::exists(configPath))
+    return fail(*dir + " has no config.toml (the model to sample from)");
+
+  std::vector<std::string> overrides = {"training.global_batch_size=1"};
+  ModelSession session;
+  if (!session.load(configPath, overrides))
+    return 1;
+  bool hit = false;
+  std::optional<std::string> planText = session.cachedPlan(overrides, hit);
+  if (!planText)
+    return 1;
+  std::optional<Plan> plan = parsePlan(*planText, error);
+  if (!plan)
+    return fail("internal: the compiled plan does not load: " + error);
+  if (std::string problem = checkSamplingPlan(*plan); !problem.empty())
+    return fail(problem);
+  if (plan->vocabSize != 256)
+    return fail("kiln sample encodes the prompt as bytes, but this model's "
+                "vocabulary has " + std::to_string(plan->vocabSize) +
+                " tokens, not 256");
+
+  if (command.threads > 0)
+    cpu::setCpuThreads(command.threads);
+  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(*plan, error);
+  if (!exec)
+    return fail(error);
+  if (std::optional<std::string> problem =
+          loadWeightsForSampling(*exec, *dir))
+    return fail(*problem);
+
+  std::vector<int32_t> prompt;
+  for (unsigned char c : command.prompt)
+    prompt.push_back(c);
+  SampleOptions options;
+  options.tokens = command.tokens;
+  options.temperature = command.temperature;
+  options.topK = command.topK;
+  options.seed = command.seed;
+  std::fwrite(command.prompt.data(), 1, command.prompt.size(), stdout);
+  std::fflush(stdout);
+  auto print = [](int32_t token) {
+    std::fputc(token, stdout);
+    std::fflush(stdout);
+  };
+  if (!sampleTokens(*exec, prompt, options, print, error)) {
+    std::fputc('\n', stdout);
+    return fail(error);
+  }
+  std::fputc('\n', stdout);
+  return 0;
+}

@@ -1,0 +1,57 @@
+//===- LogitsEntry.cpp - @forward_logits, the forward without the loss ----===//
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#define DEBUG_TYPE "kiln-logits-entry"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNLOGITSENTRY
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+struct LogitsEntry : kiln::impl::KilnLogitsEntryBase<LogitsEntry> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto forward = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
+    if (!forward || module.lookupSymbol(kForwardLogitsFunc))
+      return;
+    auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
+    auto loss = ret.getNumOperands() == 1
+                    ? ret.getOperand(0).getDefiningOp<CrossEntropyOp>()
+                    : CrossEntropyOp();
+    if (!loss) {
+      forward.emitOpError("must return one kiln.cross_entropy to derive @")
+          << kForwardLogitsFunc;
+      return signalPassFailure();
+    }
+
+    OpBuilder b(module.getContext());
+    b.setInsertionPointAfter(forward);
+    auto logits = cast<func::FuncOp>(b.clone(*forward));
+    logits.setSymName(kForwardLogitsFunc);
+    auto newRet = cast<func::ReturnOp>(logits.getBody().front().getTerminator());
+    auto ce = newRet.getOperand(0).getDefiningOp<CrossEntropyOp>();
+    Value out = ce.getLogits();
+    auto targets = dyn_cast<BlockArgument>(ce.getTargets());
+    newRet->setOperands(out);
+    ce->erase();
+    logits.setFunctionType(FunctionType::get(
+        module.getContext(), logits.getArgumentTypes(), {out.getType()}));
+    logits.setResultAttr(0, KilnDialect::kOutputAttrName,
+                         b.getStringAttr("logits"));
+    // The targets fed only the loss.
+    if (targets && targets.use_empty() &&
+        failed(logits.eraseArgument(targets.getArgNumber())))
+      return signalPassFailure();
+  }
+};
+} // namespace
