@@ -32,7 +32,8 @@ Compiled compile(const std::string &model, std::vector<std::string> sets) {
   return {*session.config, std::move(*plan)};
 }
 
-double relativeError(const std::vector<float> &kiln,
+template <typename T>
+double relativeError(const std::vector<T> &kiln,
                      const std::vector<double> &ref) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -153,13 +154,15 @@ TEST(Oracle, SmallGqaTiedModelMatchesTorchFloat64) {
 //
 // Bounds: a value that rounds differently (a last-bit difference before
 // the rounding) moves by one bf16 ulp, 2^-8 relative, and the flips feed
-// every later rounding, so two correct implementations whose fp32
-// arithmetic differs in the last bits (OpenBLAS vs ATen GEMMs; attention's
-// backward using the stored bf16 output, as flash attention does, where
-// autograd uses the exact softmax) agree to about 1e-3, not to the bit.
-// Measured on this model: loss 5e-7, worst gradient tensor 2.4e-3, every
-// tensor 2-10x closer to the rounding reference than to Kiln fp32, and
-// at least 4e-3 away from Kiln fp32.
+// every later rounding. So two correct fp32 implementations of the policy
+// agree to a few 1e-3, not to the bit, and the test measures that floor:
+// torch fp32 against the same cast points with float64 arithmetic between
+// them. Measured on this model: torch fp32 is 2.4e-3 from that run (worst
+// gradient tensor), Kiln 2.4e-3 from it and 2.6e-3 from torch fp32; loss
+// within 2e-6; every tensor about 2x closer to the rounding reference than
+// to Kiln fp32 and at least 3.8e-3 away from Kiln fp32. Asserted: Kiln
+// within 4e-3 of torch fp32, and no further from the float64-arithmetic run
+// than 1.5x torch fp32 is.
 TEST(Oracle, Bf16PolicyMatchesTorchRoundingAtTheSameCastPoints) {
   KilnRun bf16 = runKiln("llama3-debug", {});
   KilnRun fp32 = runKiln("llama3-debug", {"mixed_precision.param=\"float32\""});
@@ -169,6 +172,21 @@ TEST(Oracle, Bf16PolicyMatchesTorchRoundingAtTheSameCastPoints) {
       reference(bf16, oracle::Precision::Float32RoundedToBf16);
   EXPECT_LE(std::fabs(bf16.loss - ref.loss) / ref.loss, 1e-5);
   double worst = worstGradientError(bf16, ref, 4e-3);
+
+  // The noise floor: torch's own fp32 run against the same cast points with
+  // float64 arithmetic between them, next to Kiln against the latter.
+  oracle::LossAndGrads exact =
+      reference(bf16, oracle::Precision::Float64RoundedToBf16);
+  double torchFloor = 0, kilnFromExact = 0;
+  for (const auto &[name, grad] : exact.grads) {
+    torchFloor = std::max(torchFloor, relativeError(ref.grads.at(name), grad));
+    kilnFromExact =
+        std::max(kilnFromExact, relativeError(bf16.grads.at(name), grad));
+  }
+  std::printf("against float64 arithmetic rounded at the cast points: torch "
+              "fp32 %.2e, Kiln %.2e (worst gradient tensors)\n",
+              torchFloor, kilnFromExact);
+  EXPECT_LE(kilnFromExact, 1.5 * torchFloor);
 
   double closest = INFINITY, worstRatio = INFINITY;
   for (const auto &[name, grad] : fp32.grads) {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 namespace oracle {
 
@@ -88,8 +89,10 @@ parameters(const LlamaShape &s, const Tensors &weights, Precision precision) {
   std::map<std::string, torch::Tensor> w;
   for (const auto &[name, values] : weights)
     w[name] = fromVector(values, parameterShape(s, name))
-                  .to(precision == Precision::Float64 ? torch::kFloat64
-                                                      : torch::kFloat32)
+                  .to(precision == Precision::Float64 ||
+                              precision == Precision::Float64RoundedToBf16
+                          ? torch::kFloat64
+                          : torch::kFloat32)
                   .requires_grad_(true);
   return w;
 }
@@ -105,12 +108,16 @@ torch::Tensor forwardLoss(const LlamaShape &s,
                           const std::map<std::string, torch::Tensor> &w,
                           const torch::Tensor &tok, const torch::Tensor &tgt,
                           int64_t batch, int64_t seq, Precision precision) {
-  bool bf16 = precision == Precision::Float32RoundedToBf16;
+  bool bf16 = precision == Precision::Float32RoundedToBf16 ||
+              precision == Precision::Float64RoundedToBf16;
+  auto computeType = precision == Precision::Float64RoundedToBf16
+                         ? torch::kFloat64
+                         : torch::kFloat32;
   bool wideStats = precision != Precision::Float32;
   // R marks a cast point: with bf16 a round trip through bfloat16 (whose
   // backward rounds the incoming gradient too), otherwise the identity.
   auto R = [&](const torch::Tensor &x) {
-    return bf16 ? x.to(torch::kBFloat16).to(torch::kFloat32) : x;
+    return bf16 ? x.to(torch::kBFloat16).to(computeType) : x;
   };
   int64_t hd = s.dim / s.heads;
   // A weight as the compute sees it.

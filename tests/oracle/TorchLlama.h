@@ -41,6 +41,11 @@ enum class Precision {
   /// also rounds the gradient flowing back through that point): the cast
   /// points of Kiln's default mixed-precision policy.
   Float32RoundedToBf16,
+  /// The same cast points, with float64 arithmetic between them: how far
+  /// two correct fp32 implementations of the policy can be from each
+  /// other (a last-bit difference before a rounding moves it by one bf16
+  /// ulp).
+  Float64RoundedToBf16,
   /// Plain float32, row statistics and softmax included: what an eager
   /// fp32 PyTorch Llama computes. The benchmark's baseline; the oracle
   /// tests use the two modes above.
