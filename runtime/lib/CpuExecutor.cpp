@@ -24,11 +24,15 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
                                                  std::string &error) {
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &step : entry.steps)
-      if (!step.group && !findCpuOp(step.op)) {
+      if (!step.group && step.op != "init" && !findCpuOp(step.op)) {
         error = "the CPU backend cannot run op '" + step.op + "' (" +
                 name + ", " + step.loc + ")";
         return nullptr;
       }
+  if (!plan.entry("init")) {
+    error = "the plan has no 'init' entry";
+    return nullptr;
+  }
   std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan));
   for (const PlanValue &v : plan.values) {
     if (v.dtype == DType::F16 || v.dtype == DType::F64) {
@@ -53,10 +57,12 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
 }
 
 void CpuExecutor::initialize(uint64_t seed) {
-  for (const PlanValue &v : planRef.values)
-    if (v.kind == PlanValue::State)
-      runtime::initialize(v.init, seed, v.name, 0, v.numElements(),
-                          states[v.id].data());
+  // The `init` entry: each step sets its result, a state, from the seed.
+  for (const PlanStep &step : planRef.entry("init")->steps) {
+    const PlanValue &v = planRef.values[step.results[0]];
+    runtime::initialize(v.init, seed, v.name, 0, v.numElements(),
+                        states[v.id].data());
+  }
 }
 
 std::vector<float> *CpuExecutor::state(const std::string &name) {

@@ -263,6 +263,10 @@ void validate(const Plan &plan) {
         checkId(id, where);
       for (int64_t id : entry.steps[i].results)
         checkId(id, where);
+      if (entry.steps[i].op == "init" &&
+          (entry.steps[i].results.size() != 1 ||
+           plan.values[entry.steps[i].results[0]].kind != PlanValue::State))
+        throw PlanError{where + ": init must have one result, a state"};
     }
     for (const auto &[out, id] : entry.outputs)
       checkId(id, name + " output " + out);

@@ -12,6 +12,13 @@ print("states: %d (%d parameters, %d optimizer moments)"
       % (len(states), len(params), len(states) - len(params)))
 print("inputs: " + " ".join(sorted(v["name"] for v in values if v["kind"] == "input")))
 
+init = plan["entries"]["init"]["steps"]
+seed = [v["id"] for v in values if v["kind"] == "input" and v["name"] == "seed"]
+once = sorted(s["results"][0] for s in init) == sorted(s["id"] for s in states)
+from_seed = all(s["op"] == "init" and s["operands"] == seed for s in init)
+print("init: " + ("every state once" if once else "NOT every state once")
+      + (", from the seed" if from_seed else ", NOT from the seed"))
+
 def nbytes(v):
     n = 1
     for d in v["shape"]:

@@ -305,6 +305,25 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
 }
 
 json::Value PlanBuilder::finish(int64_t vocab, json::Object training) {
+  // `init`: every state value from the seed, as its `init` says.
+  int64_t seed = addValue(json::Object{{"kind", "input"},
+                                       {"name", "seed"},
+                                       {"shape", json::Array()},
+                                       {"dtype", "i64"}});
+  json::Array initSteps;
+  for (const json::Value &v : values) {
+    const json::Object &value = *v.getAsObject();
+    if (value.getString("kind") != "state")
+      continue;
+    initSteps.push_back(json::Object{{"op", "init"},
+                                     {"operands", json::Array{seed}},
+                                     {"results", json::Array{*value.getInteger("id")}},
+                                     {"attrs", json::Object()},
+                                     {"loc", ""}});
+  }
+  entries["init"] = json::Object{{"steps", std::move(initSteps)},
+                                 {"outputs", json::Object()},
+                                 {"arena_bytes", 0}};
   return json::Object{{"format", "kiln-plan"},
                       {"version", kPlanVersion},
                       {"vocab_size", vocab},

@@ -38,7 +38,7 @@ public:
   static std::unique_ptr<CpuExecutor> create(const Plan &plan,
                                              std::string &error);
 
-  /// Initialises every state value from its `init` and `seed`.
+  /// Runs the `init` entry: every state value from its `init` and `seed`.
   void initialize(uint64_t seed);
 
   /// The persistent tensor `name` (a parameter or an optimizer moment).
