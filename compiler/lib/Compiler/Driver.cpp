@@ -29,10 +29,6 @@ using namespace mlir;
 using namespace kiln;
 
 namespace {
-int fail(const llvm::Twine &message) {
-  llvm::errs() << "error: " << message << "\n";
-  return 1;
-}
 
 /// Hands --mlir-* flags to MLIR's own command-line options (registered
 /// even when there are none: the pass manager reads them).
@@ -90,11 +86,11 @@ int kiln::runCompile(const CompileCommand &command) {
       std::vector<std::string> names;
       for (const PhaseInfo &phase : pipelinePhases())
         names.push_back(phase.name);
-      return fail("unknown phase '" + command.emit +
+      return commandError("unknown phase '" + command.emit +
                   "' for --emit; phases: " + llvm::join(names, ", "));
     }
     if (!last->implemented())
-      return fail("phase '" + command.emit + "' is not implemented yet (" +
+      return commandError("phase '" + command.emit + "' is not implemented yet (" +
                   last->plannedIn + ")");
   }
   if (!applyMlirFlags(command.mlirFlags))
@@ -105,11 +101,11 @@ int kiln::runCompile(const CompileCommand &command) {
     return 1;
   OwningOpRef<ModuleOp> module = importModel(&session.context, *session.config);
   if (failed(verify(*module)))
-    return fail("internal: the imported IR does not verify");
+    return commandError("internal: the imported IR does not verify");
 
   if (!command.dumpDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(command.dumpDir))
-      return fail("cannot create '" + command.dumpDir + "': " + ec.message());
+      return commandError("cannot create '" + command.dumpDir + "': " + ec.message());
   }
   auto afterPhase = [&](unsigned index, const PhaseInfo &phase) {
     if (command.dumpDir.empty())
@@ -167,7 +163,7 @@ int kiln::runConfig(const ConfigCommand &command) {
     return 0;
   }
   if (command.model.empty())
-    return fail("kiln config needs a MODEL, --markdown or --presets");
+    return commandError("kiln config needs a MODEL, --markdown or --presets");
   ModelSession session;
   if (!session.load(command.model, command.overrides))
     return 1;

@@ -20,18 +20,12 @@
 using namespace kiln;
 using namespace kiln::runtime;
 
-namespace {
-int fail(const std::string &message) {
-  llvm::errs() << "error: " << message << "\n";
-  return 1;
-}
-} // namespace
 
 int kiln::runSample(const SampleCommand &command) {
   if (command.prompt.empty())
-    return fail("--prompt must not be empty");
+    return commandError("--prompt must not be empty");
   if (command.temperature < 0)
-    return fail("--temperature must not be negative");
+    return commandError("--temperature must not be negative");
 
   // A checkpoint folder, a folder of step-N checkpoints, or a run folder.
   std::string error;
@@ -39,10 +33,10 @@ int kiln::runSample(const SampleCommand &command) {
   if (!dir && llvm::sys::fs::is_directory(command.checkpoint + "/checkpoints"))
     dir = findCheckpoint(command.checkpoint + "/checkpoints", error);
   if (!dir)
-    return fail(error);
+    return commandError(error);
   std::string configPath = *dir + "/config.toml";
   if (!llvm::sys::fs::exists(configPath))
-    return fail(*dir + " has no config.toml (the model to sample from)");
+    return commandError(*dir + " has no config.toml (the model to sample from)");
 
   std::vector<std::string> overrides = {"training.global_batch_size=1"};
   ModelSession session;
@@ -54,11 +48,11 @@ int kiln::runSample(const SampleCommand &command) {
     return 1;
   std::optional<Plan> plan = parsePlan(*planText, error);
   if (!plan)
-    return fail("internal: the compiled plan does not load: " + error);
+    return commandError("internal: the compiled plan does not load: " + error);
   if (std::string problem = checkSamplingPlan(*plan); !problem.empty())
-    return fail(problem);
+    return commandError(problem);
   if (plan->vocabSize != 256)
-    return fail("kiln sample encodes the prompt as bytes, but this model's "
+    return commandError("kiln sample encodes the prompt as bytes, but this model's "
                 "vocabulary has " + std::to_string(plan->vocabSize) +
                 " tokens, not 256");
 
@@ -66,10 +60,10 @@ int kiln::runSample(const SampleCommand &command) {
     cpu::setCpuThreads(command.threads);
   std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(*plan, error);
   if (!exec)
-    return fail(error);
+    return commandError(error);
   if (std::optional<std::string> problem =
           loadWeightsForSampling(*exec, *dir))
-    return fail(*problem);
+    return commandError(*problem);
 
   std::vector<int32_t> prompt;
   for (unsigned char c : command.prompt)
@@ -87,7 +81,7 @@ int kiln::runSample(const SampleCommand &command) {
   };
   if (!sampleTokens(*exec, prompt, options, print, error)) {
     std::fputc('\n', stdout);
-    return fail(error);
+    return commandError(error);
   }
   std::fputc('\n', stdout);
   return 0;

@@ -22,6 +22,11 @@
 using namespace mlir;
 using namespace kiln;
 
+int kiln::commandError(const llvm::Twine &message) {
+  llvm::errs() << "error: " << message << "\n";
+  return 1;
+}
+
 bool ModelSession::load(const std::string &model,
                         const std::vector<std::string> &overrides) {
   std::string error;

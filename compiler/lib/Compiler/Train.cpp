@@ -26,13 +26,6 @@
 using namespace kiln;
 using namespace kiln::runtime;
 
-namespace {
-int fail(const std::string &message) {
-  llvm::errs() << "error: " << message << "\n";
-  return 1;
-}
-
-} // namespace
 
 int kiln::runTrain(const TrainCommand &command) {
   std::vector<std::string> overrides = command.overrides;
@@ -53,7 +46,7 @@ int kiln::runTrain(const TrainCommand &command) {
   std::string error;
   std::optional<Plan> plan = parsePlan(*planText, error);
   if (!plan)
-    return fail("internal: the compiled plan does not load: " + error);
+    return commandError("internal: the compiled plan does not load: " + error);
   double compileSeconds = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - start)
                               .count();

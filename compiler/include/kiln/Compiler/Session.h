@@ -17,6 +17,10 @@
 
 namespace kiln {
 
+/// Prints `error: <message>` to stderr and returns 1, the exit code of a
+/// command that failed on bad input.
+int commandError(const llvm::Twine &message);
+
 /// Everything a command needs to read a model: a context whose diagnostics
 /// print `file:line:col: error: ...` with the offending source line.
 struct ModelSession {
