@@ -2,15 +2,24 @@
 // references that build the full seq x seq matrices; the backward also
 // against finite differences of the float64 forward. Causal and not,
 // grouped-query (4 query heads on 2 kv heads), multi-query and multi-head,
-// sequence lengths that are multiples of nothing. Determinism across runs
-// and thread counts.
+// sequence lengths that are multiples of nothing, shorter and longer than
+// the kernels' tiles and backward blocks, head sizes that fill no vector,
+// scores wide enough for most probabilities to underflow. Determinism
+// across runs and thread counts, and the same bits from the kernels' SSE2
+// and AVX2 copies. The kernels' exp (FastExp.h) against exp in double.
 #include "kiln/Runtime/Cpu/Attention.h"
 
 #include "TestUtil.h"
 
+// Internal headers of the kernels: fastExp and the AVX2 switch.
+#include "../../lib/cpu/FastExp.h"
+#include "../../lib/cpu/Simd.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 using namespace kiln::runtime::cpu;
 using namespace kiln::runtime::cpu::test;
@@ -113,10 +122,12 @@ struct Outputs {
   std::vector<float> q, k, v, dout, out, lse, dq, dk, dv;
 };
 
-Outputs runKernels(const Case &c) {
+/// `spread` widens q and k: scores then reach about spread^2 * 1.5^2 *
+/// sqrt(dim) in magnitude, so that most probabilities underflow.
+Outputs runKernels(const Case &c, float spread = 1.0f) {
   Outputs r;
-  r.q = randomFloats(c.qSize(), c.seed, -1.5f, 1.5f);
-  r.k = randomFloats(c.kvSize(), c.seed + 1, -1.5f, 1.5f);
+  r.q = randomFloats(c.qSize(), c.seed, -1.5f * spread, 1.5f * spread);
+  r.k = randomFloats(c.kvSize(), c.seed + 1, -1.5f * spread, 1.5f * spread);
   r.v = randomFloats(c.kvSize(), c.seed + 2);
   r.dout = randomFloats(c.qSize(), c.seed + 3);
   r.out.resize(c.qSize());
@@ -143,8 +154,12 @@ double errorAgainst(const std::vector<float> &a, const std::vector<double> &ref)
   return refNorm > 0 ? relErr(a, ref) : aMax;
 }
 
-void checkAgainstReference(const Case &c) {
-  Outputs r = runKernels(c);
+void checkAgainstReference(const Case &c, float spread = 1.0f) {
+  SCOPED_TRACE(::testing::Message()
+               << "batch " << c.shape.batch << " seq " << c.shape.seq
+               << " heads " << c.shape.qHeads << "/" << c.shape.kvHeads
+               << " dim " << c.shape.headDim << (c.causal ? " causal" : ""));
+  Outputs r = runKernels(c, spread);
   RefResult ref =
       attentionRef(c, widen(r.q), widen(r.k), widen(r.v), &r.dout);
   EXPECT_LE(errorAgainst(r.out, ref.out), 1e-5);
@@ -220,4 +235,126 @@ TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
     EXPECT_TRUE(sameBits(one.dk, other->dk));
     EXPECT_TRUE(sameBits(one.dv, other->dv));
   }
+}
+
+TEST(Attention, LongerThanABackwardBlockMatchesFloat64) {
+  // The backward takes query rows in blocks of 64 and the kernels' tiles
+  // are 4 rows by 8 or 16 keys: 133 rows are two full blocks and a block of
+  // 5, and end inside a tile.
+  checkAgainstReference({{1, 133, 4, 2, 16}, true, 10});
+  checkAgainstReference({{1, 133, 4, 2, 16}, false, 11});
+  checkAgainstReference({{1, 64, 2, 1, 32}, true, 12}); // exactly one block
+  checkAgainstReference({{1, 65, 2, 2, 8}, true, 13});  // one row more
+}
+
+TEST(Attention, ShortSequencesMatchFloat64) {
+  // Fewer rows than a tile, and one row more than a tile.
+  for (int64_t seq : {1, 2, 3, 4, 5}) {
+    checkAgainstReference({{2, seq, 4, 2, 8}, true, uint32_t(20 + seq)});
+    checkAgainstReference({{2, seq, 4, 2, 8}, false, uint32_t(30 + seq)});
+  }
+}
+
+TEST(Attention, HeadSizesThatFillNoVectorMatchFloat64) {
+  // The kernels pad dim to a multiple of 8 (SSE2) or 16 (AVX2) columns:
+  // 1, 20 and 33 leave padding, 64 (as in the seq 512 benchmark) none.
+  checkAgainstReference({{1, 19, 2, 1, 1}, true, 40});
+  checkAgainstReference({{1, 19, 2, 1, 20}, false, 41});
+  checkAgainstReference({{1, 19, 4, 4, 33}, true, 42});
+  checkAgainstReference({{1, 19, 4, 2, 64}, true, 43});
+}
+
+TEST(Attention, WideScoresMatchFloat64) {
+  // Scores spread over hundreds: most probabilities underflow to zero in
+  // both float and double, and rows are dominated by one or two keys.
+  checkAgainstReference({{2, 37, 4, 2, 16}, true, 50}, 6.0f);
+  checkAgainstReference({{2, 37, 4, 2, 16}, false, 51}, 6.0f);
+}
+
+TEST(Attention, BaselineAndAvx2CopiesGiveTheSameBits) {
+  // The kernels pick their AVX2 loops when the CPU has AVX2; both copies
+  // must compute every element with the same operations. Without AVX2
+  // both runs take the baseline loops.
+  for (bool causal : {true, false}) {
+    Case c{{2, 150, 4, 2, 40}, causal, 60};
+    Outputs fast = runKernels(c);
+    kiln::runtime::cpu::detail::allowAvx2 = false;
+    Outputs baseline = runKernels(c);
+    kiln::runtime::cpu::detail::allowAvx2 = true;
+    EXPECT_TRUE(sameBits(fast.out, baseline.out));
+    EXPECT_TRUE(sameBits(fast.lse, baseline.lse));
+    EXPECT_TRUE(sameBits(fast.dq, baseline.dq));
+    EXPECT_TRUE(sameBits(fast.dk, baseline.dk));
+    EXPECT_TRUE(sameBits(fast.dv, baseline.dv));
+  }
+}
+
+namespace {
+
+/// |a - e| in units of the spacing of floats at e (the subnormal spacing
+/// 2^-149 below FLT_MIN): at most 0.5 when a is e correctly rounded.
+double ulpError(float a, double e) {
+  if (std::isinf(a) && e > double(std::numeric_limits<float>::max()))
+    return 0;
+  int exponent = 0;
+  std::frexp(e, &exponent); // e = m 2^exponent, 0.5 <= m < 1
+  double spacing = std::max(std::ldexp(1.0, exponent - 24),
+                            std::ldexp(1.0, -149));
+  return std::fabs(double(a) - e) / spacing;
+}
+
+} // namespace
+
+TEST(FastExp, WithinOneUlpOfExpInDouble) {
+  // One float in every 331 between -110 and 90 (about 7 million; the
+  // stride is odd, so low mantissa bits of both parities are hit), both
+  // signs. An exhaustive run over all 2.2e9 floats there gave 0.982 ulp at
+  // most, and 99.2% correctly rounded.
+  using kiln::runtime::cpu::detail::fastExp;
+  auto sweep = [](float from, float to) {
+    uint32_t lo, hi;
+    std::memcpy(&lo, &from, sizeof lo);
+    std::memcpy(&hi, &to, sizeof hi);
+    std::vector<float> x;
+    for (uint64_t bits = lo; bits <= hi; bits += 331) {
+      uint32_t b = uint32_t(bits);
+      float f;
+      std::memcpy(&f, &b, sizeof f);
+      x.push_back(f);
+    }
+    // A loop over an array, as in the kernels.
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      y[i] = fastExp(x[i]);
+    double worst = 0, worstAt = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      double err = ulpError(y[i], std::exp(double(x[i])));
+      if (err > worst) {
+        worst = err;
+        worstAt = x[i];
+      }
+    }
+    EXPECT_LE(worst, 1.0) << "at x = " << worstAt;
+  };
+  sweep(0.0f, 90.0f);
+  sweep(-0.0f, -110.0f); // the bit patterns of negatives grow with |x|
+}
+
+TEST(FastExp, SpecialValues) {
+  using kiln::runtime::cpu::detail::fastExp;
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(fastExp(0.0f), 1.0f);
+  EXPECT_EQ(fastExp(-0.0f), 1.0f);
+  EXPECT_EQ(fastExp(-inf), 0.0f);
+  EXPECT_EQ(fastExp(-104.0f), 0.0f);
+  EXPECT_EQ(fastExp(-1e30f), 0.0f);
+  EXPECT_EQ(fastExp(inf), inf);
+  EXPECT_EQ(fastExp(89.0f), inf);
+  EXPECT_EQ(fastExp(1e30f), inf);
+  EXPECT_TRUE(std::isnan(fastExp(std::numeric_limits<float>::quiet_NaN())));
+  // The smallest subnormal, the largest finite result, and results on
+  // either side of FLT_MIN, as the correctly rounded exp gives them.
+  for (float x : {-103.97f, -103.28f, -87.3365f, -87.3366f, -100.0f,
+                  88.7228f, 1.0f, -1.0f, 0.5f, -0.3465736f, 0.3465736f})
+    EXPECT_LE(ulpError(fastExp(x), std::exp(double(x))), 1.0) << x;
 }

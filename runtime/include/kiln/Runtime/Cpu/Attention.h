@@ -16,10 +16,15 @@
 //   dk_j = scale * sum_i ds_ij q_i,  dv_j = sum_i p_ij dout_i
 //
 // with dk and dv also summed over the query heads that share a kv head.
-// Scores are formed one query row at a time: memory is O(seq) per thread,
-// never seq x seq. Work is split over (batch, head) in the forward and over
-// (batch, kv head) in the backward, each computed serially in a fixed
-// order, so results do not depend on the thread count.
+// Scores are formed for a few query rows at a time (4 in a group, 64 in a
+// backward block) against the keys they see, as small matrix products:
+// memory is O(seq * (dim + 64)) per thread, never seq x seq. The softmax
+// denominator accumulates in double; exp is a polynomial approximation
+// within 1 ulp (lib/cpu/FastExp.h). Work is split over
+// (batch, head) in the forward and over (batch, kv head) in the backward,
+// each computed serially in a fixed order, so results do not depend on the
+// thread count, nor on whether the kernels' AVX2 loops or their baseline
+// (SSE2) loops run.
 //
 //===----------------------------------------------------------------------===//
 
