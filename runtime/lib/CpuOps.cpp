@@ -192,12 +192,12 @@ KILN_CPU_OP(transpose) {
 }
 
 KILN_CPU_OP(gradNorm) {
-  (void)step;
   std::vector<cpu::FloatSpan> grads;
   for (const View &g : in)
     grads.push_back({g.f32(), g.numElements()});
-  out[0].f32()[0] = static_cast<float>(
-      cpu::gradNorm(grads.data(), static_cast<int64_t>(grads.size())));
+  double norm = cpu::gradNorm(grads.data(), static_cast<int64_t>(grads.size()));
+  // `squared`: a rank's sum of squares, for a norm over shards.
+  out[0].f32()[0] = static_cast<float>(step.flag("squared") ? norm * norm : norm);
   return "";
 }
 

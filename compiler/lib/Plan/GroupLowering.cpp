@@ -136,11 +136,11 @@ LogicalResult GroupWriter::lower(Operation *op) {
     regs[result] = emit("mul", {emit("mul", {*dy, s}), inner}, *type);
     return success();
   }
-  if (isa<CastOp>(op)) {
+  if (isa<CastOp, SqrtOp>(op)) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))
       return failure();
-    regs[result] = emit("convert", {*x}, *type);
+    regs[result] = emit(isa<CastOp>(op) ? "convert" : "sqrt", {*x}, *type);
     return success();
   }
   if (auto norm = dyn_cast<RMSNormOp>(op)) {

@@ -119,7 +119,7 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   SmallVector<Value> allGrads;
   for (auto &[param, name] : params)
     allGrads.push_back(gradOf.lookup(name.getValue()));
-  Value norm = GradNormOp::create(b, loc, allGrads);
+  Value norm = GradNormOp::create(b, loc, ValueRange(allGrads), false);
   Value lr = LRScheduleOp::create(b, loc, step, h.lr, h.minLr, h.warmupSteps,
                                   h.totalSteps, h.decay);
 

@@ -432,3 +432,45 @@ func.func @fused_group_c3_terminal(%a: tensor<8x8xf32>) {
   }
   return
 }
+
+// -----
+
+func.func @all_gather_start_c1(%s: tensor<8xbf16>) {
+  // expected-error @+1 {{'kiln.all_gather_start' op shard and buffer must be rank-1 tensors of one element type, the buffer 2 times as long; got 'tensor<8xbf16>' and 'tensor<8xbf16>'}}
+  %0 = kiln.all_gather_start %s {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<8xbf16>
+  %1 = kiln.wait %0 : tensor<8xbf16>
+  return
+}
+
+// -----
+
+func.func @all_gather_start_c2(%s: tensor<8xbf16>) {
+  // expected-error @+1 {{'kiln.all_gather_start' op result must have one user, a kiln.wait}}
+  %0 = kiln.all_gather_start %s {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  return
+}
+
+// -----
+
+func.func @reduce_scatter_start_c2(%s: tensor<16xf32>) {
+  // expected-error @+1 {{'kiln.reduce_scatter_start' op reduction must be 'sum' or 'mean', got 'max'}}
+  %0 = kiln.reduce_scatter_start %s {group = "g", ranks = 2 : i64, reduction = "max"} : tensor<16xf32> -> tensor<8xf32>
+  %1 = kiln.wait %0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @unflatten_c1(%f: tensor<16xbf16>) {
+  // expected-error @+1 {{'kiln.unflatten' op slice [12, 20) lies outside the buffer of 16}}
+  %0 = kiln.unflatten %f[12] : tensor<16xbf16> -> tensor<2x4xbf16>
+  return
+}
+
+// -----
+
+func.func @flatten_c1(%a: tensor<4xf32>, %b: tensor<2x2xf32>) {
+  // expected-error @+1 {{'kiln.flatten' op parts overlap}}
+  %0 = kiln.flatten %a, %b [0, 2] : tensor<4xf32>, tensor<2x2xf32> -> tensor<8xf32>
+  return
+}

@@ -96,6 +96,51 @@ def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
+  let summary = "Shard parameters, gradients and optimizer state over ranks (FSDP)";
+  let description = [{
+    For `ranks` > 1, rewrites `@train_step` and `@forward_loss` (the IR of
+    one rank: its share of the batch) so that each parameter group (the
+    embedding, each transformer block `model.layers.<i>`, and `head`: the
+    final norm with the output projection) lives as one flat f32 shard of
+    `ceil(total / ranks)` elements per rank (the group's parameters packed
+    in argument order, zero padding at the end), with its AdamW moments
+    sharded alike:
+
+    - before the group's first forward use: the shard cast to the param
+      dtype, one `all_gather_start`/`wait`, one `unflatten` per parameter;
+      with `reshard-after-forward` the backward gathers again before its
+      first use (else it reuses the forward's copy);
+    - the group's gradients (in the reduce dtype) packed with `flatten`,
+      one `reduce_scatter_start {mean}`/`wait` to the rank's shard;
+    - the gradient norm from each rank's `grad_norm {squared}` of its
+      shards, an `all_reduce_start {sum}` and `sqrt`; one `adamw` per
+      group on the shards; the loss output averaged over ranks.
+
+    `@loss_and_grads` and `@forward_logits` (single-rank entries) are
+    removed. Shard arguments carry `kiln.state = "<group>"` and
+    `kiln.shard_of` (name, offset, shape and initialiser of every parameter
+    in the flat buffer), so initialisation and checkpoints can stay in the
+    unsharded layout.
+
+    ```mlir
+    %c = kiln.cast %shard : tensor<4160xf32> -> tensor<4160xbf16>
+    %s = kiln.all_gather_start %c {group = "model.layers.0", ranks = 2 : i64} : tensor<4160xbf16> -> tensor<8320xbf16>
+    %full = kiln.wait %s : tensor<8320xbf16>
+    %wq = kiln.unflatten %full[64] : tensor<8320xbf16> -> tensor<64x64xbf16>
+    ...
+    %flat = kiln.flatten %gn, %gq, ... [0, 64, ...] : ... -> tensor<8320xf32>
+    %r = kiln.reduce_scatter_start %flat {group = "model.layers.0", ranks = 2 : i64, reduction = "mean"} : tensor<8320xf32> -> tensor<4160xf32>
+    %g = kiln.wait %r : tensor<4160xf32>
+    ```
+  }];
+  let options = [
+    Option<"ranks", "ranks", "int64_t", "1", "Ranks of the data-parallel mesh">,
+    Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
+           "Gather each group again for its backward">,
+  ];
+}
+
 def KilnLogitsEntry : Pass<"kiln-logits-entry", "mlir::ModuleOp"> {
   let summary = "Add @forward_logits: the forward without the loss, for sampling";
   let description = [{

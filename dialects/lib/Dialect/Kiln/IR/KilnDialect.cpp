@@ -45,6 +45,20 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
       return fail() << "must be a #kiln.init attribute";
     return success();
   }
+  if (name == kShardOfAttrName) {
+    auto parts = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!parts)
+      return fail() << "must be an array of {name, offset, shape, init}";
+    for (Attribute part : parts) {
+      auto dict = dyn_cast<DictionaryAttr>(part);
+      if (!dict || !dict.getAs<StringAttr>("name") ||
+          !dict.getAs<IntegerAttr>("offset") ||
+          !dict.getAs<DenseI64ArrayAttr>("shape") ||
+          !dict.getAs<InitAttr>("init"))
+        return fail() << "must be an array of {name, offset, shape, init}";
+    }
+    return success();
+  }
   return fail() << "is not an attribute of the kiln dialect";
 }
 

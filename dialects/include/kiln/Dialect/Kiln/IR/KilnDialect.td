@@ -40,6 +40,9 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kStateAttrName = "kiln.state";
     /// A result that is the gradient of the named parameter.
     static constexpr ::llvm::StringLiteral kGradAttrName = "kiln.grad";
+    /// On a flat shard of a parameter group (kiln-fsdp): the parameters the
+    /// group's flat buffer holds, each {name, offset, shape, init}.
+    static constexpr ::llvm::StringLiteral kShardOfAttrName = "kiln.shard_of";
     /// A result that is a metric: "loss", "grad_norm", "lr".
     static constexpr ::llvm::StringLiteral kOutputAttrName = "kiln.output";
 

@@ -14,7 +14,7 @@ def Kiln_FusedGroupOp : Kiln_Op<"fused_group", [IsolatedFromAbove,
   let summary = "elementwise and row-wise ops computed in one pass over memory";
   let description = [{
     The body is a sequence of fusible kiln ops (`add`, `mul`, `silu`,
-    `silu_grad`, `cast`, `rms_norm`, `rms_norm_grad`, and a rank-2
+    `silu_grad`, `cast`, `sqrt`, `rms_norm`, `rms_norm_grad`, and a rank-2
     `transpose`) that share one iteration space: `rows x cols`, where `cols`
     is the last dimension of each op's main operand and `rows` the product
     of the others. The block arguments are the group's inputs; `kiln.yield`

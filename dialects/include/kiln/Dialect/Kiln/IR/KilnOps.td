@@ -300,5 +300,6 @@ def Kiln_CrossEntropyOp : Kiln_Op<"cross_entropy", [Pure,
 include "kiln/Dialect/Kiln/IR/KilnGradOps.td"
 include "kiln/Dialect/Kiln/IR/KilnOptimizerOps.td"
 include "kiln/Dialect/Kiln/IR/KilnFusionOps.td"
+include "kiln/Dialect/Kiln/IR/KilnCollectiveOps.td"
 
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_TD

@@ -15,9 +15,11 @@ def Kiln_GradNormOp : Kiln_Op<"grad_norm", [Pure]> {
   let summary = "L2 norm of all gradients together";
   let description = [{
     `sqrt(sum over every element of every operand of g^2)`, accumulated in
-    at least fp32: the `total_norm` of torch.nn.utils.clip_grad_norm_.
+    at least fp32: the `total_norm` of torch.nn.utils.clip_grad_norm_. With
+    `squared`, the sum without the square root (a rank's share of a norm
+    over shards, summed over ranks before the root is taken).
   }];
-  let arguments = (ins Variadic<Kiln_FloatTensor>:$grads);
+  let arguments = (ins Variadic<Kiln_FloatTensor>:$grads, UnitAttr:$squared);
   let results = (outs Kiln_ScalarF32:$result);
   let assemblyFormat = "$grads attr-dict `:` type($grads)";
   let hasVerifier = 1;

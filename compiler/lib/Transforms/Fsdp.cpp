@@ -1,0 +1,399 @@
+//===- Fsdp.cpp - Parameters, gradients and AdamW state as flat shards ----===//
+//
+// One rank's view of FSDP over `ranks` ranks (see Passes.td). The function
+// already computes on the rank's share of the batch; what changes is where
+// parameters come from (an all-gather of their group's shard, unflattened),
+// where gradients go (a reduce-scatter of their group's flat buffer) and
+// what the optimizer updates (the shards). Forward and backward are told
+// apart by position: everything from the first cross_entropy_grad on is
+// backward.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/BitVector.h"
+
+#define DEBUG_TYPE "kiln-fsdp"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNFSDP
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+
+struct Param {
+  unsigned arg;
+  std::string name;
+  RankedTensorType type;
+  InitAttr init;
+  int64_t offset = 0;
+  AdamWOp adamw; // train_step only
+};
+
+struct Group {
+  std::string name;
+  SmallVector<Param *> params;
+  int64_t total = 0, shard = 0;
+  BlockArgument shardArg, expAvg, expAvgSq;
+  /// The parameters as the forward saw them (to reuse in the backward when
+  /// not resharding).
+  DenseMap<Param *, Value> forwardViews;
+};
+
+/// The group a parameter belongs to: its transformer block, the embedding,
+/// or `head` (the final norm and the output projection).
+std::string groupName(StringRef param) {
+  StringRef layers = "model.layers.";
+  if (param.starts_with(layers)) {
+    StringRef rest = param.drop_front(layers.size());
+    return (layers + rest.take_until([](char c) { return c == '.'; })).str();
+  }
+  if (param.starts_with("model.embed_tokens"))
+    return "model.embed_tokens";
+  return "head";
+}
+
+class FunctionSharder {
+public:
+  FunctionSharder(func::FuncOp f, int64_t ranks, bool reshard)
+      : f(f), body(f.getBody().front()), ranks(ranks), reshard(reshard),
+        b(f.getContext()) {}
+  LogicalResult run();
+
+private:
+  void collect();
+  LogicalResult addShardArguments();
+  void gather(Group &g, bool backward);
+  LogicalResult shardOptimizer();
+  void averageLoss();
+  LogicalResult finish();
+
+  bool isBackward(Operation *op) const {
+    return backwardStart && !op->isBeforeInBlock(backwardStart);
+  }
+  Type f32() { return b.getF32Type(); }
+
+  func::FuncOp f;
+  Block &body;
+  int64_t ranks;
+  bool reshard;
+  OpBuilder b;
+  Operation *backwardStart = nullptr;
+  std::vector<std::unique_ptr<Param>> params;
+  std::vector<Group> groups;
+  llvm::BitVector oldArgs;
+  /// Results (by index) that the rewrite drops: per-parameter state.
+  llvm::SmallDenseSet<unsigned> droppedResults;
+  SmallVector<Value> newResults;
+  SmallVector<DictionaryAttr> newResultAttrs;
+};
+
+void FunctionSharder::collect() {
+  for (Operation &op : body)
+    if (isa<CrossEntropyGradOp>(op)) {
+      backwardStart = &op;
+      break;
+    }
+  llvm::StringMap<unsigned> groupIndex;
+  for (BlockArgument arg : body.getArguments()) {
+    auto name =
+        f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), KilnDialect::kParamAttrName);
+    if (!name)
+      continue;
+    auto p = std::make_unique<Param>();
+    p->arg = arg.getArgNumber();
+    p->name = name.getValue().str();
+    p->type = cast<RankedTensorType>(arg.getType());
+    p->init = f.getArgAttrOfType<InitAttr>(p->arg, KilnDialect::kInitAttrName);
+    for (Operation *user : arg.getUsers())
+      if (auto adamw = dyn_cast<AdamWOp>(user); adamw && adamw.getParam() == arg)
+        p->adamw = adamw;
+    std::string g = groupName(p->name);
+    auto [it, added] = groupIndex.try_emplace(g, groups.size());
+    if (added)
+      groups.emplace_back().name = g;
+    Group &group = groups[it->second];
+    p->offset = group.total;
+    group.total += p->type.getNumElements();
+    group.params.push_back(p.get());
+    params.push_back(std::move(p));
+  }
+  for (Group &g : groups)
+    g.shard = (g.total + ranks - 1) / ranks;
+}
+
+LogicalResult FunctionSharder::addShardArguments() {
+  oldArgs.resize(body.getNumArguments());
+  for (auto &p : params) {
+    oldArgs.set(p->arg);
+    if (p->adamw) {
+      for (Value moment : {p->adamw.getExpAvg(), p->adamw.getExpAvgSq()}) {
+        auto arg = dyn_cast<BlockArgument>(moment);
+        if (!arg || arg.getOwner() != &body)
+          return p->adamw.emitOpError("moments must be arguments of the step");
+        oldArgs.set(arg.getArgNumber());
+      }
+    }
+  }
+  Location loc = f.getLoc();
+  auto add = [&](Type type, ArrayRef<NamedAttribute> attrs) -> BlockArgument {
+    unsigned index = body.getNumArguments();
+    if (failed(f.insertArgument(index, type, b.getDictionaryAttr(attrs), loc)))
+      return {};
+    return body.getArgument(index);
+  };
+  for (Group &g : groups) {
+    SmallVector<Attribute> parts;
+    for (Param *p : g.params)
+      parts.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("name", b.getStringAttr(p->name)),
+           b.getNamedAttr("offset", b.getI64IntegerAttr(p->offset)),
+           b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p->type.getShape())),
+           b.getNamedAttr("init", p->init)}));
+    auto shardType = RankedTensorType::get({g.shard}, f32());
+    g.shardArg = add(shardType,
+                     {b.getNamedAttr(KilnDialect::kStateAttrName,
+                                     b.getStringAttr(g.name)),
+                      b.getNamedAttr(KilnDialect::kShardOfAttrName,
+                                     b.getArrayAttr(parts))});
+    if (!g.shardArg)
+      return failure();
+    if (g.params.front()->adamw) {
+      for (auto [prefix, arg] :
+           {std::pair<StringRef, BlockArgument *>{"exp_avg.", &g.expAvg},
+            {"exp_avg_sq.", &g.expAvgSq}}) {
+        *arg = add(shardType, {b.getNamedAttr(KilnDialect::kStateAttrName,
+                                              b.getStringAttr(prefix + g.name))});
+        if (!*arg)
+          return failure();
+      }
+    }
+  }
+  oldArgs.resize(body.getNumArguments());
+  return success();
+}
+
+/// Replaces the group's forward (or backward) uses of its parameters with
+/// views of one all-gathered buffer, built before the first of them.
+void FunctionSharder::gather(Group &g, bool backward) {
+  // (operand, parameter): uses through the param-dtype cast or direct.
+  SmallVector<std::pair<OpOperand *, Param *>> uses;
+  Type dtype = f32();
+  for (Param *p : g.params)
+    for (OpOperand &use : body.getArgument(p->arg).getUses()) {
+      Operation *user = use.getOwner();
+      if (isa<AdamWOp>(user))
+        continue;
+      if (auto cast = dyn_cast<CastOp>(user)) {
+        dtype = cast.getType().getElementType();
+        for (OpOperand &castUse : cast.getResult().getUses())
+          if (isBackward(castUse.getOwner()) == backward)
+            uses.push_back({&castUse, p});
+        continue;
+      }
+      if (isBackward(user) == backward)
+        uses.push_back({&use, p});
+    }
+  if (uses.empty())
+    return;
+
+  DenseMap<Param *, Value> views;
+  if (backward && !reshard && !g.forwardViews.empty()) {
+    views = g.forwardViews;
+  } else {
+    Operation *first = uses.front().first->getOwner();
+    for (auto [use, p] : uses)
+      if (use->getOwner()->isBeforeInBlock(first))
+        first = use->getOwner();
+    b.setInsertionPoint(first);
+    Location loc = first->getLoc();
+    Value shard = g.shardArg;
+    if (dtype != f32())
+      shard = CastOp::create(b, loc, RankedTensorType::get({g.shard}, dtype),
+                             shard);
+    auto fullType = RankedTensorType::get({g.shard * ranks}, dtype);
+    auto start = AllGatherStartOp::create(b, loc, fullType, shard,
+                                          b.getI64IntegerAttr(ranks),
+                                          b.getStringAttr(g.name));
+    Value full = WaitOp::create(b, loc, start.getResult());
+    for (Param *p : g.params)
+      views[p] = UnflattenOp::create(
+          b, loc, RankedTensorType::get(p->type.getShape(), dtype), full,
+          b.getI64IntegerAttr(p->offset));
+    if (!backward)
+      g.forwardViews = views;
+  }
+  for (auto [use, p] : uses)
+    use->set(views[p]);
+}
+
+LogicalResult FunctionSharder::shardOptimizer() {
+  GradNormOp norm;
+  for (Operation &op : body)
+    if (auto n = dyn_cast<GradNormOp>(op))
+      norm = n;
+  if (!norm)
+    return f.emitOpError("kiln-fsdp: a step with AdamW needs a kiln.grad_norm");
+  Location loc = norm.getLoc();
+
+  // Each group's gradients to the rank's shard, averaged over ranks.
+  b.setInsertionPoint(norm);
+  SmallVector<Value> gradShards;
+  for (Group &g : groups) {
+    SmallVector<Value> grads;
+    SmallVector<int64_t> offsets;
+    for (Param *p : g.params) {
+      grads.push_back(p->adamw.getGrad());
+      offsets.push_back(p->offset);
+    }
+    auto flatType = RankedTensorType::get({g.shard * ranks}, f32());
+    Value flat = FlattenOp::create(b, loc, flatType, grads,
+                                   b.getDenseI64ArrayAttr(offsets));
+    auto shardType = RankedTensorType::get({g.shard}, f32());
+    auto start = ReduceScatterStartOp::create(
+        b, loc, shardType, flat, b.getI64IntegerAttr(ranks),
+        b.getStringAttr("mean"), b.getStringAttr(g.name));
+    gradShards.push_back(WaitOp::create(b, loc, start.getResult()));
+  }
+
+  // The global norm: every rank's sum of squares, summed, then the root.
+  auto squares = GradNormOp::create(b, loc, ValueRange(gradShards), true);
+  auto sum = AllReduceStartOp::create(b, loc, squares.getResult(),
+                                      b.getI64IntegerAttr(ranks),
+                                      b.getStringAttr("sum"));
+  Value total = WaitOp::create(b, loc, sum.getResult());
+  Value global = SqrtOp::create(b, loc, total);
+  norm.getResult().replaceAllUsesWith(global);
+  norm.erase();
+
+  // One AdamW per group, on the shards, where its last parameter's was.
+  for (auto [g, grad] : llvm::zip(groups, gradShards)) {
+    AdamWOp last = g.params.front()->adamw;
+    for (Param *p : g.params) {
+      if (p->adamw->getAttrDictionary() != last->getAttrDictionary())
+        return p->adamw.emitOpError("kiln-fsdp: the parameters of group '")
+               << g.name << "' need the same AdamW settings";
+      if (last->isBeforeInBlock(p->adamw))
+        last = p->adamw;
+    }
+    b.setInsertionPointAfter(last);
+    auto update = cast<AdamWOp>(b.clone(*last));
+    update->setOperands({g.shardArg, grad, g.expAvg, g.expAvgSq,
+                         last.getGradNorm(), last.getLr(), last.getStep()});
+    for (Value r : update->getResults())
+      r.setType(g.shardArg.getType());
+    std::string names[] = {g.name, "exp_avg." + g.name, "exp_avg_sq." + g.name};
+    for (auto [value, name] : llvm::zip(update->getResults(), names)) {
+      newResults.push_back(value);
+      newResultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+          KilnDialect::kStateAttrName, b.getStringAttr(name))));
+    }
+  }
+  // The per-parameter updates and the results that returned them.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (auto &p : params)
+    for (OpOperand &use : llvm::make_early_inc_range(ret->getOpOperands()))
+      if (use.get().getDefiningOp() == p->adamw.getOperation())
+        droppedResults.insert(use.getOperandNumber());
+  return success();
+}
+
+/// The loss (result 0) averaged over ranks, as every rank reports it.
+void FunctionSharder::averageLoss() {
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  b.setInsertionPoint(ret);
+  Value loss = ret.getOperand(0);
+  auto start = AllReduceStartOp::create(b, ret.getLoc(), loss,
+                                        b.getI64IntegerAttr(ranks),
+                                        b.getStringAttr("mean"));
+  ret.setOperand(0, WaitOp::create(b, ret.getLoc(), start.getResult()));
+}
+
+LogicalResult FunctionSharder::finish() {
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Value> results;
+  SmallVector<Attribute> attrs;
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    if (droppedResults.contains(i))
+      continue;
+    results.push_back(v);
+    attrs.push_back(f.getResultAttrDict(i) ? f.getResultAttrDict(i)
+                                           : b.getDictionaryAttr({}));
+  }
+  for (auto [v, a] : llvm::zip(newResults, newResultAttrs)) {
+    results.push_back(v);
+    attrs.push_back(a);
+  }
+  ret->setOperands(results);
+  for (auto &p : params)
+    if (p->adamw)
+      p->adamw.erase();
+  // The casts of whole parameters, now unused.
+  for (auto &p : params)
+    for (Operation *user :
+         llvm::make_early_inc_range(body.getArgument(p->arg).getUsers()))
+      if (isa<CastOp>(user) && user->use_empty())
+        user->erase();
+  for (auto &p : params)
+    if (!body.getArgument(p->arg).use_empty())
+      return f.emitOpError("kiln-fsdp: parameter '")
+             << p->name << "' has a use that was not sharded";
+  if (failed(f.eraseArguments(oldArgs)))
+    return failure();
+  f.setFunctionType(FunctionType::get(f.getContext(), body.getArgumentTypes(),
+                                      ValueRange(results).getTypes()));
+  f.setAllResultAttrs(attrs);
+  return success();
+}
+
+LogicalResult FunctionSharder::run() {
+  collect();
+  if (params.empty())
+    return success();
+  bool train = params.front()->adamw != nullptr;
+  for (auto &p : params)
+    if ((p->adamw != nullptr) != train)
+      return f.emitOpError("kiln-fsdp: some parameters have an AdamW update "
+                           "and some do not");
+  if (failed(addShardArguments()))
+    return failure();
+  for (Group &g : groups) {
+    gather(g, /*backward=*/false);
+    gather(g, /*backward=*/true);
+  }
+  if (train && failed(shardOptimizer()))
+    return failure();
+  averageLoss();
+  return finish();
+}
+
+struct Fsdp : kiln::impl::KilnFsdpBase<Fsdp> {
+  using KilnFsdpBase::KilnFsdpBase;
+  void runOnOperation() override {
+    if (ranks < 1) {
+      getOperation().emitError("kiln-fsdp: ranks must be at least 1, got ")
+          << ranks;
+      return signalPassFailure();
+    }
+    if (ranks == 1)
+      return;
+    ModuleOp module = getOperation();
+    for (StringRef name : {kLossAndGradsFunc, kForwardLogitsFunc})
+      if (Operation *f = module.lookupSymbol(name))
+        f->erase();
+    for (StringRef name : {kTrainStepFunc, kForwardLossFunc})
+      if (auto f = module.lookupSymbol<func::FuncOp>(name))
+        if (failed(FunctionSharder(f, ranks, reshardAfterForward).run()))
+          return signalPassFailure();
+  }
+};
+} // namespace

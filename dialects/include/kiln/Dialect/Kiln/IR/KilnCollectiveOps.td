@@ -1,0 +1,137 @@
+//===- KilnCollectiveOps.td - FSDP: flat shards and collectives -*- tablegen -*-===//
+//
+// What `kiln-fsdp` writes. A group of parameters (a transformer block, the
+// embedding, the final norm with the output projection) lives as one flat
+// shard per rank; `all_gather_start` + `wait` rebuild the flat buffer,
+// `unflatten` views each parameter in it; gradients are packed with
+// `flatten` and reduce-scattered back to shards. Collectives are
+// asynchronous: a `*_start` op begins one and its single user, `kiln.wait`,
+// is where its result is needed, so a scheduling pass can move the two
+// apart (prefetch). MLIR's `shard` dialect has synchronous collectives on
+// values; a start/wait pair is what lets the schedule show overlap, so
+// these are the dialect's own (docs/architecture.md, "shard").
+//
+// Included from KilnOps.td.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_IR_KILNCOLLECTIVEOPS_TD
+#define KILN_DIALECT_KILN_IR_KILNCOLLECTIVEOPS_TD
+
+def Kiln_FlatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
+
+def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start"> {
+  let summary = "begins gathering every rank's shard into one buffer";
+  let description = [{
+    The result (available at its `kiln.wait`) is the `ranks` shards
+    concatenated in rank order. `group` names the parameter group, for the
+    schedule and for messages.
+
+    Rules:
+    - all_gather_start_c1: operand and result are rank-1 tensors of one
+      element type, the result `ranks` times as long.
+    - all_gather_start_c2: its only user is a `kiln.wait`.
+  }];
+  let arguments = (ins Kiln_FlatTensor:$shard, I64Attr:$ranks, StrAttr:$group);
+  let results = (outs Kiln_FlatTensor:$result);
+  let assemblyFormat = [{
+    $shard attr-dict `:` type($shard) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_ReduceScatterStartOp : Kiln_Op<"reduce_scatter_start"> {
+  let summary = "begins reducing a buffer over ranks, each keeping its shard";
+  let description = [{
+    Every rank contributes a buffer `ranks` times the result's length; rank
+    r's result is chunk r of the element-wise reduction (`sum` or `mean`:
+    summed in rank order, then divided by `ranks`).
+
+    Rules:
+    - reduce_scatter_start_c1: rank-1 operand and result of one element
+      type, the operand `ranks` times as long.
+    - reduce_scatter_start_c2: `reduction` is `sum` or `mean`.
+    - reduce_scatter_start_c3: its only user is a `kiln.wait`.
+  }];
+  let arguments = (ins Kiln_FlatTensor:$input, I64Attr:$ranks,
+                       StrAttr:$reduction, StrAttr:$group);
+  let results = (outs Kiln_FlatTensor:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_AllReduceStartOp : Kiln_Op<"all_reduce_start",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "begins reducing a tensor over ranks, every rank getting it";
+  let description = [{
+    `sum`, `mean` (the sum in rank order divided by `ranks`) or `max`.
+
+    Rules:
+    - all_reduce_start_c1: `reduction` is `sum`, `mean` or `max`.
+    - all_reduce_start_c2: its only user is a `kiln.wait`.
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, I64Attr:$ranks,
+                       StrAttr:$reduction);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Kiln_WaitOp : Kiln_Op<"wait", [AllTypesMatch<["pending", "result"]>]> {
+  let summary = "the result of a collective, once it has completed";
+  let description = [{
+    Its operand is the result of a `*_start` op; the value is usable from
+    here on.
+  }];
+  let arguments = (ins AnyRankedTensor:$pending);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$pending attr-dict `:` type($result)";
+}
+
+def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure]> {
+  let summary = "one parameter's elements of a flat buffer, in its shape";
+  let description = [{
+    `result = reshape(flat[offset : offset + numel(result)])`.
+
+    Rules:
+    - unflatten_c1: `flat` has rank 1 and the element type of the result,
+      and the slice lies inside it.
+  }];
+  let arguments = (ins Kiln_FlatTensor:$flat, I64Attr:$offset);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $flat `[` $offset `]` attr-dict `:` type($flat) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_FlattenOp : Kiln_Op<"flatten", [Pure]> {
+  let summary = "tensors packed into one flat buffer, zeros elsewhere";
+  let description = [{
+    Operand i's elements (row-major) at `offsets[i]`; the rest (padding) is
+    zero.
+
+    Rules:
+    - flatten_c1: one offset per operand; the operands share the result's
+      element type and lie inside it without overlapping.
+  }];
+  let arguments = (ins Variadic<Kiln_FloatTensor>:$parts,
+                       DenseI64ArrayAttr:$offsets);
+  let results = (outs Kiln_FlatTensor:$result);
+  let assemblyFormat = [{
+    $parts $offsets attr-dict `:` type($parts) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_SqrtOp : Kiln_Op<"sqrt", [Pure, Elementwise,
+    SameOperandsAndResultType]> {
+  let summary = "square root (after autodiff: not differentiable)";
+  let arguments = (ins Kiln_FloatTensor:$input);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+#endif // KILN_DIALECT_KILN_IR_KILNCOLLECTIVEOPS_TD

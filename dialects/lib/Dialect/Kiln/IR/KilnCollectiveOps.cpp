@@ -1,0 +1,93 @@
+//===- KilnCollectiveOps.cpp - Verifiers of the FSDP ops ------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// A rank-1 `small` whose element type `big` shares, `ranks` times shorter.
+LogicalResult checkShards(Operation *op, Value small, Value big,
+                          int64_t ranks) {
+  RankedTensorType s = tensorOf(small), b = tensorOf(big);
+  if (ranks < 1)
+    return op->emitOpError("needs at least one rank, got ") << ranks;
+  if (s.getRank() != 1 || b.getRank() != 1 ||
+      s.getElementType() != b.getElementType() ||
+      b.getDimSize(0) != ranks * s.getDimSize(0))
+    return op->emitOpError("shard and buffer must be rank-1 tensors of one "
+                           "element type, the buffer ")
+           << ranks << " times as long; got " << s << " and " << b;
+  return success();
+}
+
+LogicalResult checkWaited(Operation *op) {
+  if (!op->getResult(0).hasOneUse() ||
+      !isa<WaitOp>(*op->getResult(0).getUsers().begin()))
+    return op->emitOpError("result must have one user, a kiln.wait");
+  return success();
+}
+} // namespace
+
+LogicalResult AllGatherStartOp::verify() {
+  if (failed(checkShards(*this, getShard(), getResult(), getRanks())))
+    return failure();
+  return checkWaited(*this);
+}
+
+LogicalResult ReduceScatterStartOp::verify() {
+  if (failed(checkShards(*this, getResult(), getInput(), getRanks())))
+    return failure();
+  if (getReduction() != "sum" && getReduction() != "mean")
+    return emitOpError("reduction must be 'sum' or 'mean', got '")
+           << getReduction() << "'";
+  return checkWaited(*this);
+}
+
+LogicalResult AllReduceStartOp::verify() {
+  if (getRanks() < 1)
+    return emitOpError("needs at least one rank, got ") << getRanks();
+  if (getReduction() != "sum" && getReduction() != "mean" &&
+      getReduction() != "max")
+    return emitOpError("reduction must be 'sum', 'mean' or 'max', got '")
+           << getReduction() << "'";
+  return checkWaited(*this);
+}
+
+LogicalResult UnflattenOp::verify() {
+  RankedTensorType flat = tensorOf(getFlat()), out = tensorOf(getResult());
+  if (flat.getRank() != 1 || flat.getElementType() != out.getElementType())
+    return emitOpError("flat buffer must be rank 1 with the result's element "
+                       "type");
+  int64_t offset = getOffset();
+  if (offset < 0 || offset + out.getNumElements() > flat.getDimSize(0))
+    return emitOpError("slice [")
+           << offset << ", " << offset + out.getNumElements()
+           << ") lies outside the buffer of " << flat.getDimSize(0);
+  return success();
+}
+
+LogicalResult FlattenOp::verify() {
+  RankedTensorType out = tensorOf(getResult());
+  ArrayRef<int64_t> offsets = getOffsets();
+  if (offsets.size() != getParts().size())
+    return emitOpError("needs one offset per part");
+  SmallVector<std::pair<int64_t, int64_t>> ranges;
+  for (auto [part, offset] : llvm::zip(getParts(), offsets)) {
+    RankedTensorType t = tensorOf(part);
+    if (t.getElementType() != out.getElementType())
+      return emitOpError("parts must have the result's element type");
+    if (offset < 0 || offset + t.getNumElements() > out.getDimSize(0))
+      return emitOpError("a part lies outside the buffer");
+    ranges.push_back({offset, offset + t.getNumElements()});
+  }
+  llvm::sort(ranges);
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return emitOpError("parts overlap");
+  return success();
+}
