@@ -97,7 +97,8 @@ int kiln::runCompile(const CompileCommand &command) {
     return 1;
 
   ModelSession session;
-  if (!session.load(command.model, command.overrides))
+  if (!session.load(command.model, command.overrides) ||
+      !session.setRanks(command.worldSize))
     return 1;
   OwningOpRef<ModuleOp> module = importModel(&session.context, *session.config);
   if (failed(verify(*module)))

@@ -27,6 +27,10 @@ void kiln::buildPrecisionPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
+void kiln::buildShardPipeline(OpPassManager &pm) {
+  pm.addPass(createKilnFsdp());
+}
+
 void kiln::buildFusePipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createKilnFuseElementwise());
 }
@@ -45,7 +49,8 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
        buildTrainPipeline},
       {"precision", "mixed-precision casts as explicit ops", "#3",
        buildPrecisionPipeline},
-      {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4", nullptr},
+      {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4",
+       buildShardPipeline},
       {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", nullptr},
       {"fuse", "elementwise and row-wise ops as fused groups", "#3",
        buildFusePipeline},

@@ -46,6 +46,25 @@ bool ModelSession::load(const std::string &model,
   return true;
 }
 
+bool ModelSession::setRanks(int64_t ranks) {
+  int64_t &degree = config->parallelism.data_parallel_shard_degree;
+  if (degree != -1 && degree != ranks) {
+    commandError("parallelism.data_parallel_shard_degree is " +
+                 llvm::Twine(degree) + " but the run has " +
+                 llvm::Twine(ranks) + " ranks");
+    return false;
+  }
+  int64_t batch = config->training.global_batch_size;
+  if (batch % ranks != 0) {
+    commandError("training.global_batch_size (" + llvm::Twine(batch) +
+                 ") does not split evenly over " + llvm::Twine(ranks) +
+                 " ranks");
+    return false;
+  }
+  degree = ranks;
+  return true;
+}
+
 std::optional<std::string> ModelSession::compilePlan(bool fuse) {
   OwningOpRef<ModuleOp> module = importModel(&context, *config);
   if (failed(verify(*module)))

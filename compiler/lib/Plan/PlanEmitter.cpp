@@ -94,7 +94,7 @@ json::Object initToJson(InitAttr init) {
 class PlanBuilder {
 public:
   LogicalResult addFunction(func::FuncOp func, StringRef entry);
-  json::Value finish(int64_t vocab, json::Object training);
+  json::Value finish(int64_t vocab, int64_t ranks, json::Object training);
 
 private:
   int64_t addValue(json::Object entry) {
@@ -103,7 +103,8 @@ private:
     return values.size() - 1;
   }
   FailureOr<int64_t> named(Operation *at, StringRef kind, StringRef name,
-                           Type type, std::optional<json::Object> init);
+                           Type type, std::optional<json::Object> init,
+                           ArrayAttr shardOf = {});
 
   json::Array values;
   llvm::StringMap<int64_t> byName; // "state:<name>" / "input:<name>"
@@ -115,7 +116,8 @@ private:
 
 FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
                                       StringRef name, Type type,
-                                      std::optional<json::Object> init) {
+                                      std::optional<json::Object> init,
+                                      ArrayAttr shardOf) {
   std::string key = (kind + ":" + name).str();
   if (auto it = byName.find(key); it != byName.end())
     return it->second;
@@ -129,6 +131,18 @@ FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
       {"dtype", dtype->str()}};
   if (init)
     entry["init"] = std::move(*init);
+  if (shardOf) {
+    // A flat shard: what each part of the whole flat buffer holds.
+    json::Array parts;
+    for (auto part : shardOf.getAsRange<DictionaryAttr>())
+      parts.push_back(json::Object{
+          {"name", part.getAs<StringAttr>("name").getValue().str()},
+          {"offset", part.getAs<IntegerAttr>("offset").getInt()},
+          {"shape", json::Array(part.getAs<DenseI64ArrayAttr>("shape")
+                                    .asArrayRef())},
+          {"init", initToJson(part.getAs<InitAttr>("init"))}});
+    entry["shard_of"] = std::move(parts);
+  }
   if (kind == "state")
     stateBytes += byteSize(type);
   int64_t id = addValue(std::move(entry));
@@ -154,7 +168,9 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
     else if (auto s = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kStateAttrName))
       id = named(func, "state", s.getValue(), arg.getType(),
-                 json::Object{{"kind", "zeros"}});
+                 json::Object{{"kind", "zeros"}},
+                 func.getArgAttrOfType<ArrayAttr>(
+                     i, KilnDialect::kShardOfAttrName));
     else if (auto in = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kInputAttrName))
       id = named(func, "input", in.getValue(), arg.getType(), std::nullopt);
@@ -165,6 +181,22 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
       return failure();
     ids[arg] = *id;
   }
+
+  // A collective owns its operand and result buffers from its start to its
+  // wait, and the wait's result is the start's buffer: both stay live
+  // until the wait and the wait result's last reader.
+  DenseMap<Value, int64_t> liveUntil;
+  for (Operation &op : body)
+    if (auto wait = dyn_cast<WaitOp>(op)) {
+      int64_t last = index.lookup(&op);
+      for (Operation *user : wait.getResult().getUsers())
+        last = std::max(last, index.lookup(user));
+      Operation *start = wait.getPending().getDefiningOp();
+      liveUntil[wait.getPending()] = last;
+      for (Value operand : start->getOperands())
+        liveUntil[operand] = std::max(liveUntil.lookup(operand),
+                                      index.lookup(&op));
+    }
 
   // Arena buffers: one per op result, live from its op to its last use.
   std::vector<BufferRequest> requests;
@@ -218,7 +250,13 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
       groupOps = op.getName().stripDialect().str();
     }
     auto adamw = dyn_cast<AdamWOp>(op);
+    if (auto wait = dyn_cast<WaitOp>(op)) {
+      ids[wait.getResult()] = ids.lookup(wait.getPending());
+      results.push_back(ids[wait.getResult()]);
+    }
     for (OpResult r : op.getResults()) {
+      if (isa<WaitOp>(op))
+        break;
       // AdamW overwrites the state it reads: its three results alias the
       // param, exp_avg and exp_avg_sq operands.
       if (adamw) {
@@ -238,9 +276,10 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
       FailureOr<StringRef> dtype = dtypeName(&op, r.getType());
       if (failed(dtype))
         return failure();
-      int64_t last = index.lookup(&op);
+      int64_t last = std::max(index.lookup(&op), liveUntil.lookup(r));
       for (Operation *user : r.getUsers())
-        last = std::max(last, index.lookup(user));
+        last = std::max(last, std::max(index.lookup(user),
+                                       liveUntil.lookup(r)));
       requests.push_back({byteSize(r.getType()), index.lookup(&op), last});
       ids[r] = addValue(json::Object{
           {"kind", "arena"},
@@ -304,7 +343,8 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
   return success();
 }
 
-json::Value PlanBuilder::finish(int64_t vocab, json::Object training) {
+json::Value PlanBuilder::finish(int64_t vocab, int64_t ranks,
+                                json::Object training) {
   // `init`: every state value from the seed, as its `init` says.
   int64_t seed = addValue(json::Object{{"kind", "input"},
                                        {"name", "seed"},
@@ -327,6 +367,7 @@ json::Value PlanBuilder::finish(int64_t vocab, json::Object training) {
   return json::Object{{"format", "kiln-plan"},
                       {"version", kPlanVersion},
                       {"vocab_size", vocab},
+                      {"ranks", ranks},
                       {"training", std::move(training)},
                       {"arena_bytes", arenaBytes},
                       {"state_bytes", stateBytes},
@@ -338,9 +379,8 @@ FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
   auto train = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
   auto eval = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
   auto grads = module.lookupSymbol<func::FuncOp>(kLossAndGradsFunc);
-  if (!train || !eval || !grads)
-    return module.emitError(
-        "the plan needs @train_step, @forward_loss and @loss_and_grads");
+  if (!train || !eval)
+    return module.emitError("the plan needs @train_step and @forward_loss");
   int64_t vocab = 0;
   eval.walk([&](EmbeddingOp op) {
     vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
@@ -363,10 +403,13 @@ FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
   PlanBuilder builder;
   if (failed(builder.addFunction(train, "train_step")) ||
       failed(builder.addFunction(eval, "eval_loss")) ||
-      failed(builder.addFunction(grads, "loss_and_grads")))
+      (grads && failed(builder.addFunction(grads, "loss_and_grads"))))
     return failure();
   if (auto logits = module.lookupSymbol<func::FuncOp>(kForwardLogitsFunc))
     if (failed(builder.addFunction(logits, "logits")))
       return failure();
-  return builder.finish(vocab, std::move(training));
+  int64_t ranks = 1;
+  if (auto r = module->getAttrOfType<IntegerAttr>(kRanksAttr))
+    ranks = r.getInt();
+  return builder.finish(vocab, ranks, std::move(training));
 }

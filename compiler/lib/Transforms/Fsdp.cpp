@@ -171,8 +171,22 @@ LogicalResult FunctionSharder::addShardArguments() {
       for (auto [prefix, arg] :
            {std::pair<StringRef, BlockArgument *>{"exp_avg.", &g.expAvg},
             {"exp_avg_sq.", &g.expAvgSq}}) {
-        *arg = add(shardType, {b.getNamedAttr(KilnDialect::kStateAttrName,
-                                              b.getStringAttr(prefix + g.name))});
+        // The moments of each parameter, zero at the start.
+        SmallVector<Attribute> moments;
+        for (Param *p : g.params)
+          moments.push_back(b.getDictionaryAttr(
+              {b.getNamedAttr("name", b.getStringAttr(prefix + p->name)),
+               b.getNamedAttr("offset", b.getI64IntegerAttr(p->offset)),
+               b.getNamedAttr("shape",
+                              b.getDenseI64ArrayAttr(p->type.getShape())),
+               b.getNamedAttr("init", InitAttr::get(b.getContext(),
+                                                    InitKind::zeros, 0.0, 0.0,
+                                                    0.0))}));
+        *arg = add(shardType,
+                   {b.getNamedAttr(KilnDialect::kStateAttrName,
+                                   b.getStringAttr(prefix + g.name)),
+                    b.getNamedAttr(KilnDialect::kShardOfAttrName,
+                                   b.getArrayAttr(moments))});
         if (!*arg)
           return failure();
       }
@@ -379,20 +393,30 @@ LogicalResult FunctionSharder::run() {
 struct Fsdp : kiln::impl::KilnFsdpBase<Fsdp> {
   using KilnFsdpBase::KilnFsdpBase;
   void runOnOperation() override {
-    if (ranks < 1) {
-      getOperation().emitError("kiln-fsdp: ranks must be at least 1, got ")
-          << ranks;
+    ModuleOp module = getOperation();
+    int64_t n = ranks;
+    bool reshard = reshardAfterForward;
+    if (n == 0) {
+      auto fsdp = module->getAttrOfType<DictionaryAttr>("kiln.fsdp");
+      auto r = fsdp ? fsdp.getAs<IntegerAttr>("ranks") : IntegerAttr();
+      auto keep = fsdp ? fsdp.getAs<BoolAttr>("reshard_after_forward")
+                       : BoolAttr();
+      n = r ? r.getInt() : 1;
+      reshard = keep ? keep.getValue() : true;
+    }
+    if (n < 1) {
+      module.emitError("kiln-fsdp: ranks must be at least 1, got ") << n;
       return signalPassFailure();
     }
-    if (ranks == 1)
+    if (n == 1)
       return;
-    ModuleOp module = getOperation();
+    module->setAttr(kRanksAttr, OpBuilder(module).getI64IntegerAttr(n));
     for (StringRef name : {kLossAndGradsFunc, kForwardLogitsFunc})
       if (Operation *f = module.lookupSymbol(name))
         f->erase();
     for (StringRef name : {kTrainStepFunc, kForwardLossFunc})
       if (auto f = module.lookupSymbol<func::FuncOp>(name))
-        if (failed(FunctionSharder(f, ranks, reshardAfterForward).run()))
+        if (failed(FunctionSharder(f, n, reshard).run()))
           return signalPassFailure();
   }
 };

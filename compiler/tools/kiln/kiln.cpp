@@ -37,6 +37,10 @@ int main(int argc, char **argv) {
                          "Write each phase's IR as DIR/NN-<phase>.mlir");
   compileCmd->add_option("--set", compile.overrides,
                          "Override a key: section.key=value (repeatable)");
+  compileCmd->add_option("--world-size", compile.worldSize,
+                         "Compile one rank's step of an FSDP run over N "
+                         "ranks (default 1)")
+      ->check(CLI::Range(int64_t(1), int64_t(65536)));
   compileCmd->add_flag("!--no-fuse", compile.fuse,
                        "Skip the fuse phase: every elementwise op is its own "
                        "group in the plan");

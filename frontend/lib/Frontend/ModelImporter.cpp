@@ -78,6 +78,16 @@ std::vector<ParamSpec> kiln::modelParameters(const Config &config) {
 }
 
 namespace {
+/// Data-parallel ranks the module is built for (1 unless resolved).
+int64_t ranksOf(const Config &config) {
+  return std::max<int64_t>(1, config.parallelism.data_parallel_shard_degree);
+}
+
+/// The batch one rank computes on: its share of the global batch.
+int64_t localBatch(const Config &config) {
+  return config.training.global_batch_size / ranksOf(config);
+}
+
 /// Emits the body of @forward_loss, one helper per model component.
 class ForwardBuilder {
 public:
@@ -85,7 +95,7 @@ public:
                  llvm::StringMap<Value> params)
       : b(b), config(config), m(config.model), params(std::move(params)),
         f32(b.getF32Type()) {
-    batch = config.training.global_batch_size;
+    batch = localBatch(config);
     seq = config.training.seq_len;
   }
 
@@ -253,7 +263,15 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
            b.getNamedAttr("checkpoint_folder",
                           b.getStringAttr(config.checkpoint.folder))}));
 
-  int64_t batch = config.training.global_batch_size;
+  module->getOperation()->setAttr(
+      "kiln.fsdp",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("ranks", b.getI64IntegerAttr(ranksOf(config))),
+           b.getNamedAttr("reshard_after_forward",
+                          b.getBoolAttr(
+                              config.parallelism.reshard_after_forward))}));
+
+  int64_t batch = localBatch(config);
   int64_t seq = config.training.seq_len;
   auto tokenType = RankedTensorType::get({batch, seq}, b.getI32Type());
   std::vector<ParamSpec> specs = modelParameters(config);

@@ -21,6 +21,7 @@ struct CompileCommand {
   std::vector<std::string> overrides; // --set section.key=value
   std::vector<std::string> mlirFlags; // --mlir-* passed to MLIR
   bool fuse = true;                   // run the fuse phase
+  int64_t worldSize = 1;              // data-parallel ranks to compile for
 };
 int runCompile(const CompileCommand &command);
 

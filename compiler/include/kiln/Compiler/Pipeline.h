@@ -40,6 +40,9 @@ void buildTrainPipeline(mlir::OpPassManager &pm);
 /// precision: kiln-mixed-precision, canonicalize, CSE.
 void buildPrecisionPipeline(mlir::OpPassManager &pm);
 
+/// shard: kiln-fsdp (nothing at one rank).
+void buildShardPipeline(mlir::OpPassManager &pm);
+
 /// fuse: kiln-fuse-elementwise on every function.
 void buildFusePipeline(mlir::OpPassManager &pm);
 

@@ -34,6 +34,12 @@ struct ModelSession {
   bool load(const std::string &model,
             const std::vector<std::string> &overrides);
 
+  /// Compiles for `ranks` data-parallel ranks (the world size of the run):
+  /// resolves `parallelism.data_parallel_shard_degree` (-1: all ranks) and
+  /// checks that the global batch splits evenly. Prints what is wrong and
+  /// returns false if not.
+  bool setRanks(int64_t ranks);
+
   /// Runs every built phase (with `fuse` false, all but the fuse phase) and
   /// returns the plan as JSON text, or nothing after printing the
   /// diagnostics.

@@ -23,6 +23,8 @@ inline constexpr llvm::StringLiteral kTrainStepFunc = "train_step";
 inline constexpr llvm::StringLiteral kForwardLogitsFunc = "forward_logits";
 inline constexpr llvm::StringLiteral kOptimizerAttr = "kiln.optimizer";
 inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
+/// The ranks a sharded module runs on (set by kiln-fsdp).
+inline constexpr llvm::StringLiteral kRanksAttr = "kiln.ranks";
 
 } // namespace kiln
 

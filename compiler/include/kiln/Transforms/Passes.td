@@ -99,7 +99,10 @@ def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
 def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
   let summary = "Shard parameters, gradients and optimizer state over ranks (FSDP)";
   let description = [{
-    For `ranks` > 1, rewrites `@train_step` and `@forward_loss` (the IR of
+    Reads `ranks` and `reshard_after_forward` from the module's `kiln.fsdp`
+    dictionary (the frontend's, from `[parallelism]` and the world size)
+    unless the `ranks` option is set. For `ranks` > 1, rewrites
+    `@train_step` and `@forward_loss` (the IR of
     one rank: its share of the batch) so that each parameter group (the
     embedding, each transformer block `model.layers.<i>`, and `head`: the
     final norm with the output projection) lives as one flat f32 shard of
@@ -135,9 +138,11 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"ranks", "ranks", "int64_t", "1", "Ranks of the data-parallel mesh">,
+    Option<"ranks", "ranks", "int64_t", "0",
+           "Ranks of the data-parallel mesh (0: the module's kiln.fsdp)">,
     Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
-           "Gather each group again for its backward">,
+           "Gather each group again for its backward (with ranks = 0: the "
+           "module's kiln.fsdp)">,
   ];
 }
 
