@@ -6,7 +6,7 @@ import lit.formats
 config.name = "Kiln"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".test", ".toml"]
-config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "check_plan.py", "group_ops.py", "check_sample.py", "check_loss.py", "check_safetensors.py"]
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "check_plan.py", "group_ops.py", "check_sample.py", "check_loss.py", "check_safetensors.py", "compare_runs.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kiln_obj_root, "tests")
 
@@ -22,5 +22,11 @@ for tool in ["kiln-run", "kiln-opt", "kiln"]:
         ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+# Multi-rank runs: Open MPI as root in containers, more ranks than cores,
+# one BLAS thread per rank.
+config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+config.substitutions.append(
+    ("%mpirun", "timeout 300 mpirun --oversubscribe -x OPENBLAS_NUM_THREADS=1 -np"))
 config.substitutions.append(
     ("%expect_exit", "/usr/bin/python3 " + os.path.join(config.test_source_root, "expect-exit")))

@@ -2,6 +2,7 @@
 
 #include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/CpuFusedGroup.h"
 #include "kiln/Runtime/CpuOps.h"
 #include "kiln/Runtime/Init.h"
@@ -20,11 +21,19 @@ int64_t View::numElements() const {
 
 CpuExecutor::CpuExecutor(const Plan &plan) : planRef(plan) {}
 
+namespace {
+bool isCollective(const std::string &op) {
+  return op == "all_gather_start" || op == "reduce_scatter_start" ||
+         op == "all_reduce_start";
+}
+} // namespace
+
 std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
                                                  std::string &error) {
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &step : entry.steps)
-      if (!step.group && step.op != "init" && !findCpuOp(step.op)) {
+      if (!step.group && step.op != "init" && !isCollective(step.op) &&
+          step.op != "wait" && !findCpuOp(step.op)) {
         error = "the CPU backend cannot run op '" + step.op + "' (" +
                 name + ", " + step.loc + ")";
         return nullptr;
@@ -56,13 +65,164 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
   return exec;
 }
 
+std::string CpuExecutor::setCommunicator(comm::Communicator *c) {
+  int size = c ? c->size() : 1;
+  if (size == 1 && planRef.ranks != 1)
+    return "the plan is for " + std::to_string(planRef.ranks) +
+           " ranks; start it with mpirun -np " +
+           std::to_string(planRef.ranks);
+  if (size != planRef.ranks)
+    return "the plan is for " + std::to_string(planRef.ranks) +
+           " ranks but the run has " + std::to_string(size);
+  communicator = c;
+  rankIndex = c ? c->rank() : 0;
+  return "";
+}
+
+namespace {
+/// [begin, end) of the flat buffer that rank `rank`'s shard of `v` holds.
+std::pair<int64_t, int64_t> shardRange(const PlanValue &v, int rank) {
+  int64_t n = v.numElements();
+  return {rank * n, (rank + 1) * n};
+}
+
+/// The part of `part` inside [lo, hi): its first element and the count.
+std::pair<int64_t, int64_t> overlap(const ShardPart &part, int64_t lo,
+                                    int64_t hi) {
+  int64_t begin = std::max(lo, part.offset);
+  int64_t end = std::min(hi, part.offset + part.numElements());
+  return {begin, std::max<int64_t>(0, end - begin)};
+}
+} // namespace
+
 void CpuExecutor::initialize(uint64_t seed) {
   // The `init` entry: each step sets its result, a state, from the seed.
   for (const PlanStep &step : planRef.entry("init")->steps) {
     const PlanValue &v = planRef.values[step.results[0]];
-    runtime::initialize(v.init, seed, v.name, 0, v.numElements(),
-                        states[v.id].data());
+    std::vector<float> &data = states[v.id];
+    if (v.shardOf.empty()) {
+      runtime::initialize(v.init, seed, v.name, 0, v.numElements(),
+                          data.data());
+      continue;
+    }
+    std::fill(data.begin(), data.end(), 0.0f); // padding
+    auto [lo, hi] = shardRange(v, rankIndex);
+    for (const ShardPart &part : v.shardOf) {
+      auto [begin, count] = overlap(part, lo, hi);
+      if (count > 0)
+        runtime::initialize(part.init, seed, part.name, begin - part.offset,
+                            count, data.data() + (begin - lo));
+    }
   }
+}
+
+std::optional<std::vector<FloatTensor>>
+CpuExecutor::unshardedState(std::string &error) {
+  std::vector<FloatTensor> out;
+  for (const PlanValue &v : planRef.values) {
+    if (v.kind != PlanValue::State)
+      continue;
+    const std::vector<float> &data = states[v.id];
+    if (v.shardOf.empty()) {
+      out.push_back({v.name, v.shape, data});
+      continue;
+    }
+    std::vector<float> flat(data.size() * planRef.ranks);
+    comm::CommHandle h = communicator->startAllGather(
+        data.data(), flat.data(), static_cast<int64_t>(data.size()),
+        comm::ElementType::F32);
+    if (std::optional<std::string> failure = communicator->wait(h)) {
+      error = "gathering '" + v.name + "': " + *failure;
+      return std::nullopt;
+    }
+    for (const ShardPart &part : v.shardOf)
+      out.push_back({part.name, part.shape,
+                     std::vector<float>(flat.begin() + part.offset,
+                                        flat.begin() + part.offset +
+                                            part.numElements())});
+  }
+  return out;
+}
+
+std::string CpuExecutor::setUnshardedState(
+    const std::map<std::string, const FloatTensor *> &byName) {
+  auto find = [&](const std::string &name, const std::vector<int64_t> &shape,
+                  const FloatTensor *&t) -> std::string {
+    auto it = byName.find(name);
+    if (it == byName.end())
+      return "no tensor '" + name + "'";
+    if (it->second->shape != shape)
+      return "tensor '" + name + "' has another shape than the model's";
+    t = it->second;
+    return "";
+  };
+  for (const PlanValue &v : planRef.values) {
+    if (v.kind != PlanValue::State)
+      continue;
+    std::vector<float> &data = states[v.id];
+    const FloatTensor *t = nullptr;
+    if (v.shardOf.empty()) {
+      if (std::string problem = find(v.name, v.shape, t); !problem.empty())
+        return problem;
+      data = t->data;
+      continue;
+    }
+    std::fill(data.begin(), data.end(), 0.0f);
+    auto [lo, hi] = shardRange(v, rankIndex);
+    for (const ShardPart &part : v.shardOf) {
+      if (std::string problem = find(part.name, part.shape, t);
+          !problem.empty())
+        return problem;
+      auto [begin, count] = overlap(part, lo, hi);
+      std::copy_n(t->data.begin() + (begin - part.offset), count,
+                  data.begin() + (begin - lo));
+    }
+  }
+  return "";
+}
+
+std::string CpuExecutor::startCollective(const PlanStep &step) {
+  View in = view(step.operands[0]), out = view(step.results[0]);
+  comm::ElementType type = in.dtype == DType::BF16 ? comm::ElementType::BF16
+                                                   : comm::ElementType::F32;
+  Pending p;
+  std::string reduction =
+      step.attrs.count("reduction") ? step.str("reduction") : "";
+  comm::ReduceOp op =
+      reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
+  if (reduction == "mean") {
+    if (type != comm::ElementType::F32)
+      return "a mean over ranks needs f32 values";
+    p.divisor = planRef.ranks;
+  }
+  if (step.op == "all_gather_start")
+    p.handle = communicator->startAllGather(in.data, out.data,
+                                             in.numElements(), type);
+  else if (step.op == "reduce_scatter_start")
+    p.handle = communicator->startReduceScatter(in.data, out.data,
+                                                 out.numElements(), type, op);
+  else
+    p.handle = communicator->startAllReduce(in.data, out.data,
+                                             in.numElements(), type, op);
+  pending[step.results[0]] = p;
+  return "";
+}
+
+std::string CpuExecutor::waitCollective(const PlanStep &step) {
+  auto it = pending.find(step.operands[0]);
+  if (it == pending.end())
+    return "waits for a collective that was not started";
+  Pending p = it->second;
+  pending.erase(it);
+  if (std::optional<std::string> failure = communicator->wait(p.handle))
+    return *failure;
+  if (p.divisor != 1) {
+    View r = view(step.results[0]);
+    float n = static_cast<float>(p.divisor);
+    for (int64_t i = 0, e = r.numElements(); i < e; ++i)
+      r.f32()[i] /= n;
+  }
+  return "";
 }
 
 std::vector<float> *CpuExecutor::state(const std::string &name) {
@@ -165,6 +325,15 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
   std::vector<std::vector<float>> scratch;
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const PlanStep &s = entry->steps[i];
+    if (isCollective(s.op) || s.op == "wait") {
+      if (!communicator)
+        return fail(i, s, "a collective needs a communicator");
+      std::string failure =
+          s.op == "wait" ? waitCollective(s) : startCollective(s);
+      if (!failure.empty())
+        return fail(i, s, failure);
+      continue;
+    }
     if (s.group) {
       // A fused group reads and writes every dtype itself.
       std::vector<View> operands, results;

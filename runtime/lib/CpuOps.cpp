@@ -167,6 +167,23 @@ KILN_CPU_OP(copy) {
   return "";
 }
 
+KILN_CPU_OP(flatten) {
+  // Each operand at its offset; the rest (padding) zero.
+  const std::vector<int64_t> &offsets =
+      std::get<std::vector<int64_t>>(step.attrs.at("offsets"));
+  std::memset(out[0].f32(), 0, out[0].numElements() * sizeof(float));
+  for (size_t i = 0; i < in.size(); ++i)
+    std::memcpy(out[0].f32() + offsets[i], in[i].f32(),
+                in[i].numElements() * sizeof(float));
+  return "";
+}
+
+KILN_CPU_OP(unflatten) {
+  std::memcpy(out[0].f32(), in[0].f32() + step.i64("offset"),
+              out[0].numElements() * sizeof(float));
+  return "";
+}
+
 KILN_CPU_OP(transpose) {
   const std::vector<int64_t> &perm =
       std::get<std::vector<int64_t>>(step.attrs.at("permutation"));
@@ -257,6 +274,8 @@ CpuOpFn findCpuOp(const std::string &op) {
       {"cast", copy},
       {"reshape", copy},
       {"transpose", transpose},
+      {"flatten", flatten},
+      {"unflatten", unflatten},
       {"grad_norm", gradNorm},
       {"lr_schedule", lrSchedule},
       {"adamw", adamw},

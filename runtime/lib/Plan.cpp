@@ -49,6 +49,13 @@ const char *dtypeName(DType type) {
   return "?";
 }
 
+int64_t ShardPart::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
 int64_t PlanValue::numElements() const {
   int64_t n = 1;
   for (int64_t d : shape)
@@ -178,6 +185,9 @@ Plan parse(const std::string &text) {
                     " is not supported by this runtime (it reads version " +
                     std::to_string(kSupportedPlanVersion) + ")"};
   plan.vocabSize = j.at("vocab_size").get<int64_t>();
+  plan.ranks = j.value("ranks", int64_t(1));
+  if (plan.ranks < 1)
+    throw PlanError{"the plan's ranks must be at least 1"};
   plan.arenaBytes = j.at("arena_bytes").get<int64_t>();
   plan.stateBytes = j.at("state_bytes").get<int64_t>();
   const json &jt = j.at("training");
@@ -215,6 +225,21 @@ Plan parse(const std::string &text) {
       v.name = jv.at("name").get<std::string>();
     if (v.kind == PlanValue::State)
       v.init = parseInit(jv.at("init"));
+    if (v.kind == PlanValue::State && jv.contains("shard_of")) {
+      for (const json &jp : jv.at("shard_of")) {
+        ShardPart part;
+        part.name = jp.at("name").get<std::string>();
+        part.offset = jp.at("offset").get<int64_t>();
+        part.shape = jp.at("shape").get<std::vector<int64_t>>();
+        part.init = parseInit(jp.at("init"));
+        if (part.offset < 0 || part.numElements() < 0 ||
+            part.offset + part.numElements() >
+                plan.ranks * (v.shape.empty() ? 1 : v.shape[0]))
+          throw PlanError{"value " + std::to_string(v.id) + ": part '" +
+                          part.name + "' lies outside its flat buffer"};
+        v.shardOf.push_back(std::move(part));
+      }
+    }
     if (v.kind == PlanValue::Const)
       v.constValue = jv.at("value").get<double>();
     if (v.kind == PlanValue::Arena)
@@ -289,6 +314,22 @@ bool PlanStep::flag(const std::string &name) const {
 }
 const std::string &PlanStep::str(const std::string &name) const {
   return attr<std::string>(*this, name);
+}
+
+void unshardedShapes(const Plan &plan,
+                     std::map<std::string, std::vector<int64_t>> &model,
+                     std::map<std::string, std::vector<int64_t>> &optimizer) {
+  auto isMoment = [](const std::string &name) {
+    return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
+  };
+  for (const PlanValue &v : plan.values) {
+    if (v.kind != PlanValue::State)
+      continue;
+    if (v.shardOf.empty())
+      (isMoment(v.name) ? optimizer : model)[v.name] = v.shape;
+    for (const ShardPart &p : v.shardOf)
+      (isMoment(p.name) ? optimizer : model)[p.name] = p.shape;
+  }
 }
 
 const PlanEntry *Plan::entry(const std::string &name) const {

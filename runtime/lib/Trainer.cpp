@@ -55,13 +55,33 @@ bool isOptimizerState(const std::string &name) {
   return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
 }
 
-/// The shapes a checkpoint of this plan must hold.
-void expectedShapes(const Plan &plan,
-                    std::map<std::string, std::vector<int64_t>> &model,
-                    std::map<std::string, std::vector<int64_t>> &optimizer) {
-  for (const PlanValue &v : plan.values)
-    if (v.kind == PlanValue::State)
-      (isOptimizerState(v.name) ? optimizer : model)[v.name] = v.shape;
+/// Whether `flag` is set on any rank (every rank must call this in step).
+bool onAnyRank(comm::Communicator *c, bool flag) {
+  if (!c || c->size() == 1)
+    return flag;
+  float mine = flag ? 1.0f : 0.0f, any = 0.0f;
+  comm::CommHandle h = c->startAllReduce(&mine, &any, 1, comm::ElementType::F32,
+                                         comm::ReduceOp::Max);
+  return c->wait(h).has_value() || any > 0.0f;
+}
+
+/// This rank's rows of the global batch `counter` (ranks x `batch` rows;
+/// every rank draws the same global batch, as one rank would).
+void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
+                   size_t end, int64_t batch, int64_t seq, uint64_t seed,
+                   uint64_t counter, int rank, int64_t ranks,
+                   std::vector<int32_t> &in, std::vector<int32_t> &tg) {
+  if (ranks == 1) {
+    fillBatch(tokens, begin, end, batch, seq, seed, counter, in.data(),
+              tg.data());
+    return;
+  }
+  std::vector<int32_t> allIn(ranks * batch * seq), allTg(ranks * batch * seq);
+  fillBatch(tokens, begin, end, ranks * batch, seq, seed, counter,
+            allIn.data(), allTg.data());
+  size_t mine = static_cast<size_t>(rank) * batch * seq;
+  std::copy_n(allIn.begin() + mine, batch * seq, in.begin());
+  std::copy_n(allTg.begin() + mine, batch * seq, tg.begin());
 }
 
 /// Mean loss over `batches` fixed validation batches.
@@ -73,8 +93,9 @@ std::optional<double> validationLoss(CpuExecutor &exec,
   std::vector<int32_t> in(batch * seq), tg(batch * seq);
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    fillBatch(tokens, split.validBegin, split.validEnd, batch, seq, seed,
-              (uint64_t(1) << 40) + i, in.data(), tg.data());
+    fillRankBatch(tokens, split.validBegin, split.validEnd, batch, seq, seed,
+                  (uint64_t(1) << 40) + i, exec.rank(), exec.plan().ranks, in,
+                  tg);
     auto out = exec.run("eval_loss", in, tg, 1, error);
     if (!out)
       return std::nullopt;
@@ -101,10 +122,14 @@ std::optional<std::string> Run::save(int64_t step) {
   Checkpoint c;
   c.step = step;
   c.metadata["seed"] = std::to_string(options.training.seed);
-  for (const PlanValue &v : plan.values)
-    if (v.kind == PlanValue::State)
-      (isOptimizerState(v.name) ? c.optimizer : c.model)
-          .push_back({v.name, v.shape, *exec.state(v.name)});
+  std::string error;
+  std::optional<std::vector<FloatTensor>> all = exec.unshardedState(error);
+  if (!all)
+    return error;
+  if (exec.rank() != 0)
+    return std::nullopt;
+  for (FloatTensor &t : *all)
+    (isOptimizerState(t.name) ? c.optimizer : c.model).push_back(std::move(t));
   std::string dir = options.outDir + "/" + options.training.checkpointFolder +
                     "/step-" + std::to_string(step);
   if (std::optional<std::string> error = saveCheckpoint(dir, c))
@@ -123,10 +148,11 @@ std::optional<std::string> Run::restore(const std::string &path,
   if (!dir)
     return error;
   std::map<std::string, std::vector<int64_t>> model, optimizer;
-  expectedShapes(plan, model, optimizer);
+  unshardedShapes(plan, model, optimizer);
   std::optional<Checkpoint> c = loadCheckpoint(*dir, model, optimizer, error);
   if (!c)
     return error;
+  std::map<std::string, const FloatTensor *> byName;
   for (const auto *part : {&c->model, &c->optimizer})
     for (const CheckpointTensor &t : *part) {
       for (size_t e = 0; e < t.data.size(); ++e)
@@ -134,8 +160,10 @@ std::optional<std::string> Run::restore(const std::string &path,
           return *dir + ": tensor '" + t.name + "' holds " +
                  (std::isnan(t.data[e]) ? "NaN" : "infinity") +
                  " at element " + std::to_string(e);
-      *exec.state(t.name) = t.data;
+      byName[t.name] = &t;
     }
+  if (std::string problem = exec.setUnshardedState(byName); !problem.empty())
+    return *dir + ": " + problem;
   step = c->step;
   std::printf("resumed from %s (step %lld)\n", dir->c_str(),
               static_cast<long long>(step));
@@ -220,6 +248,14 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (!exec)
     return fail(error);
   exec->setCheckNumerics(options.checkNumerics);
+  if (std::string problem = exec->setCommunicator(options.communicator);
+      !problem.empty())
+    return fail(problem);
+  // Rank 0 speaks for the run; the others print only errors.
+  const bool lead = exec->rank() == 0;
+  if (!lead && !std::freopen("/dev/null", "w", stdout))
+    return fail("cannot silence the output of rank " +
+                std::to_string(exec->rank()));
   uint64_t seed = static_cast<uint64_t>(t.seed);
   exec->initialize(seed);
 
@@ -236,8 +272,10 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   fs::create_directories(options.outDir, ec);
   if (ec)
     return fail("cannot create '" + options.outDir + "': " + ec.message());
-  std::string metricsPath = options.outDir + "/metrics.jsonl";
-  if (done > 0)
+  // Rank 0 writes the metrics; the others write to nowhere.
+  std::string metricsPath =
+      lead ? options.outDir + "/metrics.jsonl" : std::string("/dev/null");
+  if (done > 0 && lead)
     truncateMetrics(metricsPath, done);
   std::ofstream metrics(metricsPath, done > 0 ? std::ios::app
                                               : std::ios::trunc);
@@ -256,9 +294,14 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   std::vector<int32_t> in(batch * seq), tg(batch * seq);
   auto began = Clock::now();
   int64_t step = done + 1;
-  for (; step <= t.steps && !interrupted; ++step) {
-    fillBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq, seed,
-              step, in.data(), tg.data());
+  for (; step <= t.steps; ++step) {
+    // Ranks stop together: after the same step.
+    if (onAnyRank(options.communicator, interrupted != 0)) {
+      interrupted = 1;
+      break;
+    }
+    fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
+                  seed, step, exec->rank(), plan.ranks, in, tg);
     auto t0 = Clock::now();
     auto result = exec->run("train_step", in, tg, step, error);
     if (!result)
@@ -271,7 +314,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
       return fail("step " + std::to_string(step) + ": the " +
                   (std::isfinite(loss) ? "gradient norm" : "loss") +
                   " is not finite");
-    double tokensPerSecond = batch * seq / secondsSince(t0);
+    double tokensPerSecond = plan.ranks * batch * seq / secondsSince(t0);
     metrics << "{\"step\": " << step << ", \"loss\": " << loss
             << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
             << ", \"tokens_per_s\": " << tokensPerSecond << "}\n";
@@ -333,6 +376,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     std::printf("checkpoint: %s/%s/step-%lld\n", options.outDir.c_str(),
                 t.checkpointFolder.c_str(), static_cast<long long>(last));
   std::string png = options.outDir + "/loss.png";
+  if (!lead)
+    return interrupted ? 130 : 0;
   if (std::optional<std::string> failure = plotLossCurve(metricsPath, png))
     std::fprintf(stderr, "warning: no loss curve: %s\n", failure->c_str());
   else

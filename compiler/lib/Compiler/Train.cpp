@@ -11,6 +11,7 @@
 #include "kiln/Compiler/Session.h"
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
+#include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/Trainer.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -19,6 +20,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -33,17 +35,26 @@ int kiln::runTrain(const TrainCommand &command) {
     overrides.push_back("training.steps=" + std::to_string(command.steps));
   if (!command.data.empty())
     overrides.push_back("training.data=\"" + command.data + "\"");
+  // Under mpirun, one rank of an FSDP run over every rank.
+  std::string error;
+  std::unique_ptr<comm::Communicator> ranks = comm::createCommunicator(error);
+  if (!ranks)
+    return commandError(error);
   ModelSession session;
   if (!session.load(command.model, overrides))
     return 1;
-  const Config &config = *session.config;
+  // As written: checkpoints say "all ranks", not this run's count.
+  std::string configText = renderConfigToml(*session.config);
+  if (!session.setRanks(ranks->size()))
+    return 1;
 
   bool hit = false;
   auto start = std::chrono::steady_clock::now();
-  std::optional<std::string> planText = session.cachedPlan(overrides, hit);
+  std::vector<std::string> key = overrides;
+  key.push_back("(ranks) " + std::to_string(ranks->size()));
+  std::optional<std::string> planText = session.cachedPlan(key, hit);
   if (!planText)
     return 1;
-  std::string error;
   std::optional<Plan> plan = parsePlan(*planText, error);
   if (!plan)
     return commandError("internal: the compiled plan does not load: " + error);
@@ -58,7 +69,7 @@ int kiln::runTrain(const TrainCommand &command) {
           ? "runs/" + llvm::sys::path::stem(session.source->name).str()
           : command.out;
   options.resume = command.resume;
-  options.configText = renderConfigToml(config);
+  options.configText = configText;
   options.threads = command.threads;
   options.checkNumerics = command.checkNumerics;
   options.progressBar = isatty(STDOUT_FILENO);
@@ -67,5 +78,14 @@ int kiln::runTrain(const TrainCommand &command) {
                 session.source->name.c_str(), hit ? "from cache" : "compiled",
                 compileSeconds);
   options.title = title;
-  return runTraining(*plan, options);
+  options.communicator = ranks.get();
+  int code = runTraining(*plan, options);
+  if (code != 0 && ranks->size() > 1) {
+    // The other ranks may be inside a collective this one will never join:
+    // leave at once, and mpirun ends them.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+  return code;
 }

@@ -142,12 +142,14 @@ const std::vector<KeySpec> &kiln::configSchema() {
       // [parallelism]
       intKey("parallelism", "data_parallel_shard_degree",
              FIELD(parallelism.data_parallel_shard_degree), -1, 65536,
-             "FSDP ranks (-1: all ranks); 0 is not allowed.", kFsdp, false),
+             "FSDP ranks (-1: all ranks of the run, `mpirun -np N`); any "
+             "other value must equal the run's rank count. 0 is not allowed.",
+             kFsdp, true),
       otherKey("parallelism", "reshard_after_forward",
                FIELD(parallelism.reshard_after_forward), "",
                "Free gathered parameters after a block's forward and gather "
                "them again for its backward.",
-               kFsdp, false),
+               kFsdp, true),
       // [mixed_precision]
       otherKey("mixed_precision", "param", FIELD(mixed_precision.param),
                "bfloat16|float32",

@@ -6,10 +6,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/Devices.h"
 #include "kiln/Runtime/Plan.h"
 #include "kiln/Runtime/Trainer.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 #include <iomanip>
@@ -115,7 +118,23 @@ int train(const Plan &plan, int argc, char **argv) {
         options.threads = static_cast<int>(*n);
     }
   }
-  return runTraining(plan, options);
+  // Under mpirun: one rank of the run (the plan says how many there are).
+  std::string error;
+  std::unique_ptr<comm::Communicator> ranks = comm::createCommunicator(error);
+  if (!ranks) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  options.communicator = ranks.get();
+  int code = runTraining(plan, options);
+  if (code != 0 && ranks->size() > 1) {
+    // The other ranks may be inside a collective this one will never join:
+    // leave at once, and mpirun ends them.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+  return code;
 }
 
 int usage() {

@@ -9,7 +9,9 @@
 #ifndef KILN_RUNTIME_CPUEXECUTOR_H
 #define KILN_RUNTIME_CPUEXECUTOR_H
 
+#include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Safetensors.h"
 
 #include <cstdint>
 #include <map>
@@ -38,7 +40,23 @@ public:
   static std::unique_ptr<CpuExecutor> create(const Plan &plan,
                                              std::string &error);
 
+  /// The ranks a plan with `ranks` > 1 runs on (not owned; it must have
+  /// plan().ranks ranks). Without one the plan must have one rank.
+  std::string setCommunicator(comm::Communicator *communicator);
+  int rank() const { return rankIndex; }
+
+  /// Every state in the unsharded layout (a sharded state is all-gathered
+  /// and cut into its parts: every rank must call this, in step). Names are
+  /// parameter names and exp_avg.<param> / exp_avg_sq.<param>.
+  std::optional<std::vector<FloatTensor>> unshardedState(std::string &error);
+  /// Sets every state from tensors in the unsharded layout, each rank
+  /// keeping its shard. `byName` must hold every name unshardedState gives.
+  std::string setUnshardedState(
+      const std::map<std::string, const FloatTensor *> &byName);
+
   /// Runs the `init` entry: every state value from its `init` and `seed`.
+  /// A sharded state gets the elements of its rank's piece of the flat
+  /// buffer, as if the whole buffer had been initialised.
   void initialize(uint64_t seed);
 
   /// The persistent tensor `name` (a parameter or an optimizer moment).
@@ -71,6 +89,17 @@ private:
   std::map<int64_t, float> consts;
   std::unique_ptr<float[]> arena; // aligned storage, arenaBytes long
   bool checkNumerics = false;
+  comm::Communicator *communicator = nullptr;
+  int rankIndex = 0;
+  /// Collectives in flight, by the value id of their result: the handle
+  /// and the divisor of a mean (1 otherwise).
+  struct Pending {
+    comm::CommHandle handle;
+    int64_t divisor = 1;
+  };
+  std::map<int64_t, Pending> pending;
+  std::string startCollective(const PlanStep &step);
+  std::string waitCollective(const PlanStep &step);
 };
 
 } // namespace kiln::runtime

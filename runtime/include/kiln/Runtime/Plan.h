@@ -30,6 +30,16 @@ struct InitSpec {
   double std = 0, a = 0, b = 0;
 };
 
+/// One parameter (or moment) in the flat buffer a sharded state is a piece
+/// of: its elements are flat[offset, offset + numel(shape)).
+struct ShardPart {
+  std::string name;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  InitSpec init;
+  int64_t numElements() const;
+};
+
 struct PlanValue {
   enum Kind { State, Input, Const, Arena } kind = Arena;
   int64_t id = 0;
@@ -39,6 +49,9 @@ struct PlanValue {
   int64_t offset = 0;      // Arena: byte offset
   double constValue = 0;   // Const
   InitSpec init;           // State
+  /// A state that is rank r's shard of a flat buffer of ranks x numel
+  /// elements: elements [r * numel, (r + 1) * numel) of it (docs/plan.md).
+  std::vector<ShardPart> shardOf;
 
   int64_t numElements() const;
   int64_t bytes() const { return numElements() * dtypeBytes(dtype); }
@@ -82,6 +95,7 @@ struct Plan {
   int version = 0;
   TrainingSpec training;
   int64_t vocabSize = 0;
+  int64_t ranks = 1; // data-parallel ranks the plan runs on
   int64_t arenaBytes = 0, stateBytes = 0;
   std::vector<PlanValue> values;
   std::map<std::string, PlanEntry> entries;
@@ -90,6 +104,12 @@ struct Plan {
   /// The value of the input or state called `name`, or nullptr.
   const PlanValue *named(PlanValue::Kind kind, const std::string &name) const;
 };
+
+/// The shape of every state in the unsharded layout (what a checkpoint
+/// holds): parameters into `model`, AdamW moments into `optimizer`.
+void unshardedShapes(const Plan &plan,
+                     std::map<std::string, std::vector<int64_t>> &model,
+                     std::map<std::string, std::vector<int64_t>> &optimizer);
 
 /// Reads and checks a plan file. On failure returns nothing and sets `error`
 /// to one line saying what is wrong and where.

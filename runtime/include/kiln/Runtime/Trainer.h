@@ -11,6 +11,7 @@
 #ifndef KILN_RUNTIME_TRAINER_H
 #define KILN_RUNTIME_TRAINER_H
 
+#include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/Plan.h"
 
 #include <string>
@@ -38,6 +39,11 @@ struct TrainOptions {
   bool checkNumerics = true;
   /// Draw the progress bar (a terminal) or print plain lines.
   bool progressBar = false;
+  /// The ranks of a plan compiled for more than one (not owned). Every rank
+  /// trains on its share of each global batch; rank 0 alone prints, writes
+  /// metrics, the loss curve and checkpoints (in the unsharded layout,
+  /// gathered from every rank).
+  comm::Communicator *communicator = nullptr;
 };
 
 /// Trains; returns the process exit code (0 done, 1 an error already

@@ -1,0 +1,122 @@
+//===- Communicator.h - Collectives over the ranks of a run -----*- C++ -*-===//
+//
+// The interface the FSDP runtime talks to; docs/communicator.md is its
+// normative description and this header its summary. Backends: MPI (CPU,
+// MpiCommunicator.h), local (world size 1, LocalCommunicator.h); NCCL
+// (#6) is to implement the same interface and pass the same conformance
+// suite (runtime/tests/comm).
+//
+// - Ranks 0..size()-1. Every rank issues the same collectives, with the
+//   same count, element type and reduction, in the same order; that order
+//   (the order the start calls return in) is what matches them up across
+//   ranks. Breaking this rule is undefined (a hang or garbage).
+// - Collectives are asynchronous: start* returns a CommHandle at once and
+//   the collective makes progress on its own while the caller computes
+//   (test() only looks, it never drives progress). wait() blocks until it
+//   is complete. Any number may be in flight; they complete in issue
+//   order, so when one is complete so is everything issued before it.
+// - Buffers are the backend's memory (host memory for MPI and local,
+//   device memory for NCCL) and belong to the collective from start until
+//   its wait returns or test() says complete: the send buffer must not
+//   change, the receive buffer must not be touched. Send and receive
+//   buffers must not overlap, except that an all-reduce may be in place
+//   (send == recv).
+// - Element types f32 and bf16 (uint16_t bit patterns). Reductions (sum,
+//   max) are deterministic: result element i is a fixed function of the N
+//   contributions to it, computed in f32 in rank order 0, 1, ..., N-1,
+//   and for bf16 rounded to bf16 once at the end (RNE). So results are
+//   bit-identical across runs for a given world size, and an all-reduce
+//   gives every rank the same bits. The exact rules are in
+//   docs/communicator.md ("Reduction semantics").
+// - Errors are one-line messages, never exceptions or aborts. A failed
+//   collective (bad arguments, a transport error) puts the communicator in
+//   a failed state: that collective and every later one report the error
+//   from wait(), and failure() returns the first message. Collectives
+//   issued before the failure are not affected.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_COMM_COMMUNICATOR_H
+#define KILN_RUNTIME_COMM_COMMUNICATOR_H
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kiln::runtime::comm {
+
+enum class ElementType { F32, BF16 };
+enum class ReduceOp { Sum, Max };
+
+/// Bytes of one element: 4 for f32, 2 for bf16.
+int64_t elementBytes(ElementType type);
+/// "f32", "bf16".
+const char *elementTypeName(ElementType type);
+/// "sum", "max".
+const char *reduceOpName(ReduceOp op);
+
+/// Names one started collective. Handles are numbered 1, 2, ... in issue
+/// order per communicator; 0 is never issued.
+struct CommHandle {
+  uint64_t id = 0;
+};
+
+class Communicator {
+public:
+  virtual ~Communicator();
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi", "local", ...: for messages.
+  virtual const char *backendName() const = 0;
+
+  /// recv[r*count + i] = rank r's send[i], for r < size(), i < count.
+  /// `send` holds count elements, `recv` size()*count.
+  virtual CommHandle startAllGather(const void *send, void *recv, int64_t count,
+                                    ElementType type) = 0;
+
+  /// recv[i] = reduce over ranks r of rank r's send[rank()*count + i], for
+  /// i < count. `send` holds size()*count elements (chunk j goes to rank
+  /// j), `recv` count.
+  virtual CommHandle startReduceScatter(const void *send, void *recv,
+                                        int64_t count, ElementType type,
+                                        ReduceOp op) = 0;
+
+  /// recv[i] = reduce over ranks r of rank r's send[i], for i < count; the
+  /// same bits on every rank. send == recv is allowed.
+  virtual CommHandle startAllReduce(const void *send, void *recv, int64_t count,
+                                    ElementType type, ReduceOp op) = 0;
+
+  /// Blocks until the collective is complete (hence every one issued
+  /// before it). Nothing on success, else its error line. Waiting again on
+  /// the same handle returns the same answer; a handle this communicator
+  /// did not issue is an error (which does not fail the communicator).
+  virtual std::optional<std::string> wait(CommHandle handle) = 0;
+
+  /// True when wait(handle) would return without blocking: the collective
+  /// is complete, or the handle was not issued here. Never blocks and
+  /// never drives progress.
+  virtual bool test(CommHandle handle) = 0;
+
+  /// A barrier over all ranks, issued like a collective and waited for:
+  /// returns once every rank has issued it, and so after every collective
+  /// this rank issued before it is complete.
+  virtual std::optional<std::string> barrier() = 0;
+
+  /// The first error of this communicator, if it has failed.
+  virtual std::optional<std::string> failure() const = 0;
+};
+
+/// The communicator the launcher asks for: MPI when this process was
+/// started by an MPI launcher (launchedByMpi()), else a local one of world
+/// size 1. Null with a one-line `error` when MPI cannot be set up.
+std::unique_ptr<Communicator> createCommunicator(std::string &error);
+
+/// Whether the environment is that of an MPI launcher (mpirun/mpiexec of
+/// Open MPI, or a PMI/PMIx launcher such as srun or MPICH's Hydra).
+bool launchedByMpi();
+
+} // namespace kiln::runtime::comm
+
+#endif // KILN_RUNTIME_COMM_COMMUNICATOR_H

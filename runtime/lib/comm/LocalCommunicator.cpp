@@ -1,0 +1,106 @@
+//===- LocalCommunicator.cpp - World size 1 -------------------------------===//
+//
+// Each collective is carried out inside its start call: an all-gather is a
+// copy, a reduction is reduceRows over the one contribution (so bf16 goes
+// through the same widen-fold-round as on N ranks, which leaves every
+// non-NaN value unchanged). Completion is therefore immediate and in issue
+// order. A mutex makes the calls safe from several threads, like the MPI
+// backend's.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Comm/LocalCommunicator.h"
+
+#include "Collective.h"
+
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
+
+namespace kiln::runtime::comm {
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char *backendName() const override { return "local"; }
+
+  CommHandle startAllGather(const void *send, void *recv, int64_t count,
+                            ElementType type) override {
+    return run(CollectiveKind::AllGather, send, recv, count, type,
+               ReduceOp::Sum);
+  }
+  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
+                                ElementType type, ReduceOp op) override {
+    return run(CollectiveKind::ReduceScatter, send, recv, count, type, op);
+  }
+  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
+                            ElementType type, ReduceOp op) override {
+    return run(CollectiveKind::AllReduce, send, recv, count, type, op);
+  }
+
+  std::optional<std::string> wait(CommHandle handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (handle.id == 0 || handle.id >= nextId_)
+      return "local: wait on a handle this communicator did not issue (#" +
+             std::to_string(handle.id) + ")";
+    return failure_.resultOf(handle.id);
+  }
+
+  bool test(CommHandle) override { return true; }
+
+  std::optional<std::string> barrier() override {
+    return wait(run(CollectiveKind::Barrier, nullptr, nullptr, 0,
+                    ElementType::F32, ReduceOp::Sum));
+  }
+
+  std::optional<std::string> failure() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.failed())
+      return std::nullopt;
+    return failure_.message;
+  }
+
+private:
+  CommHandle run(CollectiveKind kind, const void *send, void *recv,
+                 int64_t count, ElementType type, ReduceOp op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t id = nextId_++;
+    if (failure_.failed())
+      return {id};
+    if (auto why = checkCollective(kind, send, recv, count, type, op, 1,
+                                   std::numeric_limits<int64_t>::max())) {
+      failure_.fail(id, std::string("local ") +
+                            describeCollective(kind, id, count, type, op) +
+                            ": " + *why);
+      return {id};
+    }
+    try {
+      if (kind == CollectiveKind::AllGather && count > 0)
+        std::memcpy(recv, send, count * elementBytes(type));
+      else if (kind != CollectiveKind::Barrier)
+        reduceRows(send, 1, count, type, op, recv, scratch_);
+    } catch (const std::exception &e) { // scratch space that cannot be had
+      failure_.fail(id, std::string("local ") +
+                            describeCollective(kind, id, count, type, op) +
+                            ": " + e.what());
+    }
+    return {id};
+  }
+
+  mutable std::mutex mu_;
+  uint64_t nextId_ = 1;
+  FailureState failure_;
+  std::vector<float> scratch_;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> createLocalCommunicator() {
+  return std::make_unique<LocalCommunicator>();
+}
+
+} // namespace kiln::runtime::comm

@@ -1,0 +1,37 @@
+# Runs a command that must fail: a non-zero exit and output matching
+# EXPECT (a regular expression), within TIMEOUT seconds. For the harness
+# checks of kiln-comm-tests (an injected failure or hang must end the whole
+# mpirun with an error, not a pass and not a hang).
+#   cmake -DEXPECT=<regex> -DTIMEOUT=<s> -P ExpectFailure.cmake -- CMD ARGS...
+set(command "")
+set(seen_separator FALSE)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(seen_separator)
+    list(APPEND command "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(seen_separator TRUE)
+  endif()
+endforeach()
+if(NOT command)
+  message(FATAL_ERROR "ExpectFailure.cmake: no command after --")
+endif()
+if(NOT TIMEOUT)
+  set(TIMEOUT 60)
+endif()
+string(TIMESTAMP start "%s")
+execute_process(COMMAND ${command} RESULT_VARIABLE status
+  OUTPUT_VARIABLE output ERROR_VARIABLE output TIMEOUT ${TIMEOUT})
+string(TIMESTAMP end "%s")
+math(EXPR seconds "${end} - ${start}")
+message("${output}")
+message("exit status: ${status} after ${seconds} s")
+if("${status}" STREQUAL "0")
+  message(FATAL_ERROR "the command succeeded; it was expected to fail")
+endif()
+if(NOT "${status}" MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "the command did not exit normally: ${status}")
+endif()
+if(NOT output MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the output does not match '${EXPECT}'")
+endif()
