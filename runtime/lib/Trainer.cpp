@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -53,6 +54,17 @@ std::string formatDuration(double seconds) {
 /// exp_avg_sq.<param>; every other state is a parameter.
 bool isOptimizerState(const std::string &name) {
   return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
+}
+
+/// Every core, shared among the ranks on this machine (Open MPI says how
+/// many there are), so that oversubscribed ranks do not fight for cores.
+int defaultThreads(comm::Communicator *c) {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!c || c->size() == 1)
+    return cores;
+  const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int perMachine = local ? std::atoi(local) : c->size();
+  return std::max(1, cores / std::max(1, perMachine));
 }
 
 /// Whether `flag` is set on any rank (every rank must call this in step).
@@ -241,9 +253,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                 " tokens, fewer than one sequence of " +
                 std::to_string(seq + 1));
 
-  cpu::setCpuThreads(options.threads > 0
-                         ? options.threads
-                         : std::max(1u, std::thread::hardware_concurrency()));
+  cpu::setCpuThreads(options.threads > 0 ? options.threads
+                                         : defaultThreads(options.communicator));
   std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
   if (!exec)
     return fail(error);

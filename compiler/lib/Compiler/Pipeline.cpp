@@ -35,6 +35,10 @@ void kiln::buildFusePipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createKilnFuseElementwise());
 }
 
+void kiln::buildSchedulePipeline(OpPassManager &pm) {
+  pm.addNestedPass<func::FuncOp>(createKilnScheduleCollectives());
+}
+
 void kiln::buildPlanPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -54,8 +58,8 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
       {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", nullptr},
       {"fuse", "elementwise and row-wise ops as fused groups", "#3",
        buildFusePipeline},
-      {"schedule", "overlap order, recompute, buffer assignment", "#4",
-       nullptr},
+      {"schedule", "collectives ordered for overlap (prefetch, late waits)",
+       "#4", buildSchedulePipeline},
       {"plan", "the serialized runtime plan", "#3", buildPlanPipeline},
   };
   return phases;

@@ -46,6 +46,9 @@ void buildShardPipeline(mlir::OpPassManager &pm);
 /// fuse: kiln-fuse-elementwise on every function.
 void buildFusePipeline(mlir::OpPassManager &pm);
 
+/// schedule: kiln-schedule-collectives on every function.
+void buildSchedulePipeline(mlir::OpPassManager &pm);
+
 /// plan: a last cleanup; the driver then serializes the module with
 /// emitPlan (kiln/Plan/PlanEmitter.h) instead of printing IR.
 void buildPlanPipeline(mlir::OpPassManager &pm);

@@ -146,6 +146,36 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnScheduleCollectives : Pass<"kiln-schedule-collectives", "mlir::func::FuncOp"> {
+  let summary = "Order collectives for overlap: prefetch gathers, reduce-scatter early, wait late";
+  let description = [{
+    Moves the ops `kiln-fsdp` wrote so that communication overlaps compute:
+
+    - each gradient buffer (its `flatten`, the casts feeding it, and its
+      `reduce_scatter_start`) right after the last gradient it packs, so a
+      block's reduce-scatter runs during the backward of the blocks before
+      it;
+    - each `kiln.wait` down to just before the first op that reads it;
+    - each group's `all_gather_start` (with the cast of its shard) up to
+      just after the previous gather's `wait`: the next block's parameters
+      arrive while the current block computes, and at most two gathered
+      groups are alive at once.
+
+    ```mlir
+    %g0 = kiln.all_gather_start %s0 ... ; %w0 = kiln.wait %g0
+    ... block 0 ...
+    %g1 = kiln.all_gather_start %s1 ... ; %w1 = kiln.wait %g1
+    ... block 1 ...
+    // becomes
+    %g0 = kiln.all_gather_start %s0 ... ; %w0 = kiln.wait %g0
+    %g1 = kiln.all_gather_start %s1 ...
+    ... block 0 ...
+    %w1 = kiln.wait %g1
+    ... block 1 ...
+    ```
+  }];
+}
+
 def KilnLogitsEntry : Pass<"kiln-logits-entry", "mlir::ModuleOp"> {
   let summary = "Add @forward_logits: the forward without the loss, for sampling";
   let description = [{
