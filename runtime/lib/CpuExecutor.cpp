@@ -127,13 +127,20 @@ CpuExecutor::unshardedState(std::string &error) {
       out.push_back({v.name, v.shape, data});
       continue;
     }
-    std::vector<float> flat(data.size() * planRef.ranks);
-    comm::CommHandle h = communicator->startAllGather(
-        data.data(), flat.data(), static_cast<int64_t>(data.size()),
-        comm::ElementType::F32);
-    if (std::optional<std::string> failure = communicator->wait(h)) {
-      error = "gathering '" + v.name + "': " + *failure;
-      return std::nullopt;
+    std::vector<float> flat = data; // one rank: the shard is everything
+    if (planRef.ranks > 1) {
+      if (!communicator) {
+        error = "gathering '" + v.name + "' needs a communicator";
+        return std::nullopt;
+      }
+      flat.resize(data.size() * planRef.ranks);
+      comm::CommHandle h = communicator->startAllGather(
+          data.data(), flat.data(), static_cast<int64_t>(data.size()),
+          comm::ElementType::F32);
+      if (std::optional<std::string> failure = communicator->wait(h)) {
+        error = "gathering '" + v.name + "': " + *failure;
+        return std::nullopt;
+      }
     }
     for (const ShardPart &part : v.shardOf)
       out.push_back({part.name, part.shape,
