@@ -28,6 +28,9 @@ void kiln::buildPrecisionPipeline(OpPassManager &pm) {
 }
 
 void kiln::buildShardPipeline(OpPassManager &pm) {
+  // Recompute first: kiln-fsdp then gives the clones (backward ops) the
+  // backward's gathered parameters.
+  pm.addPass(createKilnActivationCheckpoint());
   pm.addPass(createKilnFsdp());
 }
 

@@ -164,7 +164,7 @@ const std::vector<KeySpec> &kiln::configSchema() {
                FIELD(activation_checkpoint.mode), "none|selective|full",
                "Recompute in backward: nothing, the cheap ops (GEMM outputs "
                "saved), or each whole block.",
-               kFsdp, false),
+               kFsdp, true),
       // [float8]
       otherKey("float8", "enable", FIELD(float8.enable), "",
                "Rewrite eligible linears into FP8 scaled GEMMs.", kFp8, false),

@@ -264,6 +264,9 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                           b.getStringAttr(config.checkpoint.folder))}));
 
   module->getOperation()->setAttr(
+      "kiln.activation_checkpoint",
+      b.getStringAttr(config.activation_checkpoint.mode));
+  module->getOperation()->setAttr(
       "kiln.fsdp",
       b.getDictionaryAttr(
           {b.getNamedAttr("ranks", b.getI64IntegerAttr(ranksOf(config))),

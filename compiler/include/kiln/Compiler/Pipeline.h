@@ -40,7 +40,8 @@ void buildTrainPipeline(mlir::OpPassManager &pm);
 /// precision: kiln-mixed-precision, canonicalize, CSE.
 void buildPrecisionPipeline(mlir::OpPassManager &pm);
 
-/// shard: kiln-fsdp (nothing at one rank).
+/// shard: kiln-activation-checkpoint (the model's mode), then kiln-fsdp
+/// (nothing at one rank).
 void buildShardPipeline(mlir::OpPassManager &pm);
 
 /// fuse: kiln-fuse-elementwise on every function.

@@ -146,6 +146,40 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnActivationCheckpoint : Pass<"kiln-activation-checkpoint", "mlir::ModuleOp"> {
+  let summary = "Recompute a block's activations in its backward instead of keeping them";
+  let description = [{
+    In every function with a backward (from its first `cross_entropy_grad`
+    on), a value computed in the forward of transformer block `i` (an op
+    named `model.layers.<i>.*`) and read by the backward of the same block
+    is computed again just before its first backward reader, from the
+    block's input and the saved values: a clone of its op marked
+    `kiln.recomputed` (the mark also keeps CSE from merging it back). With
+    `full` the block's input (the residual stream entering it) is all that
+    is kept; with `selective` the GEMM and attention results are kept too
+    and only the cheap ops (norms, rope, SwiGLU, residual adds, reshapes,
+    casts) are recomputed; `none` changes nothing. The mode comes from the
+    module's `kiln.activation_checkpoint` (`[activation_checkpoint] mode`)
+    unless the `mode` option is set. Recomputed values are bit-identical to
+    the forward's, so training is unchanged; the arena shrinks because the
+    forward's values die at the end of the forward.
+
+    ```mlir
+    %n = kiln.rms_norm %h, %w {eps = 1.0e-05 : f64} : ...        // forward
+    ...
+    %dx, %dw = kiln.rms_norm_grad %g, %h, %w ...
+    %dq = kiln.linear_grad_weight wq %gq, %n ...                  // reads %n
+    // with selective or full: %n is recomputed before its backward reader
+    %n2 = kiln.rms_norm %h, %w {eps = 1.0e-05 : f64, kiln.recomputed} : ...
+    %dq = kiln.linear_grad_weight wq %gq, %n2 ...
+    ```
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", "\"\"",
+           "none, selective or full (empty: the module's kiln.activation_checkpoint)">,
+  ];
+}
+
 def KilnScheduleCollectives : Pass<"kiln-schedule-collectives", "mlir::func::FuncOp"> {
   let summary = "Order collectives for overlap: prefetch gathers, reduce-scatter early, wait late";
   let description = [{
