@@ -61,7 +61,8 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
       exec->consts[v.id] = static_cast<float>(v.constValue);
     }
   }
-  exec->arena.reset(new float[(plan.arenaBytes + 3) / 4 + 16]);
+  exec->arenaFloats = (plan.arenaBytes + 3) / 4;
+  exec->arena.reset(new float[exec->arenaFloats]);
   return exec;
 }
 
@@ -94,6 +95,13 @@ std::pair<int64_t, int64_t> overlap(const ShardPart &part, int64_t lo,
   return {begin, std::max<int64_t>(0, end - begin)};
 }
 } // namespace
+
+int64_t CpuExecutor::allocatedBytes() const {
+  int64_t bytes = arenaFloats * static_cast<int64_t>(sizeof(float));
+  for (const auto &[id, data] : states)
+    bytes += static_cast<int64_t>(data.size() * sizeof(float));
+  return bytes;
+}
 
 void CpuExecutor::initialize(uint64_t seed) {
   // The `init` entry: each step sets its result, a state, from the seed.

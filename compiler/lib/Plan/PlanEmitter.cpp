@@ -20,6 +20,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <functional>
+
 using namespace mlir;
 using namespace kiln;
 namespace json = llvm::json;
@@ -198,6 +200,33 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
                                       index.lookup(&op));
     }
 
+  // What each arena buffer is, for the memory breakdown: a compute copy of
+  // parameters (a cast of one, or gathered), a gradient (what AdamW or a
+  // reduce-scatter reads, through casts), or an activation / temporary.
+  DenseSet<Value> gradients;
+  std::function<void(Value)> markGradient = [&](Value v) {
+    if (!gradients.insert(v).second)
+      return;
+    if (auto cast = v.getDefiningOp<CastOp>())
+      markGradient(cast.getInput());
+  };
+  for (Operation &op : body) {
+    if (auto adamw = dyn_cast<AdamWOp>(op))
+      markGradient(adamw.getGrad());
+    if (auto flat = dyn_cast<FlattenOp>(op))
+      for (Value part : flat.getParts())
+        markGradient(part);
+  }
+  auto categoryOf = [&](Operation &op, Value r) -> int {
+    if (isa<AllGatherStartOp, UnflattenOp>(op) ||
+        (isa<CastOp>(op) && isa<BlockArgument>(op.getOperand(0))))
+      return 0;
+    if (isa<FlattenOp, ReduceScatterStartOp>(op) || gradients.contains(r))
+      return 1;
+    return 2;
+  };
+  std::vector<int> categories;
+
   // Arena buffers: one per op result, live from its op to its last use.
   std::vector<BufferRequest> requests;
   std::vector<int64_t> arenaIds;
@@ -281,6 +310,7 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
         last = std::max(last, std::max(index.lookup(user),
                                        liveUntil.lookup(r)));
       requests.push_back({byteSize(r.getType()), index.lookup(&op), last});
+      categories.push_back(categoryOf(op, r));
       ids[r] = addValue(json::Object{
           {"kind", "arena"},
           {"shape", json::Array(cast<RankedTensorType>(r.getType()).getShape())},
@@ -315,6 +345,22 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
     values[id].getAsObject()->try_emplace("offset", offset);
   arenaBytes = std::max(arenaBytes, peak);
 
+  // The step where the most bytes are live, and what they are.
+  std::vector<int64_t> live(n + 1, 0);
+  for (const BufferRequest &r : requests)
+    for (int64_t s = r.first; s <= r.last && s <= n; ++s)
+      live[s] += (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
+  int64_t peakStep =
+      std::max_element(live.begin(), live.end()) - live.begin();
+  int64_t atPeak[3] = {0, 0, 0};
+  for (auto [r, category] : llvm::zip(requests, categories))
+    if (r.first <= peakStep && peakStep <= r.last)
+      atPeak[category] += (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
+  json::Object memory{{"peak_step", peakStep},
+                      {"parameter_copies", atPeak[0]},
+                      {"gradients", atPeak[1]},
+                      {"activations", atPeak[2]}};
+
   json::Object outputs;
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
@@ -339,7 +385,8 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
   }
   entries[entry] = json::Object{{"steps", std::move(steps)},
                                 {"outputs", std::move(outputs)},
-                                {"arena_bytes", peak}};
+                                {"arena_bytes", peak},
+                                {"live_at_peak", std::move(memory)}};
   return success();
 }
 

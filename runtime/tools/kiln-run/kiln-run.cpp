@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Comm/Communicator.h"
+#include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/Devices.h"
 #include "kiln/Runtime/Plan.h"
 #include "kiln/Runtime/Trainer.h"
@@ -47,6 +48,13 @@ void describe(const Plan &plan) {
       std::cout << " " << op << " " << count;
     std::cout << "\n";
   }
+  // What the CPU backend really allocates for this plan.
+  std::string error;
+  if (std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error))
+    std::cout << "allocated by the CPU executor: " << exec->allocatedBytes()
+              << " bytes\n";
+  else
+    std::cout << "the CPU executor cannot run it: " << error << "\n";
 }
 
 constexpr const char *kUsage =

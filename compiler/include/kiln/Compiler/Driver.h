@@ -46,6 +46,14 @@ struct TrainCommand {
 };
 int runTrain(const TrainCommand &command);
 
+struct ExplainCommand {
+  std::string model;
+  std::vector<std::string> overrides;
+  int64_t worldSize = 1;
+  bool memory = false; // per-rank bytes of the training step
+};
+int runExplain(const ExplainCommand &command);
+
 struct SampleCommand {
   std::string checkpoint;   // a checkpoint, or a folder of them, or a run
   std::string prompt;

@@ -77,6 +77,10 @@ public:
 
   const Plan &plan() const { return planRef; }
 
+  /// Bytes held for persistent state and the arena (what `kiln explain
+  /// --memory` predicts); per-op scratch for widening bf16 comes on top.
+  int64_t allocatedBytes() const;
+
 private:
   explicit CpuExecutor(const Plan &plan);
   View view(int64_t id);
@@ -88,6 +92,7 @@ private:
   int64_t stepValue = 0;
   std::map<int64_t, float> consts;
   std::unique_ptr<float[]> arena; // aligned storage, arenaBytes long
+  int64_t arenaFloats = 0;
   bool checkNumerics = false;
   comm::Communicator *communicator = nullptr;
   int rankIndex = 0;
