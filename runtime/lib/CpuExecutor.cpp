@@ -201,6 +201,9 @@ std::string CpuExecutor::startCollective(const PlanStep &step) {
   comm::ElementType type = in.dtype == DType::BF16 ? comm::ElementType::BF16
                                                    : comm::ElementType::F32;
   Pending p;
+  p.name = step.op.substr(0, step.op.size() - 6) + // drop "_start"
+           (step.attrs.count("group") ? " " + step.str("group") : "");
+  p.started = Trace::Clock::now();
   std::string reduction =
       step.attrs.count("reduction") ? step.str("reduction") : "";
   comm::ReduceOp op =
@@ -223,6 +226,14 @@ std::string CpuExecutor::startCollective(const PlanStep &step) {
   return "";
 }
 
+void CpuExecutor::traceCompleted() {
+  for (auto &[id, p] : pending)
+    if (!p.recorded && communicator->test(p.handle)) {
+      trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
+      p.recorded = true;
+    }
+}
+
 std::string CpuExecutor::waitCollective(const PlanStep &step) {
   auto it = pending.find(step.operands[0]);
   if (it == pending.end())
@@ -231,6 +242,8 @@ std::string CpuExecutor::waitCollective(const PlanStep &step) {
   pending.erase(it);
   if (std::optional<std::string> failure = communicator->wait(p.handle))
     return *failure;
+  if (trace && !p.recorded)
+    trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
   if (p.divisor != 1) {
     View r = view(step.results[0]);
     float n = static_cast<float>(p.divisor);
@@ -338,8 +351,24 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     return std::nullopt;
   };
   std::vector<std::vector<float>> scratch;
+  // With a trace, each step is recorded when the next one begins (steps
+  // leave the loop body at several places).
+  Trace::Clock::time_point stepBegan;
+  auto recordStep = [&](const PlanStep &done, Trace::Clock::time_point end) {
+    if (!isCollective(done.op) && done.op != "wait")
+      trace->add(done.group && done.attrs.count("ops")
+                     ? "fused (" + done.str("ops") + ")"
+                     : done.op,
+                 Trace::Compute, stepBegan, end);
+    if (communicator)
+      traceCompleted();
+  };
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const PlanStep &s = entry->steps[i];
+    Trace::Clock::time_point began = Trace::Clock::now();
+    if (trace && i > 0)
+      recordStep(entry->steps[i - 1], began);
+    stepBegan = began;
     if (isCollective(s.op) || s.op == "wait") {
       if (!communicator)
         return fail(i, s, "a collective needs a communicator");
@@ -387,6 +416,9 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
       if (stored[k].data != results[k].data)
         narrow(results[k].f32(), stored[k]);
   }
+
+  if (trace && !entry->steps.empty())
+    recordStep(entry->steps.back(), Trace::Clock::now());
 
   std::map<std::string, std::vector<float>> outputs;
   std::vector<float> tmp;

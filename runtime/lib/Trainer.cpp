@@ -12,6 +12,7 @@
 #include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/Data.h"
 #include "kiln/Runtime/LossPlot.h"
+#include "kiln/Runtime/Trace.h"
 
 #include <chrono>
 #include <cmath>
@@ -270,6 +271,12 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   uint64_t seed = static_cast<uint64_t>(t.seed);
   exec->initialize(seed);
 
+  std::unique_ptr<Trace> trace;
+  if (!options.tracePath.empty()) {
+    trace = std::make_unique<Trace>(exec->rank());
+    exec->setTrace(trace.get());
+  }
+
   Run run(plan, options, *exec);
   int64_t done = 0;
   if (!options.resume.empty())
@@ -386,6 +393,19 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (last > done)
     std::printf("checkpoint: %s/%s/step-%lld\n", options.outDir.c_str(),
                 t.checkpointFolder.c_str(), static_cast<long long>(last));
+  if (trace) {
+    std::string path = options.tracePath;
+    if (plan.ranks > 1) {
+      size_t dot = path.rfind('.');
+      std::string suffix = ".rank" + std::to_string(exec->rank());
+      path = dot == std::string::npos || path.find('/', dot) != std::string::npos
+                 ? path + suffix
+                 : path.substr(0, dot) + suffix + path.substr(dot);
+    }
+    if (std::optional<std::string> failure = trace->write(path))
+      return fail("cannot write the trace: " + *failure);
+    std::printf("trace: %s (%zu events)\n", path.c_str(), trace->size());
+  }
   std::string png = options.outDir + "/loss.png";
   if (!lead)
     return interrupted ? 130 : 0;

@@ -79,6 +79,7 @@ int kiln::runTrain(const TrainCommand &command) {
                 compileSeconds);
   options.title = title;
   options.communicator = ranks.get();
+  options.tracePath = command.trace;
   int code = runTraining(*plan, options);
   if (code != 0 && ranks->size() > 1) {
     // The other ranks may be inside a collective this one will never join:

@@ -80,6 +80,9 @@ int main(int argc, char **argv) {
   trainCmd->add_option("--threads", train.threads,
                        "CPU threads (default: every core)")
       ->check(CLI::Range(1, 1024));
+  trainCmd->add_option("--trace", train.trace,
+                       "Write a Chrome trace of every step (compute and "
+                       "communication tracks) to FILE");
   trainCmd->add_flag("!--no-check-numerics", train.checkNumerics,
                      "Check only the loss and gradient norm for NaN/Inf, "
                      "not every op's result (then a failure cannot name "

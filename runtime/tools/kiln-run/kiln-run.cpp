@@ -63,7 +63,8 @@ constexpr const char *kUsage =
     "       kiln-run PLAN --describe    what a plan holds\n"
     "       kiln-run PLAN [--steps N] [--data PATH] [--out DIR] [--resume "
     "DIR]\n"
-    "                     [--threads N] [--seed N] [--no-check-numerics]\n"
+    "                     [--threads N] [--seed N] [--trace FILE]\n"
+    "                     [--no-check-numerics]\n"
     "                                   train with a compiled plan (defaults: "
     "the\n"
     "                                   plan's training section; --out "
@@ -93,8 +94,9 @@ int train(const Plan &plan, int argc, char **argv) {
       options.checkNumerics = false;
       continue;
     }
-    static const char *withValue[] = {"--steps", "--data",    "--out",
-                                      "--resume", "--threads", "--seed"};
+    static const char *withValue[] = {"--steps",   "--data", "--out",
+                                      "--resume",  "--threads", "--seed",
+                                      "--trace"};
     if (std::find(std::begin(withValue), std::end(withValue), flag) ==
         std::end(withValue)) {
       std::cerr << "error: unknown option '" << flag << "' (see kiln-run --help)\n";
@@ -111,6 +113,8 @@ int train(const Plan &plan, int argc, char **argv) {
       options.outDir = value;
     } else if (flag == "--resume") {
       options.resume = value;
+    } else if (flag == "--trace") {
+      options.tracePath = value;
     } else {
       std::optional<int64_t> n = count(flag.c_str(), value);
       if (!n)

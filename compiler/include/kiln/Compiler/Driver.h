@@ -43,6 +43,7 @@ struct TrainCommand {
   std::string resume;                 // checkpoint to continue from
   int threads = 0;                    // 0: every core
   bool checkNumerics = true;          // name the op of a NaN/Inf
+  std::string trace;                  // Chrome trace file; empty: none
 };
 int runTrain(const TrainCommand &command);
 

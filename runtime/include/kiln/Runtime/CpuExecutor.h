@@ -12,6 +12,7 @@
 #include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/Plan.h"
 #include "kiln/Runtime/Safetensors.h"
+#include "kiln/Runtime/Trace.h"
 
 #include <cstdint>
 #include <map>
@@ -71,6 +72,10 @@ public:
   run(const std::string &entry, const std::vector<int32_t> &tokens,
       const std::vector<int32_t> &targets, int64_t step, std::string &error);
 
+  /// Record every step and collective of later runs into `trace` (not
+  /// owned; null stops recording).
+  void setTrace(Trace *t) { trace = t; }
+
   /// Check every result for NaN and infinity (off by default: one more pass
   /// over memory per step).
   void setCheckNumerics(bool on) { checkNumerics = on; }
@@ -101,7 +106,15 @@ private:
   struct Pending {
     comm::CommHandle handle;
     int64_t divisor = 1;
+    // For the trace: the collective, when it started, whether its end
+    // has been recorded.
+    std::string name;
+    Trace::Clock::time_point started;
+    bool recorded = false;
   };
+  Trace *trace = nullptr;
+  /// Records the end of every traced collective that has completed.
+  void traceCompleted();
   std::map<int64_t, Pending> pending;
   std::string startCollective(const PlanStep &step);
   std::string waitCollective(const PlanStep &step);

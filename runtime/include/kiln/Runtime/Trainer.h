@@ -44,6 +44,9 @@ struct TrainOptions {
   /// metrics, the loss curve and checkpoints (in the unsharded layout,
   /// gathered from every rank).
   comm::Communicator *communicator = nullptr;
+  /// Write a Chrome trace of every step here (each rank of a multi-rank
+  /// run its own file, `.rank<r>` before the extension); empty for none.
+  std::string tracePath;
 };
 
 /// Trains; returns the process exit code (0 done, 1 an error already

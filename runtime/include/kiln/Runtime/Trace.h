@@ -1,0 +1,49 @@
+//===- Trace.h - A Chrome trace of a run's steps ----------------*- C++ -*-===//
+//
+// Events in the Trace Event Format (chrome://tracing, Perfetto): one
+// complete event per plan step on a "compute" track, and one per collective
+// on a "communication" track, from its start to when it was seen complete,
+// so overlap of the two is visible. Times are microseconds since the trace
+// began.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_TRACE_H
+#define KILN_RUNTIME_TRACE_H
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+class Trace {
+public:
+  enum Track { Compute = 1, Communication = 2 };
+  using Clock = std::chrono::steady_clock;
+
+  explicit Trace(int rank) : rank(rank), origin(Clock::now()) {}
+
+  void add(std::string name, Track track, Clock::time_point begin,
+           Clock::time_point end);
+  size_t size() const { return events.size(); }
+
+  /// Writes the trace as JSON; nothing on success, else the error line.
+  std::optional<std::string> write(const std::string &path) const;
+
+private:
+  struct Event {
+    std::string name;
+    Track track;
+    double begin, duration; // microseconds
+  };
+  int rank;
+  Clock::time_point origin;
+  std::vector<Event> events;
+};
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_TRACE_H
