@@ -41,14 +41,20 @@ parser.add_argument("reference")
 parser.add_argument("--checkpoint", required=True)
 parser.add_argument("--loss-bound", type=float, required=True)
 parser.add_argument("--weight-bound", type=float, required=True)
+parser.add_argument("--file", default="model.safetensors",
+                    help="the checkpoint file to compare")
+parser.add_argument("--prefix", default="",
+                    help="compare only the tensors whose name starts so")
 args = parser.parse_args()
 
 a, b = losses(args.run), losses(args.reference)
 if not a or any(s not in b for s in a):
     sys.exit("the run logged steps the reference did not")
 loss = max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
-wa = tensors(args.run + "/checkpoints/" + args.checkpoint + "/model.safetensors")
-wb = tensors(args.reference + "/checkpoints/" + args.checkpoint + "/model.safetensors")
+wa = tensors(args.run + "/checkpoints/" + args.checkpoint + "/" + args.file)
+wb = tensors(args.reference + "/checkpoints/" + args.checkpoint + "/" + args.file)
+wa = {k: v for k, v in wa.items() if k.startswith(args.prefix)}
+wb = {k: v for k, v in wb.items() if k.startswith(args.prefix)}
 if sorted(wa) != sorted(wb):
     sys.exit("the checkpoints hold different tensors")
 weight = 0.0
