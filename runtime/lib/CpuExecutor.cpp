@@ -208,11 +208,8 @@ std::string CpuExecutor::startCollective(const PlanStep &step) {
       step.attrs.count("reduction") ? step.str("reduction") : "";
   comm::ReduceOp op =
       reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
-  if (reduction == "mean") {
-    if (type != comm::ElementType::F32)
-      return "a mean over ranks needs f32 values";
+  if (reduction == "mean")
     p.divisor = planRef.ranks;
-  }
   if (step.op == "all_gather_start")
     p.handle = communicator->startAllGather(in.data, out.data,
                                              in.numElements(), type);
@@ -245,10 +242,18 @@ std::string CpuExecutor::waitCollective(const PlanStep &step) {
   if (trace && !p.recorded)
     trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
   if (p.divisor != 1) {
+    // A mean: the sum (rounded to its dtype) divided by the rank count in
+    // f32, then rounded to the dtype again.
     View r = view(step.results[0]);
     float n = static_cast<float>(p.divisor);
-    for (int64_t i = 0, e = r.numElements(); i < e; ++i)
-      r.f32()[i] /= n;
+    if (r.dtype == DType::F32) {
+      for (int64_t i = 0, e = r.numElements(); i < e; ++i)
+        r.f32()[i] /= n;
+    } else {
+      uint16_t *bits = static_cast<uint16_t *>(r.data);
+      for (int64_t i = 0, e = r.numElements(); i < e; ++i)
+        bits[i] = cpu::toBf16Bits(cpu::fromBf16Bits(bits[i]) / n);
+    }
   }
   return "";
 }

@@ -64,9 +64,10 @@ std::string groupName(StringRef param) {
 
 class FunctionSharder {
 public:
-  FunctionSharder(func::FuncOp f, int64_t ranks, bool reshard)
+  FunctionSharder(func::FuncOp f, int64_t ranks, bool reshard,
+                  bool reduceInBf16)
       : f(f), body(f.getBody().front()), ranks(ranks), reshard(reshard),
-        b(f.getContext()) {}
+        reduceInBf16(reduceInBf16), b(f.getContext()) {}
   LogicalResult run();
 
 private:
@@ -86,6 +87,8 @@ private:
   Block &body;
   int64_t ranks;
   bool reshard;
+  /// `[mixed_precision] reduce = "bfloat16"`: gradients travel in bf16.
+  bool reduceInBf16;
   OpBuilder b;
   Operation *backwardStart = nullptr;
   std::vector<std::unique_ptr<Param>> params;
@@ -259,24 +262,42 @@ LogicalResult FunctionSharder::shardOptimizer() {
     return f.emitOpError("kiln-fsdp: a step with AdamW needs a kiln.grad_norm");
   Location loc = norm.getLoc();
 
-  // Each group's gradients to the rank's shard, averaged over ranks.
+  // Each group's gradients to the rank's shard, averaged over ranks, in
+  // the reduce dtype: with bf16, the bf16 gradients the optimizer's casts
+  // read, and the shard cast to f32 afterwards.
   b.setInsertionPoint(norm);
   SmallVector<Value> gradShards;
   for (Group &g : groups) {
     SmallVector<Value> grads;
     SmallVector<int64_t> offsets;
+    Type dtype = f32();
     for (Param *p : g.params) {
-      grads.push_back(p->adamw.getGrad());
+      Value grad = p->adamw.getGrad();
+      auto cast = grad.getDefiningOp<CastOp>();
+      if (reduceInBf16 && cast &&
+          cast.getInput().getType().getElementType().isBF16()) {
+        grad = cast.getInput();
+        dtype = cast.getInput().getType().getElementType();
+      }
+      grads.push_back(grad);
       offsets.push_back(p->offset);
     }
-    auto flatType = RankedTensorType::get({g.shard * ranks}, f32());
+    for (Value grad : grads)
+      if (cast<RankedTensorType>(grad.getType()).getElementType() != dtype)
+        return f.emitOpError("kiln-fsdp: the gradients of group '")
+               << g.name << "' do not share one reduce dtype";
+    auto flatType = RankedTensorType::get({g.shard * ranks}, dtype);
     Value flat = FlattenOp::create(b, loc, flatType, grads,
                                    b.getDenseI64ArrayAttr(offsets));
-    auto shardType = RankedTensorType::get({g.shard}, f32());
+    auto shardType = RankedTensorType::get({g.shard}, dtype);
     auto start = ReduceScatterStartOp::create(
         b, loc, shardType, flat, b.getI64IntegerAttr(ranks),
         b.getStringAttr("mean"), b.getStringAttr(g.name));
-    gradShards.push_back(WaitOp::create(b, loc, start.getResult()));
+    Value shard = WaitOp::create(b, loc, start.getResult());
+    if (dtype != f32())
+      shard = CastOp::create(b, loc, RankedTensorType::get({g.shard}, f32()),
+                             shard);
+    gradShards.push_back(shard);
   }
 
   // The global norm: every rank's sum of squares, summed, then the root.
@@ -414,9 +435,13 @@ struct Fsdp : kiln::impl::KilnFsdpBase<Fsdp> {
     for (StringRef name : {kLossAndGradsFunc, kForwardLogitsFunc})
       if (Operation *f = module.lookupSymbol(name))
         f->erase();
+    auto precision = module->getAttrOfType<DictionaryAttr>(kPrecisionAttr);
+    auto reduce = precision ? precision.getAs<StringAttr>("reduce")
+                            : StringAttr();
+    bool reduceInBf16 = reduce && reduce.getValue() == "bfloat16";
     for (StringRef name : {kTrainStepFunc, kForwardLossFunc})
       if (auto f = module.lookupSymbol<func::FuncOp>(name))
-        if (failed(FunctionSharder(f, n, reshard).run()))
+        if (failed(FunctionSharder(f, n, reshard, reduceInBf16).run()))
           return signalPassFailure();
   }
 };
