@@ -114,8 +114,10 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
       dtype, one `all_gather_start`/`wait`, one `unflatten` per parameter;
       with `reshard-after-forward` the backward gathers again before its
       first use (else it reuses the forward's copy);
-    - the group's gradients (in the reduce dtype) packed with `flatten`,
-      one `reduce_scatter_start {mean}`/`wait` to the rank's shard;
+    - the group's gradients packed with `flatten`, one
+      `reduce_scatter_start {mean}`/`wait` to the rank's shard, in the
+      reduce dtype (`kiln.precision`'s `reduce`; a bf16 shard is then cast
+      to f32 for AdamW);
     - the gradient norm from each rank's `grad_norm {squared}` of its
       shards, an `all_reduce_start {sum}` and `sqrt`; one `adamw` per
       group on the shards; the loss output averaged over ranks.
