@@ -316,19 +316,20 @@ const std::string &PlanStep::str(const std::string &name) const {
   return attr<std::string>(*this, name);
 }
 
+bool isOptimizerState(const std::string &name) {
+  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
+}
+
 void unshardedShapes(const Plan &plan,
                      std::map<std::string, std::vector<int64_t>> &model,
                      std::map<std::string, std::vector<int64_t>> &optimizer) {
-  auto isMoment = [](const std::string &name) {
-    return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
-  };
   for (const PlanValue &v : plan.values) {
     if (v.kind != PlanValue::State)
       continue;
     if (v.shardOf.empty())
-      (isMoment(v.name) ? optimizer : model)[v.name] = v.shape;
+      (isOptimizerState(v.name) ? optimizer : model)[v.name] = v.shape;
     for (const ShardPart &p : v.shardOf)
-      (isMoment(p.name) ? optimizer : model)[p.name] = p.shape;
+      (isOptimizerState(p.name) ? optimizer : model)[p.name] = p.shape;
   }
 }
 

@@ -12,10 +12,6 @@
 namespace kiln::runtime {
 
 namespace {
-bool isOptimizerState(const std::string &name) {
-  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
-}
-
 /// [batch, seq] of the entry's tokens input.
 std::vector<int64_t> windowShape(const Plan &plan) {
   const PlanValue *tokens = plan.named(PlanValue::Input, "tokens");

@@ -53,10 +53,6 @@ std::string formatDuration(double seconds) {
 
 /// Optimizer moments are the states named exp_avg.<param> and
 /// exp_avg_sq.<param>; every other state is a parameter.
-bool isOptimizerState(const std::string &name) {
-  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
-}
-
 /// Every core, shared among the ranks on this machine (Open MPI says how
 /// many there are), so that oversubscribed ranks do not fight for cores.
 int defaultThreads(comm::Communicator *c) {

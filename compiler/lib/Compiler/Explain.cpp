@@ -17,10 +17,6 @@ using namespace kiln;
 using namespace kiln::runtime;
 
 namespace {
-bool isMoment(const std::string &name) {
-  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
-}
-
 std::string mib(int64_t bytes) {
   char text[64];
   std::snprintf(text, sizeof text, "%10.2f MiB  (%lld bytes)",
@@ -56,7 +52,7 @@ int kiln::runExplain(const ExplainCommand &command) {
   int64_t params = 0, moments = 0;
   for (const PlanValue &v : plan->values)
     if (v.kind == PlanValue::State)
-      (isMoment(v.name) ? moments : params) += v.bytes();
+      (isOptimizerState(v.name) ? moments : params) += v.bytes();
   const PlanEntry &step = *plan->entry("train_step");
   int64_t gathered = 0, scattered = 0, reduced = 0;
   for (const PlanStep &s : step.steps) {

@@ -105,6 +105,10 @@ struct Plan {
   const PlanValue *named(PlanValue::Kind kind, const std::string &name) const;
 };
 
+/// Whether a state (or checkpoint tensor) name is an AdamW moment:
+/// `exp_avg.<param>` or `exp_avg_sq.<param>` (or their sharded groups).
+bool isOptimizerState(const std::string &name);
+
 /// The shape of every state in the unsharded layout (what a checkpoint
 /// holds): parameters into `model`, AdamW moments into `optimizer`.
 void unshardedShapes(const Plan &plan,
