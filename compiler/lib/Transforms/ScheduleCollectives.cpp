@@ -66,6 +66,18 @@ void waitLate(WaitOp wait) {
     wait->moveBefore(first);
 }
 
+/// At most two gradient buffers at a time: `previous`'s reduce-scatter is
+/// waited for before `next`'s buffer is packed (a buffer lives until its
+/// collective's wait), so unsharded gradients do not pile up.
+void boundReduceScatters(ReduceScatterStartOp previous,
+                         ReduceScatterStartOp next) {
+  Operation *wait = *previous.getResult().getUsers().begin();
+  Operation *flat = next.getInput().getDefiningOp();
+  Operation *packed = flat ? flat : next.getOperation();
+  if (packed->isBeforeInBlock(wait))
+    wait->moveBefore(packed);
+}
+
 /// Gather `next` (and the cast of its shard) right after `previous`'s wait.
 void prefetch(AllGatherStartOp previous, AllGatherStartOp next) {
   Operation *wait = *previous.getResult().getUsers().begin();
@@ -89,6 +101,10 @@ struct ScheduleCollectives
         reduceScatterEarly(block, start);
       for (auto wait : llvm::to_vector(block.getOps<WaitOp>()))
         waitLate(wait);
+      SmallVector<ReduceScatterStartOp> scatters =
+          llvm::to_vector(block.getOps<ReduceScatterStartOp>());
+      for (size_t i = 1; i < scatters.size(); ++i)
+        boundReduceScatters(scatters[i - 1], scatters[i]);
       SmallVector<AllGatherStartOp> gathers =
           llvm::to_vector(block.getOps<AllGatherStartOp>());
       for (size_t i = 1; i < gathers.size(); ++i)

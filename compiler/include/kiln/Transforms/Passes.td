@@ -191,7 +191,9 @@ def KilnScheduleCollectives : Pass<"kiln-schedule-collectives", "mlir::func::Fun
       `reduce_scatter_start`) right after the last gradient it packs, so a
       block's reduce-scatter runs during the backward of the blocks before
       it;
-    - each `kiln.wait` down to just before the first op that reads it;
+    - each `kiln.wait` down to just before the first op that reads it, but
+      a reduce-scatter's no later than where the next group's gradient
+      buffer is packed (so at most two unsharded gradient buffers exist);
     - each group's `all_gather_start` (with the cast of its shard) up to
       just after the previous gather's `wait`: the next block's parameters
       arrive while the current block computes, and at most two gathered
