@@ -337,6 +337,51 @@ std::string CpuExecutor::describeStep(const PlanStep &step) const {
   return text;
 }
 
+/// One step: a collective, a fused group, or a library op on f32 views.
+std::string
+CpuExecutor::runStep(const PlanStep &s,
+                     std::vector<std::vector<float>> &scratch) {
+  if (isCollective(s.op) || s.op == "wait") {
+    if (!communicator)
+      return "a collective needs a communicator";
+    return s.op == "wait" ? waitCollective(s) : startCollective(s);
+  }
+  if (s.group) {
+    // A fused group reads and writes every dtype itself.
+    std::vector<View> operands, results;
+    for (int64_t id : s.operands)
+      operands.push_back(view(id));
+    for (int64_t id : s.results)
+      results.push_back(view(id));
+    return runFusedGroup(*s.group, operands, results, checkNumerics);
+  }
+  size_t count = s.operands.size() + s.results.size();
+  if (scratch.size() < count)
+    scratch.resize(count);
+  std::vector<View> operands, results, stored;
+  for (size_t k = 0; k < s.operands.size(); ++k)
+    operands.push_back(widened(view(s.operands[k]), scratch[k]));
+  for (size_t k = 0; k < s.results.size(); ++k) {
+    View r = view(s.results[k]);
+    stored.push_back(r);
+    if (isFloat(r.dtype) && r.dtype != DType::F32) {
+      std::vector<float> &buf = scratch[s.operands.size() + k];
+      buf.resize(r.numElements());
+      r = View{buf.data(), DType::F32, r.shape};
+    }
+    results.push_back(r);
+  }
+  std::string failure = findCpuOp(s.op)(s, operands, results);
+  if (failure.empty() && checkNumerics)
+    failure = firstNonFinite(results);
+  if (!failure.empty())
+    return failure;
+  for (size_t k = 0; k < stored.size(); ++k)
+    if (stored[k].data != results[k].data)
+      narrow(results[k].f32(), stored[k]);
+  return "";
+}
+
 std::optional<std::map<std::string, std::vector<float>>>
 CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
                  const std::vector<int32_t> &targets, int64_t step,
@@ -356,74 +401,24 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     return std::nullopt;
   };
   std::vector<std::vector<float>> scratch;
-  // With a trace, each step is recorded when the next one begins (steps
-  // leave the loop body at several places).
-  Trace::Clock::time_point stepBegan;
-  auto recordStep = [&](const PlanStep &done, Trace::Clock::time_point end) {
-    if (!isCollective(done.op) && done.op != "wait")
-      trace->add(done.group && done.attrs.count("ops")
-                     ? "fused (" + done.str("ops") + ")"
-                     : done.op,
-                 Trace::Compute, stepBegan, end);
-    if (communicator)
-      traceCompleted();
-  };
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const PlanStep &s = entry->steps[i];
-    Trace::Clock::time_point began = Trace::Clock::now();
-    if (trace && i > 0)
-      recordStep(entry->steps[i - 1], began);
-    stepBegan = began;
-    if (isCollective(s.op) || s.op == "wait") {
-      if (!communicator)
-        return fail(i, s, "a collective needs a communicator");
-      std::string failure =
-          s.op == "wait" ? waitCollective(s) : startCollective(s);
-      if (!failure.empty())
-        return fail(i, s, failure);
-      continue;
-    }
-    if (s.group) {
-      // A fused group reads and writes every dtype itself.
-      std::vector<View> operands, results;
-      for (int64_t id : s.operands)
-        operands.push_back(view(id));
-      for (int64_t id : s.results)
-        results.push_back(view(id));
-      std::string failure =
-          runFusedGroup(*s.group, operands, results, checkNumerics);
-      if (!failure.empty())
-        return fail(i, s, failure);
-      continue;
-    }
-    size_t count = s.operands.size() + s.results.size();
-    if (scratch.size() < count)
-      scratch.resize(count);
-    std::vector<View> operands, results, stored;
-    for (size_t k = 0; k < s.operands.size(); ++k)
-      operands.push_back(widened(view(s.operands[k]), scratch[k]));
-    for (size_t k = 0; k < s.results.size(); ++k) {
-      View r = view(s.results[k]);
-      stored.push_back(r);
-      if (isFloat(r.dtype) && r.dtype != DType::F32) {
-        std::vector<float> &buf = scratch[s.operands.size() + k];
-        buf.resize(r.numElements());
-        r = View{buf.data(), DType::F32, r.shape};
-      }
-      results.push_back(r);
-    }
-    std::string failure = findCpuOp(s.op)(s, operands, results);
-    if (failure.empty() && checkNumerics)
-      failure = firstNonFinite(results);
+    Trace::Clock::time_point began;
+    if (trace)
+      began = Trace::Clock::now();
+    std::string failure = runStep(s, scratch);
     if (!failure.empty())
       return fail(i, s, failure);
-    for (size_t k = 0; k < stored.size(); ++k)
-      if (stored[k].data != results[k].data)
-        narrow(results[k].f32(), stored[k]);
+    if (trace) {
+      if (!isCollective(s.op) && s.op != "wait")
+        trace->add(s.group && s.attrs.count("ops")
+                       ? "fused (" + s.str("ops") + ")"
+                       : s.op,
+                   Trace::Compute, began, Trace::Clock::now());
+      if (communicator)
+        traceCompleted();
+    }
   }
-
-  if (trace && !entry->steps.empty())
-    recordStep(entry->steps.back(), Trace::Clock::now());
 
   std::map<std::string, std::vector<float>> outputs;
   std::vector<float> tmp;

@@ -1,9 +1,11 @@
 //===- CpuOps.cpp - The plan's ops on the CPU kernels ---------------------===//
 //
-// Each plan op unpacks its operands' shapes and attributes and calls one
-// kernel of kiln/Runtime/Cpu (the formulas live in those headers). Nothing
-// here computes anything itself except the layout-only ops (copy and
-// transpose).
+// Each library op of the plan unpacks its operands' shapes and attributes
+// and calls one kernel of kiln/Runtime/Cpu (the formulas live in those
+// headers). Nothing here computes anything itself except the layout-only
+// ops (reshape, transpose, flatten, unflatten). Elementwise and row-wise
+// ops never reach this table: the plan writes them as fused groups
+// (CpuFusedGroup.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,21 +47,6 @@ KILN_CPU_OP(embeddingGrad) {
   return message(cpu::embeddingBackward(in[0].f32(), in[1].i32(),
                                         table.f32(), in[1].numElements(),
                                         table.shape[0], table.shape[1]));
-}
-
-KILN_CPU_OP(rmsNorm) {
-  cpu::rmsNorm(in[0].f32(), in[1].f32(), out[0].f32(), /*rstd=*/nullptr,
-               rows(in[0]), lastDim(in[0]), step.f64("eps"));
-  return "";
-}
-
-KILN_CPU_OP(rmsNormGrad) {
-  // Operands: dy, x, w; results: dx, dw.
-  const View &x = in[1];
-  cpu::rmsNormBackward(x.f32(), in[2].f32(), /*rstd=*/nullptr, in[0].f32(),
-                       out[0].f32(), out[1].f32(), rows(x), lastDim(x),
-                       step.f64("eps"), /*accumulateDw=*/false);
-  return "";
 }
 
 KILN_CPU_OP(linear) {
@@ -132,32 +119,6 @@ KILN_CPU_OP(crossEntropyGrad) {
   return message(cpu::crossEntropyBackward(
       logits.f32(), in[2].i32(), in[0].f32()[0], out[0].f32(), rows(logits),
       lastDim(logits)));
-}
-
-KILN_CPU_OP(silu) {
-  (void)step;
-  cpu::silu(in[0].f32(), out[0].f32(), in[0].numElements());
-  return "";
-}
-
-KILN_CPU_OP(siluGrad) {
-  (void)step;
-  // Operands: dy, x.
-  cpu::siluBackward(in[1].f32(), in[0].f32(), out[0].f32(),
-                    in[0].numElements());
-  return "";
-}
-
-KILN_CPU_OP(mul) {
-  (void)step;
-  cpu::mul(in[0].f32(), in[1].f32(), out[0].f32(), in[0].numElements());
-  return "";
-}
-
-KILN_CPU_OP(add) {
-  (void)step;
-  cpu::add(in[0].f32(), in[1].f32(), out[0].f32(), in[0].numElements());
-  return "";
 }
 
 KILN_CPU_OP(copy) {
@@ -254,8 +215,6 @@ CpuOpFn findCpuOp(const std::string &op) {
   static const std::map<std::string, CpuOpFn> table = {
       {"embedding", embedding},
       {"embedding_grad", embeddingGrad},
-      {"rms_norm", rmsNorm},
-      {"rms_norm_grad", rmsNormGrad},
       {"linear", linear},
       {"linear_grad_input", linearGradInput},
       {"linear_grad_weight", linearGradWeight},
@@ -265,13 +224,8 @@ CpuOpFn findCpuOp(const std::string &op) {
       {"attention_grad", attentionGrad},
       {"cross_entropy", crossEntropy},
       {"cross_entropy_grad", crossEntropyGrad},
-      {"silu", silu},
-      {"silu_grad", siluGrad},
-      {"mul", mul},
-      {"add", add},
-      // The executor rounds every result to its dtype: a cast is a copy
-      // through f32, and so is a reshape.
-      {"cast", copy},
+      // The executor rounds every result to its dtype: a reshape is a copy
+      // through f32.
       {"reshape", copy},
       {"transpose", transpose},
       {"flatten", flatten},

@@ -126,15 +126,19 @@ std::optional<Split> splitTokens(size_t count, int64_t seqLen,
 
 void fillBatch(const std::vector<uint32_t> &tokens, size_t begin, size_t end,
                int64_t batch, int64_t seqLen, uint64_t seed, uint64_t draw,
-               int32_t *inputs, int32_t *targets) {
+               int32_t *inputs, int32_t *targets, int64_t firstRow,
+               int64_t rows) {
   size_t starts = end - begin - static_cast<size_t>(seqLen);
   uint64_t key = nameKey("batch");
-  for (int64_t b = 0; b < batch; ++b) {
+  if (rows < 0)
+    rows = batch - firstRow;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t b = firstRow + r;
     double u = uniformAt(seed, key, draw * static_cast<uint64_t>(batch) + b);
     size_t start = begin + std::min(starts - 1, static_cast<size_t>(u * starts));
     for (int64_t s = 0; s < seqLen; ++s) {
-      inputs[b * seqLen + s] = static_cast<int32_t>(tokens[start + s]);
-      targets[b * seqLen + s] = static_cast<int32_t>(tokens[start + s + 1]);
+      inputs[r * seqLen + s] = static_cast<int32_t>(tokens[start + s]);
+      targets[r * seqLen + s] = static_cast<int32_t>(tokens[start + s + 1]);
     }
   }
 }

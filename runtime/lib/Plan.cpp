@@ -249,6 +249,13 @@ Plan parse(const std::string &text) {
   for (const auto &[name, je] : j.at("entries").items()) {
     PlanEntry entry;
     entry.arenaBytes = je.at("arena_bytes").get<int64_t>();
+    if (je.contains("live_at_peak")) {
+      const json &jl = je.at("live_at_peak");
+      entry.liveAtPeak = {jl.at("peak_step").get<int64_t>(),
+                          jl.at("parameter_copies").get<int64_t>(),
+                          jl.at("gradients").get<int64_t>(),
+                          jl.at("activations").get<int64_t>()};
+    }
     entry.outputs = je.at("outputs").get<std::map<std::string, int64_t>>();
     for (const json &js : je.at("steps")) {
       PlanStep step;

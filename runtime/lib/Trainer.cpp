@@ -74,23 +74,14 @@ bool onAnyRank(comm::Communicator *c, bool flag) {
   return c->wait(h).has_value() || any > 0.0f;
 }
 
-/// This rank's rows of the global batch `counter` (ranks x `batch` rows;
-/// every rank draws the same global batch, as one rank would).
+/// This rank's rows of the global batch `counter` (ranks x `batch` rows,
+/// drawn as one rank would draw them all).
 void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
                    size_t end, int64_t batch, int64_t seq, uint64_t seed,
                    uint64_t counter, int rank, int64_t ranks,
                    std::vector<int32_t> &in, std::vector<int32_t> &tg) {
-  if (ranks == 1) {
-    fillBatch(tokens, begin, end, batch, seq, seed, counter, in.data(),
-              tg.data());
-    return;
-  }
-  std::vector<int32_t> allIn(ranks * batch * seq), allTg(ranks * batch * seq);
-  fillBatch(tokens, begin, end, ranks * batch, seq, seed, counter,
-            allIn.data(), allTg.data());
-  size_t mine = static_cast<size_t>(rank) * batch * seq;
-  std::copy_n(allIn.begin() + mine, batch * seq, in.begin());
-  std::copy_n(allTg.begin() + mine, batch * seq, tg.begin());
+  fillBatch(tokens, begin, end, ranks * batch, seq, seed, counter, in.data(),
+            tg.data(), rank * batch, batch);
 }
 
 /// Mean loss over `batches` fixed validation batches.
@@ -410,6 +401,18 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   else
     std::printf("loss curve: %s\n", png.c_str());
   return interrupted ? 130 : 0;
+}
+
+int runTrainingOnRanks(const Plan &plan, TrainOptions options,
+                       comm::Communicator &ranks) {
+  options.communicator = &ranks;
+  int code = runTraining(plan, options);
+  if (code != 0 && ranks.size() > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+  return code;
 }
 
 } // namespace kiln::runtime

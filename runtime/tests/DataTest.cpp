@@ -107,3 +107,18 @@ TEST(Data, DefaultDataIsTheFortunes) {
   ASSERT_TRUE(tokens) << error;
   EXPECT_GT(tokens->size(), 1000000u);
 }
+
+TEST(Data, RowsOfABatchAreThoseOfTheWholeBatch) {
+  // A rank's share (rows [firstRow, firstRow + rows)) is exactly those rows
+  // of the batch drawn whole.
+  std::vector<uint32_t> tokens(400);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<uint32_t>(i % 251);
+  int32_t all[6 * 8], allTg[6 * 8], part[2 * 8], partTg[2 * 8];
+  fillBatch(tokens, 10, 390, 6, 8, 3, 9, all, allTg);
+  fillBatch(tokens, 10, 390, 6, 8, 3, 9, part, partTg, 2, 2);
+  for (int i = 0; i < 2 * 8; ++i) {
+    EXPECT_EQ(part[i], all[2 * 8 + i]);
+    EXPECT_EQ(partTg[i], allTg[2 * 8 + i]);
+  }
+}

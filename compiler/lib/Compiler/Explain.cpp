@@ -10,7 +10,6 @@
 #include "kiln/Compiler/Session.h"
 #include "kiln/Runtime/Plan.h"
 
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace kiln;
@@ -33,21 +32,10 @@ int kiln::runExplain(const ExplainCommand &command) {
   if (!session.load(command.model, command.overrides) ||
       !session.setRanks(command.worldSize))
     return 1;
-  std::optional<std::string> text = session.compilePlan();
-  if (!text)
-    return 1;
-  std::string error;
-  std::optional<Plan> plan = parsePlan(*text, error);
+  bool hit = false;
+  std::optional<Plan> plan = session.cachedRuntimePlan(command.overrides, hit);
   if (!plan)
-    return commandError("internal: the compiled plan does not load: " + error);
-  // The breakdown the emitter wrote next to each entry.
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(*text);
-  if (!json)
-    return commandError("internal: " + llvm::toString(json.takeError()));
-  const llvm::json::Object *train = json->getAsObject()
-                                        ->getObject("entries")
-                                        ->getObject("train_step");
-  const llvm::json::Object *live = train->getObject("live_at_peak");
+    return 1;
 
   int64_t params = 0, moments = 0;
   for (const PlanValue &v : plan->values)
@@ -71,14 +59,13 @@ int kiln::runExplain(const ExplainCommand &command) {
   os << "  parameters (f32 master weights)    " << mib(params) << "\n";
   os << "  optimizer state (AdamW moments)    " << mib(moments) << "\n";
   os << "  step arena (peak, all temporaries) " << mib(step.arenaBytes) << "\n";
-  os << "    live at its fullest step " << *live->getInteger("peak_step")
-     << ":\n";
-  os << "      parameter copies (cast/gathered) "
-     << mib(*live->getInteger("parameter_copies")) << "\n";
-  os << "      gradients                      "
-     << mib(*live->getInteger("gradients")) << "\n";
-  os << "      activations and temporaries    "
-     << mib(*live->getInteger("activations")) << "\n";
+  const LiveAtPeak &live = step.liveAtPeak;
+  os << "    live at its fullest step " << live.step << ":\n";
+  os << "      parameter copies (cast/gathered) " << mib(live.parameterCopies)
+     << "\n";
+  os << "      gradients                      " << mib(live.gradients) << "\n";
+  os << "      activations and temporaries    " << mib(live.activations)
+     << "\n";
   os << "  predicted peak (state + arena)     "
      << mib(params + moments + step.arenaBytes) << "\n";
   os << "collectives per step: all-gather " << mib(gathered)

@@ -43,12 +43,9 @@ int kiln::runSample(const SampleCommand &command) {
   if (!session.load(configPath, overrides))
     return 1;
   bool hit = false;
-  std::optional<std::string> planText = session.cachedPlan(overrides, hit);
-  if (!planText)
-    return 1;
-  std::optional<Plan> plan = parsePlan(*planText, error);
+  std::optional<Plan> plan = session.cachedRuntimePlan(overrides, hit);
   if (!plan)
-    return commandError("internal: the compiled plan does not load: " + error);
+    return 1;
   if (std::string problem = checkSamplingPlan(*plan); !problem.empty())
     return commandError(problem);
   if (plan->vocabSize != 256)

@@ -125,6 +125,8 @@ ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
   std::string key = source->text;
   for (const std::string &o : overrides)
     key += "\n--set " + o;
+  key += "\nranks " +
+         std::to_string(config->parallelism.data_parallel_shard_degree);
   key += "\n" + buildIdentity() + "\nplan " + std::to_string(kPlanVersion);
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kplan",
@@ -144,5 +146,18 @@ ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
     std::ofstream(tmp) << *plan;
     std::rename(tmp.c_str(), path.c_str());
   }
+  return plan;
+}
+
+std::optional<runtime::Plan>
+ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
+                                bool &hit) {
+  std::optional<std::string> text = cachedPlan(overrides, hit);
+  if (!text)
+    return std::nullopt;
+  std::string error;
+  std::optional<runtime::Plan> plan = runtime::parsePlan(*text, error);
+  if (!plan)
+    commandError("internal: the compiled plan does not load: " + error);
   return plan;
 }

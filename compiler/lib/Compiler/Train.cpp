@@ -20,7 +20,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -50,14 +49,9 @@ int kiln::runTrain(const TrainCommand &command) {
 
   bool hit = false;
   auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> key = overrides;
-  key.push_back("(ranks) " + std::to_string(ranks->size()));
-  std::optional<std::string> planText = session.cachedPlan(key, hit);
-  if (!planText)
-    return 1;
-  std::optional<Plan> plan = parsePlan(*planText, error);
+  std::optional<Plan> plan = session.cachedRuntimePlan(overrides, hit);
   if (!plan)
-    return commandError("internal: the compiled plan does not load: " + error);
+    return 1;
   double compileSeconds = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - start)
                               .count();
@@ -78,15 +72,6 @@ int kiln::runTrain(const TrainCommand &command) {
                 session.source->name.c_str(), hit ? "from cache" : "compiled",
                 compileSeconds);
   options.title = title;
-  options.communicator = ranks.get();
   options.tracePath = command.trace;
-  int code = runTraining(*plan, options);
-  if (code != 0 && ranks->size() > 1) {
-    // The other ranks may be inside a collective this one will never join:
-    // leave at once, and mpirun ends them.
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(code);
-  }
-  return code;
+  return runTrainingOnRanks(*plan, options, *ranks);
 }

@@ -51,23 +51,23 @@ int64_t blockOf(Operation *op) {
 
 class Recompute {
 public:
-  Recompute(func::FuncOp f, bool selective) : f(f), selective(selective) {}
+  Recompute(func::FuncOp f, bool selective)
+      : f(f), block(f.getBody().front()), selective(selective) {}
   void run();
 
 private:
   /// Whether `op` is a forward op of a block whose results may be
   /// recomputed rather than kept.
   bool recomputable(Operation *op) const {
-    if (!op || op->getBlock() != &body() || !forward.contains(op) ||
+    if (!op || op->getBlock() != &block || !forward.contains(op) ||
         blockOf(op) < 0 || !isPure(op) || op->getNumRegions() != 0)
       return false;
     if (selective && isa<LinearOp, AttentionOp>(op))
       return false;
     return true;
   }
-  Block &body() const { return const_cast<func::FuncOp &>(f).getBody().front(); }
-
   func::FuncOp f;
+  Block &block;
   bool selective;
   DenseSet<Operation *> forward;
   /// Forward op -> the op its clone must come before.
@@ -76,7 +76,7 @@ private:
 
 void Recompute::run() {
   Operation *backwardStart = nullptr;
-  for (Operation &op : body()) {
+  for (Operation &op : block) {
     if (isa<CrossEntropyGradOp>(op)) {
       backwardStart = &op;
       break;
@@ -99,7 +99,7 @@ void Recompute::run() {
           recomputable(def) && blockOf(def) == blockOf(user))
         neededAt[def] = earlier(neededAt.lookup(def), user);
   SmallVector<Operation *> order;
-  for (Operation &op : body())
+  for (Operation &op : block)
     if (forward.contains(&op))
       order.push_back(&op);
   for (Operation *op : llvm::reverse(order)) {

@@ -336,7 +336,7 @@ LogicalResult FunctionSharder::shardOptimizer() {
   // The per-parameter updates and the results that returned them.
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (auto &p : params)
-    for (OpOperand &use : llvm::make_early_inc_range(ret->getOpOperands()))
+    for (OpOperand &use : ret->getOpOperands())
       if (use.get().getDefiningOp() == p->adamw.getOperation())
         droppedResults.insert(use.getOperandNumber());
   return success();

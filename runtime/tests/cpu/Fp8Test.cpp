@@ -8,24 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 
 namespace {
 #include "Fp8Reference.inc"
 
 using namespace kiln::runtime::cpu;
+using fp8test::bitsOf;
+using fp8test::floatOf;
 
-uint32_t bitsOf(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-float floatOf(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 } // namespace
 
 TEST(Fp8, EveryCodeDecodesAsCudaDoes) {

@@ -17,6 +17,18 @@ namespace fp8test {
 
 constexpr int kRandomCount = 1000000;
 
+inline uint32_t bitsOf(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+inline float floatOf(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 inline uint64_t splitmix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -30,10 +42,7 @@ inline uint32_t randomInput(int i) {
   if (i % 2 == 0)
     return static_cast<uint32_t>(r >> 32);
   float unit = static_cast<float>(r >> 40) / 16777216.0f; // [0, 1)
-  float x = (unit * 2.0f - 1.0f) * 98304.0f;
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  return bits;
+  return bitsOf((unit * 2.0f - 1.0f) * 98304.0f);
 }
 
 /// FNV-1a over a sequence of codes.

@@ -11,8 +11,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <vector>
+
+using fp8test::bitsOf;
+using fp8test::floatOf;
 
 namespace {
 uint8_t encode(float x, __nv_fp8_interpretation_t f) {
@@ -25,17 +27,6 @@ float decode(uint8_t code, __nv_fp8_interpretation_t f) {
   return __half2float(half);
 }
 
-uint32_t bitsOf(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-float floatOf(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 } // namespace
 
 int main() {

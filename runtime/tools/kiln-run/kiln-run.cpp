@@ -12,7 +12,6 @@
 #include "kiln/Runtime/Plan.h"
 #include "kiln/Runtime/Trainer.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -137,16 +136,7 @@ int train(const Plan &plan, int argc, char **argv) {
     std::cerr << "error: " << error << "\n";
     return 1;
   }
-  options.communicator = ranks.get();
-  int code = runTraining(plan, options);
-  if (code != 0 && ranks->size() > 1) {
-    // The other ranks may be inside a collective this one will never join:
-    // leave at once, and mpirun ends them.
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(code);
-  }
-  return code;
+  return runTrainingOnRanks(plan, options, *ranks);
 }
 
 int usage() {

@@ -5,6 +5,7 @@
 
 #include "kiln/Frontend/Config.h"
 #include "kiln/Frontend/ConfigParser.h"
+#include "kiln/Runtime/Plan.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -47,11 +48,17 @@ struct ModelSession {
 
   /// compilePlan's result from the on-disk cache ($KILN_CACHE_DIR, else
   /// $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed by the model text, the
-  /// `overrides` it was loaded with and this build; compiled and stored
+  /// `overrides` it was loaded with, the ranks it is compiled for and this
+  /// build; compiled and stored
   /// there when missing (a cache that cannot be written only costs time).
   /// `hit` says which.
   std::optional<std::string> cachedPlan(const std::vector<std::string> &overrides,
                                         bool &hit);
+
+  /// cachedPlan's result read as the runtime reads it; nothing after
+  /// printing what went wrong.
+  std::optional<runtime::Plan>
+  cachedRuntimePlan(const std::vector<std::string> &overrides, bool &hit);
 };
 
 } // namespace kiln

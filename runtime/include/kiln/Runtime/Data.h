@@ -35,10 +35,13 @@ std::optional<Split> splitTokens(size_t count, int64_t seqLen,
 /// Fills `inputs` and `targets` ([batch, seq] each) with windows of
 /// `tokens[begin, end)`: row b starts at a position drawn from (seed, draw,
 /// b) and targets are the inputs shifted by one. The same arguments give
-/// the same batch.
+/// the same batch. With `firstRow` and `rows`, only rows [firstRow,
+/// firstRow + rows) of that batch are drawn, into rows 0.. of the outputs
+/// (one rank's share of a global batch).
 void fillBatch(const std::vector<uint32_t> &tokens, size_t begin, size_t end,
                int64_t batch, int64_t seqLen, uint64_t seed, uint64_t draw,
-               int32_t *inputs, int32_t *targets);
+               int32_t *inputs, int32_t *targets, int64_t firstRow = 0,
+               int64_t rows = -1);
 
 } // namespace kiln::runtime
 

@@ -76,10 +76,17 @@ struct PlanStep {
   const std::string &str(const std::string &name) const;
 };
 
+/// What the arena of an entry holds at its fullest step, by kind (bytes,
+/// 64-byte aligned), as the compiler recorded it.
+struct LiveAtPeak {
+  int64_t step = 0, parameterCopies = 0, gradients = 0, activations = 0;
+};
+
 struct PlanEntry {
   std::vector<PlanStep> steps;
   std::map<std::string, int64_t> outputs;
   int64_t arenaBytes = 0;
+  LiveAtPeak liveAtPeak; // zeros when the plan does not say
 };
 
 /// How the model file asked to be trained: the defaults `kiln-run PLAN`

@@ -53,6 +53,13 @@ struct TrainOptions {
 /// reported, 130 interrupted by SIGINT after saving a checkpoint).
 int runTraining(const Plan &plan, const TrainOptions &options);
 
+/// runTraining as one of `ranks`. When it fails with other ranks in the
+/// run, the process leaves at once (output flushed, no destructors): the
+/// others may be inside a collective this rank will never join, and the
+/// launcher ends them when this one exits.
+int runTrainingOnRanks(const Plan &plan, TrainOptions options,
+                       comm::Communicator &ranks);
+
 /// The checkpoint folder `path` names: itself if it holds
 /// model.safetensors, else its step-N subfolder with the largest N.
 std::optional<std::string> findCheckpoint(const std::string &path,
