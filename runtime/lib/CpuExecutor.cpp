@@ -2,6 +2,7 @@
 
 #include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/Cpu/Fp8.h"
 #include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/CpuFusedGroup.h"
 #include "kiln/Runtime/CpuOps.h"
@@ -294,12 +295,30 @@ View widened(const View &v, std::vector<float> &scratch) {
     return v;
   int64_t n = v.numElements();
   scratch.resize(n);
-  cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data), scratch.data(), n);
+  if (isFp8(v.dtype)) {
+    const uint8_t *codes = static_cast<const uint8_t *>(v.data);
+    float (*decode)(uint8_t) =
+        v.dtype == DType::F8E4M3 ? cpu::fromE4m3 : cpu::fromE5m2;
+    for (int64_t i = 0; i < n; ++i)
+      scratch[i] = decode(codes[i]);
+  } else {
+    cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data), scratch.data(),
+                      n);
+  }
   return View{scratch.data(), DType::F32, v.shape};
 }
 
 void narrow(const float *from, const View &to) {
-  cpu::toBf16Bits(from, static_cast<uint16_t *>(to.data), to.numElements());
+  int64_t n = to.numElements();
+  if (isFp8(to.dtype)) {
+    uint8_t *codes = static_cast<uint8_t *>(to.data);
+    uint8_t (*encode)(float) =
+        to.dtype == DType::F8E4M3 ? cpu::toE4m3 : cpu::toE5m2;
+    for (int64_t i = 0; i < n; ++i)
+      codes[i] = encode(from[i]);
+    return;
+  }
+  cpu::toBf16Bits(from, static_cast<uint16_t *>(to.data), n);
 }
 
 /// "NaN in its result 0 at element 12", or empty when every float result is

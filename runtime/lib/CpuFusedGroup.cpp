@@ -15,6 +15,7 @@
 
 #include "kiln/Runtime/CpuFusedGroup.h"
 #include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/Cpu/Fp8.h"
 
 #include "cpu/Parallel.h"
 
@@ -41,10 +42,38 @@ struct Reg {
   float s = 0;
 };
 
+const uint8_t *codes(const View &v) {
+  return static_cast<const uint8_t *>(v.data);
+}
+
 float loadScalar(const View &v, int64_t i) {
-  return v.dtype == DType::F32 ? v.f32()[i]
-                               : cpu::fromBf16Bits(
-                                     static_cast<const uint16_t *>(v.data)[i]);
+  switch (v.dtype) {
+  case DType::F32:
+    return v.f32()[i];
+  case DType::F8E4M3:
+    return cpu::fromE4m3(codes(v)[i]);
+  case DType::F8E5M2:
+    return cpu::fromE5m2(codes(v)[i]);
+  default:
+    return cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data)[i]);
+  }
+}
+
+/// Writes `x`, already a value of `r`'s type, as element `i` of `r`.
+void storeScalar(const View &r, int64_t i, float x) {
+  switch (r.dtype) {
+  case DType::F32:
+    r.f32()[i] = x;
+    break;
+  case DType::F8E4M3:
+    static_cast<uint8_t *>(r.data)[i] = cpu::toE4m3(x);
+    break;
+  case DType::F8E5M2:
+    static_cast<uint8_t *>(r.data)[i] = cpu::toE5m2(x);
+    break;
+  default:
+    static_cast<uint16_t *>(r.data)[i] = cpu::toBf16Bits(x);
+  }
 }
 
 /// `n` elements of `v` from `begin`, as f32: the tensor itself when it is
@@ -52,10 +81,44 @@ float loadScalar(const View &v, int64_t i) {
 const float *loadRange(const View &v, int64_t begin, int64_t n, float *buf) {
   if (v.dtype == DType::F32)
     return v.f32() + begin;
-  const uint16_t *bits = static_cast<const uint16_t *>(v.data) + begin;
+  if (v.dtype == DType::BF16) {
+    const uint16_t *bits = static_cast<const uint16_t *>(v.data) + begin;
+    for (int64_t i = 0; i < n; ++i)
+      buf[i] = cpu::fromBf16Bits(bits[i]);
+    return buf;
+  }
   for (int64_t i = 0; i < n; ++i)
-    buf[i] = cpu::fromBf16Bits(bits[i]);
+    buf[i] = loadScalar(v, begin + i);
   return buf;
+}
+
+/// `x` rounded to a value of `type` (f32: itself).
+float roundTo(DType type, float x) {
+  switch (type) {
+  case DType::BF16:
+    return cpu::roundToBf16(x);
+  case DType::F8E4M3:
+    return cpu::fromE4m3(cpu::toE4m3(x));
+  case DType::F8E5M2:
+    return cpu::fromE5m2(cpu::toE5m2(x));
+  default:
+    return x;
+  }
+}
+
+/// 2^floor(log2(x)) for a positive finite x: its exponent bits alone
+/// (subnormals: the highest set bit). Anything else is returned as it is.
+float pow2Floor(float x) {
+  if (!(x > 0) || !std::isfinite(x))
+    return x;
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if (bits & 0x7f800000u)
+    bits &= 0xff800000u;
+  else
+    bits = 1u << (31 - __builtin_clz(bits));
+  std::memcpy(&x, &bits, 4);
+  return x;
 }
 
 template <typename F> Reg unary(Reg a, float *out, int64_t n, F f) {
@@ -115,6 +178,12 @@ Reg apply(const GroupInstr &in, Reg a, Reg b, float *out, int64_t n) {
   case Op::Convert:
     r = unary(a, out, n, [](float x) { return x; });
     break;
+  case Op::Abs:
+    r = unary(a, out, n, [](float x) { return std::fabs(x); });
+    break;
+  case Op::Pow2Floor:
+    r = unary(a, out, n, pow2Floor);
+    break;
   case Op::Add:
     r = binary(a, b, out, n, [](float x, float y) { return x + y; });
     break;
@@ -138,14 +207,15 @@ Reg apply(const GroupInstr &in, Reg a, Reg b, float *out, int64_t n) {
   case Op::Load:
   case Op::Const:
   case Op::RowSum:
+  case Op::RowMax:
     break; // handled by the callers
   }
-  if (in.type == DType::BF16) {
+  if (in.type != DType::F32) {
     if (r.p)
       for (int64_t i = 0; i < n; ++i)
-        out[i] = cpu::roundToBf16(out[i]);
+        out[i] = roundTo(in.type, out[i]);
     else
-      r.s = cpu::roundToBf16(r.s);
+      r.s = roundTo(in.type, r.s);
   }
   return r;
 }
@@ -171,7 +241,8 @@ public:
     for (const GroupInstr &i : g.body)
       byRow |= i.kind == GroupKind::Row || i.kind == GroupKind::Col;
     for (const GroupOutput &o : g.outputs)
-      byRow |= o.store != Store::Elem && o.store != Store::Amax;
+      byRow |= o.store != Store::Elem && o.store != Store::Amax &&
+               o.store != Store::Scalar;
     total = g.rows * g.cols;
     tileLen = byRow ? g.cols : std::min(kFlatTile, total);
     tiles = byRow ? g.rows : (total + kFlatTile - 1) / kFlatTile;
@@ -222,8 +293,7 @@ void Interpreter::computeUniform() {
     }
     if (ins.op == Op::Const) {
       float c = static_cast<float>(ins.value);
-      uniformRegs[i] = {nullptr,
-                        ins.type == DType::BF16 ? cpu::roundToBf16(c) : c};
+      uniformRegs[i] = {nullptr, roundTo(ins.type, c)};
       continue;
     }
     Reg a = uniformRegs[ins.args[0]];
@@ -258,8 +328,15 @@ void Interpreter::runBlock(int64_t block, std::vector<float> &storage,
         double sum = 0;
         for (int64_t c = 0; c < n; ++c)
           sum += x[c];
-        float s = static_cast<float>(sum);
-        regs[i] = {nullptr, ins.type == DType::BF16 ? cpu::roundToBf16(s) : s};
+        regs[i] = {nullptr, roundTo(ins.type, static_cast<float>(sum))};
+        continue;
+      }
+      if (ins.op == Op::RowMax) {
+        const float *x = regs[ins.args[0]].p;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t c = 0; c < n; ++c)
+          m = std::isnan(x[c]) || std::isnan(m) ? x[c] + m : std::max(m, x[c]);
+        regs[i] = {nullptr, roundTo(ins.type, m)};
         continue;
       }
       Reg a = regs[ins.args[0]];
@@ -288,6 +365,9 @@ void Interpreter::store(int64_t tile, int64_t begin, int64_t n,
       if (bf16)
         for (int64_t i = 0; i < n; ++i)
           bits[begin + i] = cpu::toBf16Bits(v.p[i]);
+      else if (r.dtype != DType::F32)
+        for (int64_t i = 0; i < n; ++i)
+          storeScalar(r, begin + i, v.p[i]);
       else if (r.f32() + begin != v.p)
         std::memcpy(r.f32() + begin, v.p, n * sizeof(float));
       if (check)
@@ -300,21 +380,22 @@ void Interpreter::store(int64_t tile, int64_t begin, int64_t n,
     case Store::Transpose:
       for (int64_t c = 0; c < n; ++c) {
         int64_t at = c * g.rows + tile;
-        if (bf16)
-          bits[at] = cpu::toBf16Bits(v.p[c]);
-        else
-          r.f32()[at] = v.p[c];
+        storeScalar(r, at, v.p[c]);
         if (check && !std::isfinite(v.p[c]))
           noteBad(at);
       }
       break;
     case Store::Row:
-      if (bf16)
-        bits[tile] = cpu::toBf16Bits(v.s);
-      else
-        r.f32()[tile] = v.s;
+      storeScalar(r, tile, v.s);
       if (check && !std::isfinite(v.s))
         noteBad(tile);
+      break;
+    case Store::Scalar:
+      if (tile == 0) {
+        storeScalar(r, 0, v.s);
+        if (check && !std::isfinite(v.s))
+          noteBad(0);
+      }
       break;
     case Store::ColSum: {
       double *partial = colPartials[o].data() + block * g.cols;
@@ -362,11 +443,7 @@ std::string Interpreter::run() {
   for (size_t o = 0; o < g.outputs.size(); ++o) {
     const View &r = out[o];
     auto put = [&](int64_t i, double value) {
-      float f = static_cast<float>(value);
-      if (r.dtype == DType::BF16)
-        static_cast<uint16_t *>(r.data)[i] = cpu::toBf16Bits(f);
-      else
-        r.f32()[i] = f;
+      storeScalar(r, i, static_cast<float>(value));
       float stored = loadScalar(r, i);
       if (check && !std::isfinite(stored))
         bad = std::min(bad, BadValue{static_cast<int64_t>(o), i});

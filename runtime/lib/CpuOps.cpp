@@ -75,6 +75,16 @@ KILN_CPU_OP(linearGradWeight) {
   return "";
 }
 
+KILN_CPU_OP(scaledMatmul) {
+  (void)step;
+  // Operands: a [m, k], a_scale, b [n, k], b_scale (rank-0 or per row).
+  const View &a = in[0], &b = in[2];
+  cpu::scaledMatmul(a.f32(), in[1].f32(), in[1].shape.size() == 1, b.f32(),
+                    in[3].f32(), in[3].shape.size() == 1,
+                    out[0].f32(), a.shape[0], a.shape[1], b.shape[0]);
+  return "";
+}
+
 template <void (*Kernel)(const float *, float *, int64_t, int64_t, int64_t,
                          int64_t, double)>
 KILN_CPU_OP(ropeOp) {
@@ -218,6 +228,7 @@ CpuOpFn findCpuOp(const std::string &op) {
       {"linear", linear},
       {"linear_grad_input", linearGradInput},
       {"linear_grad_weight", linearGradWeight},
+      {"scaled_matmul", scaledMatmul},
       {"rope", ropeOp<cpu::rope>},
       {"rope_grad", ropeOp<cpu::ropeBackward>},
       {"attention", attention},

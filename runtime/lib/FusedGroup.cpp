@@ -19,12 +19,14 @@ constexpr std::pair<Op, const char *> kOpNames[] = {
     {Op::Convert, "convert"}, {Op::Add, "add"},      {Op::Sub, "sub"},
     {Op::Mul, "mul"},         {Op::Div, "div"},      {Op::Max, "max"},
     {Op::Min, "min"},         {Op::RowSum, "row_sum"},
+    {Op::RowMax, "row_max"},  {Op::Abs, "abs"},
+    {Op::Pow2Floor, "pow2_floor"},
 };
 
 constexpr std::pair<Store, const char *> kStoreNames[] = {
     {Store::Elem, "elem"},      {Store::Transpose, "transpose"},
     {Store::Row, "row"},        {Store::ColSum, "col_sum"},
-    {Store::Amax, "amax"},
+    {Store::Amax, "amax"},      {Store::Scalar, "scalar"},
 };
 
 const char *kindName(GroupKind kind) {
@@ -51,7 +53,9 @@ GroupKind join(GroupKind a, GroupKind b) {
   return GroupKind::Elem;
 }
 
-bool isComputeType(DType t) { return t == DType::F32 || t == DType::BF16; }
+bool isComputeType(DType t) {
+  return t == DType::F32 || t == DType::BF16 || isFp8(t);
+}
 } // namespace
 
 const char *groupOpName(Op op) {
@@ -99,6 +103,9 @@ int groupOpArity(Op op) {
   case Op::Sigmoid:
   case Op::Convert:
   case Op::RowSum:
+  case Op::RowMax:
+  case Op::Abs:
+  case Op::Pow2Floor:
     return 1;
   case Op::Add:
   case Op::Sub:
@@ -157,14 +164,14 @@ std::string checkFusedGroup(FusedGroup &group,
     }
     if (!isComputeType(in.type))
       return where + " has type " + dtypeName(in.type) +
-             "; group values are f32 or bf16";
+             "; group values are f32, bf16 or FP8";
     if (in.op == Op::Const) {
       in.kind = GroupKind::Scalar;
       continue;
     }
-    if (in.op == Op::RowSum) {
+    if (in.op == Op::RowSum || in.op == Op::RowMax) {
       if (group.body[in.args[0]].kind != GroupKind::Elem)
-        return where + " sums a value that is not per element";
+        return where + " reduces a value that is not per element";
       in.kind = GroupKind::Row;
       continue;
     }
@@ -185,7 +192,9 @@ std::string checkFusedGroup(FusedGroup &group,
              ", which does not exist";
     const GroupInstr &in = group.body[out.value];
     const PlanValue &r = *results[o];
-    GroupKind want = out.store == Store::Row ? GroupKind::Row : GroupKind::Elem;
+    GroupKind want = out.store == Store::Row      ? GroupKind::Row
+                     : out.store == Store::Scalar ? GroupKind::Scalar
+                                                  : GroupKind::Elem;
     if (in.kind != want)
       return where + " stores a " + kindName(in.kind) + " value";
     int64_t n = out.store == Store::ColSum ? cols
@@ -196,7 +205,8 @@ std::string checkFusedGroup(FusedGroup &group,
              std::to_string(r.id) + ", which has " +
              std::to_string(r.numElements());
     bool reduces = out.store == Store::ColSum || out.store == Store::Amax;
-    if (reduces ? !isComputeType(r.dtype) : r.dtype != in.type)
+    if (reduces ? r.dtype != DType::F32 && r.dtype != DType::BF16
+                : r.dtype != in.type)
       return where + " stores a " + dtypeName(in.type) + " value into a " +
              dtypeName(r.dtype) + " tensor";
     if (out.store == Store::Transpose && r.shape.size() == 2 &&

@@ -18,6 +18,9 @@ using nlohmann::json;
 
 int64_t dtypeBytes(DType type) {
   switch (type) {
+  case DType::F8E4M3:
+  case DType::F8E5M2:
+    return 1;
   case DType::BF16:
   case DType::F16:
     return 2;
@@ -45,6 +48,10 @@ const char *dtypeName(DType type) {
     return "i32";
   case DType::I64:
     return "i64";
+  case DType::F8E4M3:
+    return "f8e4m3";
+  case DType::F8E5M2:
+    return "f8e5m2";
   }
   return "?";
 }
@@ -75,7 +82,8 @@ template <typename T> const T &attr(const PlanStep &step, const std::string &nam
 DType parseDType(const std::string &s) {
   static const std::map<std::string, DType> names = {
       {"f32", DType::F32}, {"bf16", DType::BF16}, {"f16", DType::F16},
-      {"f64", DType::F64}, {"i32", DType::I32},   {"i64", DType::I64}};
+      {"f64", DType::F64}, {"i32", DType::I32},   {"i64", DType::I64},
+      {"f8e4m3", DType::F8E4M3}, {"f8e5m2", DType::F8E5M2}};
   auto it = names.find(s);
   if (it == names.end())
     throw PlanError{"unknown dtype '" + s + "'"};

@@ -343,7 +343,7 @@ TEST(FusedGroup, CheckInfersKindsAndRejectsMisuse) {
   Builder sumCol = g;
   sumCol.add(Op::RowSum, {wc});
   EXPECT_EQ(checkFusedGroup(sumCol.g, in, {&y.value}),
-            "instruction 5 (row_sum) sums a value that is not per element");
+            "instruction 5 (row_sum) reduces a value that is not per element");
   Builder inPlace = g;
   EXPECT_EQ(checkFusedGroup(inPlace.g, in, {&x.value}),
             "output 0 (elem) writes value " + std::to_string(x.value.id) +

@@ -34,6 +34,12 @@ void kiln::buildShardPipeline(OpPassManager &pm) {
   pm.addPass(createKilnFsdp());
 }
 
+void kiln::buildFp8Pipeline(OpPassManager &pm) {
+  // No CSE after the shard phase: it would merge the backward's re-gathered
+  // parameters with the forward's.
+  pm.addPass(createKilnFp8Linear());
+}
+
 void kiln::buildFusePipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createKilnFuseElementwise());
 }
@@ -58,7 +64,7 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
        buildPrecisionPipeline},
       {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4",
        buildShardPipeline},
-      {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", nullptr},
+      {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", buildFp8Pipeline},
       {"fuse", "elementwise and row-wise ops as fused groups", "#3",
        buildFusePipeline},
       {"schedule", "collectives ordered for overlap (prefetch, late waits)",

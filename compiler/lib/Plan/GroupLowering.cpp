@@ -43,6 +43,7 @@ private:
   FailureOr<StringRef> typeOf(Operation *op, Value v);
 
   LogicalResult lowerRstd(Operation *op, Value x, double eps, int64_t &r);
+  LogicalResult lowerQuantize(QuantizeOp op);
 
   ArrayRef<Value> inputs;
   int64_t rows, cols;
@@ -51,6 +52,8 @@ private:
   llvm::StringMap<int64_t> loads; // "<operand>:<kind>"
   /// Values that are only stored: (instruction, store).
   DenseMap<Value, std::pair<int64_t, StringRef>> stored;
+  /// How a readable value is stored when it is an output, if not `elem`.
+  DenseMap<Value, StringRef> storeAs;
 };
 
 FailureOr<StringRef> GroupWriter::typeOf(Operation *op, Value v) {
@@ -59,8 +62,12 @@ FailureOr<StringRef> GroupWriter::typeOf(Operation *op, Value v) {
     return StringRef("f32");
   if (e.isBF16())
     return StringRef("bf16");
-  return op->emitOpError("cannot be fused: fused groups compute in f32 or "
-                         "bf16, not ")
+  if (isa<Float8E4M3FNType>(e))
+    return StringRef("f8e4m3");
+  if (isa<Float8E5M2Type>(e))
+    return StringRef("f8e5m2");
+  return op->emitOpError("cannot be fused: fused groups compute in f32, "
+                         "bf16 or FP8, not ")
          << e;
 }
 
@@ -101,7 +108,51 @@ LogicalResult GroupWriter::lowerRstd(Operation *op, Value x, double eps,
   return success();
 }
 
+/// scale = F / max(amax, 1e-12) [rounded down to a power of two], then the
+/// codes of x * scale (KilnFp8Ops.td).
+LogicalResult GroupWriter::lowerQuantize(QuantizeOp op) {
+  FailureOr<StringRef> codes = typeOf(op, op.getResult());
+  FailureOr<int64_t> x = get(op, op.getInput());
+  if (failed(codes) || failed(x))
+    return failure();
+  int64_t amax;
+  if (op.isRowwise()) {
+    amax = emit("row_max", {emit("abs", {*x})});
+  } else {
+    FailureOr<int64_t> a = get(op, op.getAmax(), "scalar");
+    if (failed(a))
+      return failure();
+    amax = *a;
+  }
+  double largest = *codes == "f8e4m3" ? 448.0 : 57344.0;
+  int64_t scale =
+      emit("div", {constant(largest), emit("max", {amax, constant(1e-12)})});
+  if (op.getPow2Scale())
+    scale = emit("pow2_floor", {scale});
+  regs[op.getResult()] = emit("convert", {emit("mul", {*x, scale})}, *codes);
+  regs[op.getScale()] = scale;
+  storeAs[op.getScale()] = op.isRowwise() ? "row" : "scalar";
+  return success();
+}
+
 LogicalResult GroupWriter::lower(Operation *op) {
+  if (auto quantize = dyn_cast<QuantizeOp>(op))
+    return lowerQuantize(quantize);
+  if (isa<AmaxOp>(op)) {
+    FailureOr<int64_t> x = get(op, op->getOperand(0));
+    if (failed(x))
+      return failure();
+    stored[op->getResult(0)] = {*x, "amax"};
+    return success();
+  }
+  if (isa<ReshapeOp>(op)) {
+    // Same rows and columns (fusionSpace): the same register.
+    FailureOr<int64_t> x = get(op, op->getOperand(0));
+    if (failed(x))
+      return failure();
+    regs[op->getResult(0)] = *x;
+    return success();
+  }
   Value result = op->getResult(0);
   FailureOr<StringRef> type = typeOf(op, result);
   if (failed(type))
@@ -194,7 +245,10 @@ FailureOr<json::Object> GroupWriter::finish(ArrayRef<Value> outputs) {
     auto it = regs.find(v);
     if (it == regs.end())
       return failure();
-    outs.push_back(json::Object{{"value", it->second}, {"store", "elem"}});
+    outs.push_back(json::Object{{"value", it->second},
+                                {"store", storeAs.lookup(v).empty()
+                                              ? "elem"
+                                              : storeAs.lookup(v).str()}});
   }
   return json::Object{{"rows", rows},
                       {"cols", cols},

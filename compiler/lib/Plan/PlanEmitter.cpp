@@ -41,6 +41,10 @@ FailureOr<StringRef> dtypeName(Operation *at, Type type) {
     return StringRef("i32");
   if (e.isInteger(64))
     return StringRef("i64");
+  if (isa<Float8E4M3FNType>(e))
+    return StringRef("f8e4m3");
+  if (isa<Float8E5M2Type>(e))
+    return StringRef("f8e5m2");
   return at->emitOpError("has a type the runtime does not know: ") << type;
 }
 

@@ -16,6 +16,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Regex.h"
 
 #include <toml++/toml.h>
 
@@ -470,6 +471,32 @@ void ConfigParser::validate() {
     error(at("parallelism.data_parallel_shard_degree"))
         << "parallelism.data_parallel_shard_degree must be -1 (all ranks) or "
            "at least 1, got 0";
+    return;
+  }
+
+  const Float8Config &f8 = config.float8;
+  for (const std::string &pattern : f8.filter_fqns) {
+    std::string why;
+    if (!llvm::Regex(pattern).isValid(why)) {
+      error(at("float8.filter_fqns"))
+          << "float8.filter_fqns: the pattern '" << pattern
+          << "' does not compile: " << why;
+      return;
+    }
+  }
+  if (f8.enable_fsdp_float8_all_gather && f8.recipe != "tensorwise") {
+    error(at("float8.enable_fsdp_float8_all_gather"))
+        << "float8.enable_fsdp_float8_all_gather needs recipe = "
+           "\"tensorwise\" (the "
+        << f8.recipe
+        << " recipe's scales are not one per tensor, so a shard cannot be "
+           "cast before the gather)";
+    return;
+  }
+  if (f8.recipe == "delayed") {
+    error(at("float8.recipe"))
+        << "float8.recipe = \"delayed\" is not implemented yet (issue #5); "
+           "use \"tensorwise\" or \"rowwise\"";
     return;
   }
 

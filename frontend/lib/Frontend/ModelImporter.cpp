@@ -274,6 +274,24 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                           b.getBoolAttr(
                               config.parallelism.reshard_after_forward))}));
 
+  if (config.float8.enable) {
+    const Float8Config &f8 = config.float8;
+    SmallVector<Attribute> fqns;
+    for (const std::string &f : f8.filter_fqns)
+      fqns.push_back(b.getStringAttr(f));
+    module->getOperation()->setAttr(
+        "kiln.float8",
+        b.getDictionaryAttr(
+            {b.getNamedAttr("recipe", b.getStringAttr(f8.recipe)),
+             b.getNamedAttr("filter_fqns", b.getArrayAttr(fqns)),
+             b.getNamedAttr("auto_filter_small_kn",
+                            b.getBoolAttr(f8.auto_filter_small_kn)),
+             b.getNamedAttr("force_output_projection",
+                            b.getBoolAttr(f8.force_output_projection)),
+             b.getNamedAttr("all_gather",
+                            b.getBoolAttr(f8.enable_fsdp_float8_all_gather))}));
+  }
+
   int64_t batch = localBatch(config);
   int64_t seq = config.training.seq_len;
   auto tokenType = RankedTensorType::get({batch, seq}, b.getI32Type());

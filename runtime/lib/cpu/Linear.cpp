@@ -12,6 +12,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace kiln::runtime::cpu {
 
@@ -61,6 +62,26 @@ void linearBackwardWeight(const float *dy, const float *x, float *dw,
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blasInt(n), blasInt(k),
               blasInt(m), 1.0f, dy, blasInt(n), x, blasInt(k),
               accumulate ? 1.0f : 0.0f, dw, blasInt(k));
+}
+
+} // namespace kiln::runtime::cpu
+
+namespace kiln::runtime::cpu {
+
+void scaledMatmul(const float *a, const float *aScale, bool aPerRow,
+                  const float *b, const float *bScale, bool bPerRow, float *y,
+                  int64_t m, int64_t k, int64_t n) {
+  // Products of FP8 values are exact in f32; the sum is sgemm's.
+  linear(a, b, y, m, k, n);
+  std::vector<float> bInv(bPerRow ? n : 1);
+  for (size_t j = 0; j < bInv.size(); ++j)
+    bInv[j] = 1.0f / bScale[j];
+  for (int64_t i = 0; i < m; ++i) {
+    float aInv = 1.0f / aScale[aPerRow ? i : 0];
+    float *row = y + i * n;
+    for (int64_t j = 0; j < n; ++j)
+      row[j] *= aInv * bInv[bPerRow ? j : 0];
+  }
 }
 
 } // namespace kiln::runtime::cpu

@@ -45,6 +45,7 @@ void buildPrecisionPipeline(mlir::OpPassManager &pm);
 void buildShardPipeline(mlir::OpPassManager &pm);
 
 /// fuse: kiln-fuse-elementwise on every function.
+void buildFp8Pipeline(mlir::OpPassManager &pm);
 void buildFusePipeline(mlir::OpPassManager &pm);
 
 /// schedule: kiln-schedule-collectives on every function.

@@ -273,4 +273,41 @@ def KilnFuseElementwise : Pass<"kiln-fuse-elementwise", "mlir::func::FuncOp"> {
   }];
 }
 
+def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
+  let summary = "Rewrite eligible linears into FP8 scaled GEMMs (all three GEMMs)";
+  let description = [{
+    Reads the module's `kiln.float8` dictionary (set by the frontend when
+    `[float8] enable = true`); without it the pass does nothing. In every
+    function, each `kiln.linear` that `decideFp8Linears` (Fp8Eligibility.h)
+    accepts, and the `kiln.linear_grad_input` / `kiln.linear_grad_weight`
+    with its `param`, become `kiln.quantize` + `kiln.scaled_matmul`:
+
+    - `tensorwise`: one `kiln.amax` per operand, e4m3 for activations and
+      weights, e5m2 for the output gradient. The forward's codes and scales
+      are what the backward reads: the weight's and the input's codes are
+      transposed right after their quantization (the K-major operands of
+      the grad-input and grad-weight GEMMs) and a recomputed linear
+      (activation checkpointing) multiplies the forward's codes again.
+    - `rowwise`: scales per row of each operand as the GEMM reads it,
+      rounded down to powers of two, all e4m3; the backward transposes its
+      bf16 operands and quantizes them again along the token axis.
+
+    Operands are made 2-D ([tokens, features]) with `kiln.reshape`s that
+    keep the last dimension, which fuse away. The output projection and
+    any GEMM with a dimension not divisible by 16 stay as they are.
+
+    ```mlir
+    %y = kiln.linear w1 %x, %w param("p") : tensor<128x64xbf16>, tensor<192x64xbf16> -> tensor<128x192xbf16>
+    // becomes (tensorwise)
+    %ax = kiln.amax %x : tensor<128x64xbf16> -> tensor<f32>
+    %xq, %xs = kiln.quantize %x, %ax : ... -> tensor<128x64xf8E4M3FN>, tensor<f32>
+    %xqt = kiln.transpose %xq [1, 0] : ...                      // for grad_weight
+    %aw = kiln.amax %w : ...
+    %wq, %ws = kiln.quantize %w, %aw : ...
+    %wqt = kiln.transpose %wq [1, 0] : ...                      // for grad_input
+    %y = kiln.scaled_matmul "output" w1 %xq, %xs, %wq, %ws param("p") : ... -> tensor<128x192xbf16>
+    ```
+  }];
+}
+
 #endif // KILN_TRANSFORMS_PASSES_TD

@@ -11,8 +11,9 @@
 //   row     one value per row (a row reduction)
 //   elem    one value per point
 //
-// Outputs store a value as a full tensor (`elem`), transposed, per row, or
-// reduced over rows (`col_sum`) or over everything (`amax`). The semantics
+// Outputs store a value as a full tensor (`elem`), transposed, per row, as
+// one number (`scalar`), or reduced over rows (`col_sum`) or over
+// everything (`amax`). Values round to f32, bf16 or an FP8 format. The semantics
 // are normative (docs/plan.md, "Fused groups"): the CPU backend interprets
 // this list and the CUDA backend generates kernels from it.
 //
@@ -52,6 +53,11 @@ struct GroupInstr {
     Min,
     // Σ over a row's columns, in double, in increasing column order.
     RowSum,
+    // The largest of a row's values (NaN if any is NaN).
+    RowMax,
+    // |x|, and 2^floor(log2(x)) for x > 0 finite (x itself otherwise).
+    Abs,
+    Pow2Floor,
   };
   Op op = Op::Const;
   std::vector<int32_t> args;
@@ -62,7 +68,7 @@ struct GroupInstr {
 };
 
 struct GroupOutput {
-  enum class Store { Elem, Transpose, Row, ColSum, Amax };
+  enum class Store { Elem, Transpose, Row, ColSum, Amax, Scalar };
   int32_t value = 0;
   Store store = Store::Elem;
 };

@@ -25,6 +25,16 @@ std::optional<std::pair<int64_t, int64_t>> kiln::fusionSpace(Operation *op) {
     return rowsAndCols(norm.getInput().getType());
   if (auto grad = dyn_cast<RMSNormGradOp>(op))
     return rowsAndCols(grad.getInput().getType());
+  if (isa<AmaxOp, QuantizeOp>(op))
+    return rowsAndCols(op->getOperand(0).getType());
+  // Reshaping [..., c] to [..., c] keeps every element's row and column.
+  if (auto r = dyn_cast<ReshapeOp>(op)) {
+    auto from = cast<RankedTensorType>(r.getInput().getType());
+    auto to = cast<RankedTensorType>(r.getResult().getType());
+    if (from.getRank() > 0 && to.getRank() > 0 &&
+        from.getShape().back() == to.getShape().back())
+      return rowsAndCols(from);
+  }
   if (auto t = dyn_cast<TransposeOp>(op)) {
     ArrayRef<int64_t> perm = t.getPermutation();
     if (perm.size() == 2 && perm[0] == 1 && perm[1] == 0)
@@ -35,7 +45,7 @@ std::optional<std::pair<int64_t, int64_t>> kiln::fusionSpace(Operation *op) {
 
 bool kiln::readableInGroup(OpResult result) {
   Operation *op = result.getOwner();
-  if (isa<TransposeOp>(op))
+  if (isa<TransposeOp, AmaxOp>(op))
     return false;
   if (auto grad = dyn_cast<RMSNormGradOp>(op))
     return result == grad.getInputGrad();

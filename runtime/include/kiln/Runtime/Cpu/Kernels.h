@@ -14,6 +14,7 @@
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/Cpu/Elementwise.h"
 #include "kiln/Runtime/Cpu/Embedding.h"
+#include "kiln/Runtime/Cpu/Fp8.h"
 #include "kiln/Runtime/Cpu/Linear.h"
 #include "kiln/Runtime/Cpu/Loss.h"
 #include "kiln/Runtime/Cpu/Norm.h"

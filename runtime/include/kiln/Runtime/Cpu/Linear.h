@@ -28,6 +28,14 @@ void linearBackwardInput(const float *dy, const float *w, float *dx,
 void linearBackwardWeight(const float *dy, const float *x, float *dw,
                           int64_t m, int64_t k, int64_t n, bool accumulate);
 
+/// The FP8 scaled GEMM: y [m, n] = (a [m, k] b^T) * ((1 / aScale[i]) *
+/// (1 / bScale[j])), with b [n, k]; a and b hold the values of FP8 codes,
+/// the reciprocals are taken in f32. A scale holds one value per row when
+/// `*PerRow`, else one for all rows.
+void scaledMatmul(const float *a, const float *aScale, bool aPerRow,
+                  const float *b, const float *bScale, bool bPerRow, float *y,
+                  int64_t m, int64_t k, int64_t n);
+
 } // namespace kiln::runtime::cpu
 
 #endif // KILN_RUNTIME_CPU_LINEAR_H

@@ -19,6 +19,11 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 def Kiln_Float : AnyTypeOf<[F64, F32, BF16, F16]>;
 def Kiln_FloatTensor : StaticShapeTensorOf<[F64, F32, BF16, F16]>;
 def Kiln_TokenTensor : StaticShapeTensorOf<[I32]>;
+// FP8 codes (kiln-fp8-linear): e4m3fn for activations and weights, e5m2 for
+// gradients. Only the layout ops move them; scaled_matmul reads them.
+def Kiln_Fp8Tensor : StaticShapeTensorOf<[F8E4M3FN, F8E5M2]>;
+def Kiln_LayoutTensor
+    : StaticShapeTensorOf<[F64, F32, BF16, F16, F8E4M3FN, F8E5M2]>;
 // Scalars (losses, norms, learning rates, the step) are rank-0 tensors.
 def Kiln_ScalarF32 : 0DTensorOf<[F32]> {
   let builderCall = "::mlir::RankedTensorType::get({}, $_builder.getF32Type())";
@@ -219,8 +224,8 @@ def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure,
     - reshape_c1: `input` and `result` have the same element type.
     - reshape_c2: `input` and `result` have the same number of elements.
   }];
-  let arguments = (ins Kiln_FloatTensor:$input);
-  let results = (outs Kiln_FloatTensor:$result);
+  let arguments = (ins Kiln_LayoutTensor:$input);
+  let results = (outs Kiln_LayoutTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;
@@ -238,9 +243,9 @@ def Kiln_TransposeOp : Kiln_Op<"transpose", [Pure,
     - transpose_c2: `result` has the permuted shape and the element type of
       `input`.
   }];
-  let arguments = (ins Kiln_FloatTensor:$input,
+  let arguments = (ins Kiln_LayoutTensor:$input,
                        DenseI64ArrayAttr:$permutation);
-  let results = (outs Kiln_FloatTensor:$result);
+  let results = (outs Kiln_LayoutTensor:$result);
   let assemblyFormat = [{
     $input $permutation attr-dict `:` type($input) `->` type($result)
   }];
@@ -301,5 +306,6 @@ include "kiln/Dialect/Kiln/IR/KilnGradOps.td"
 include "kiln/Dialect/Kiln/IR/KilnOptimizerOps.td"
 include "kiln/Dialect/Kiln/IR/KilnFusionOps.td"
 include "kiln/Dialect/Kiln/IR/KilnCollectiveOps.td"
+include "kiln/Dialect/Kiln/IR/KilnFp8Ops.td"
 
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_TD

@@ -1,0 +1,307 @@
+//===- Fp8Linear.cpp - Eligible linears as FP8 scaled GEMMs ---------------===//
+//
+// Per function: decide (Fp8Eligibility.h), then rewrite each accepted
+// linear's forward op, its recomputed clones and its two backward ops. A
+// quantized operand is made once per (value, format) and shared, so q, k
+// and v read one FP8 copy of their input. Where an operand's quantization
+// goes decides what is saved between forward and backward:
+//
+// - tensorwise: right after the value's definition, with the transposed
+//   codes the backward reads; the backward multiplies the forward's codes
+//   and scales (never derived again);
+// - rowwise: the forward's right after its definition too; the backward's
+//   (transposed bf16 operands quantized along the token axis) just before
+//   the first backward op of the linear, so nothing extra is saved.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNFP8LINEAR
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+
+constexpr StringLiteral kRecomputedAttr = "kiln.recomputed";
+
+RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// FP8 codes and the scale they were made with.
+struct Quantized {
+  Value codes, scale;
+};
+
+class Fp8Rewriter {
+public:
+  Fp8Rewriter(func::FuncOp func, const Fp8Options &options)
+      : func(func), options(options), b(func.getContext()),
+        e4m3(Float8E4M3FNType::get(func.getContext())),
+        e5m2(Float8E5M2Type::get(func.getContext())) {}
+
+  void run();
+
+private:
+  bool rowwise() const { return options.recipe == "rowwise"; }
+
+  /// Puts `b` right after the definition of `v`.
+  void afterDefinition(Value v) {
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      b.setInsertionPointToStart(arg.getOwner());
+    else
+      b.setInsertionPointAfter(v.getDefiningOp());
+  }
+
+  /// `v` as [rows, last dim], right after its definition.
+  Value flat(Value v);
+  /// The codes of the 2-D `v` in `type` and their scale; made at `b`'s
+  /// insertion point the first time.
+  Quantized quantize(Value v, Type type);
+  /// `codes` transposed, right after they are made.
+  Value transposed(Value codes);
+  /// A bf16 2-D value transposed at `b`'s insertion point.
+  Value transposedHere(Value v);
+
+  Value scaledMatmul(StringRef gemm, const Fp8Decision &d, Quantized a,
+                     Quantized w, Type elementType, Location loc);
+  /// `v2d` reshaped to `like`'s shape before `op`, replacing its result.
+  void replaceWith(Operation *op, Value v2d);
+
+  void rewriteForward(const Fp8Decision &d);
+  void rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
+                       LinearGradWeightOp gw);
+
+  func::FuncOp func;
+  const Fp8Options &options;
+  OpBuilder b;
+  Type e4m3, e5m2;
+  DenseMap<Value, Value> flats, transposes;
+  DenseMap<std::pair<Value, Type>, Quantized> quantized;
+  /// The forward operands of each rewritten linear, by param.
+  llvm::StringMap<std::pair<Quantized, Quantized>> forwardOperands;
+};
+
+Value Fp8Rewriter::flat(Value v) {
+  RankedTensorType t = tensorOf(v);
+  if (t.getRank() == 2)
+    return v;
+  if (Value f = flats.lookup(v))
+    return f;
+  int64_t cols = t.getShape().back();
+  afterDefinition(v);
+  Value f = ReshapeOp::create(
+      b, v.getLoc(),
+      RankedTensorType::get({t.getNumElements() / cols, cols},
+                            t.getElementType()),
+      v);
+  return flats[v] = f;
+}
+
+Quantized Fp8Rewriter::quantize(Value v, Type type) {
+  auto key = std::make_pair(v, type);
+  if (auto it = quantized.find(key); it != quantized.end())
+    return it->second;
+  RankedTensorType t = tensorOf(v);
+  auto codesType = RankedTensorType::get(t.getShape(), type);
+  auto f32 = b.getF32Type();
+  Location loc = v.getLoc();
+  QuantizeOp q;
+  if (rowwise()) {
+    q = QuantizeOp::create(b, loc, codesType,
+                           RankedTensorType::get({t.getDimSize(0)}, f32), v,
+                           Value(), /*pow2_scale=*/true);
+  } else {
+    Value amax =
+        AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
+    q = QuantizeOp::create(b, loc, codesType, RankedTensorType::get({}, f32),
+                           v, amax, /*pow2_scale=*/false);
+  }
+  return quantized[key] = {q.getResult(), q.getScale()};
+}
+
+Value Fp8Rewriter::transposed(Value codes) {
+  if (Value t = transposes.lookup(codes))
+    return t;
+  OpBuilder::InsertionGuard guard(b);
+  afterDefinition(codes);
+  return transposes[codes] = transposedHere(codes);
+}
+
+Value Fp8Rewriter::transposedHere(Value v) {
+  RankedTensorType t = tensorOf(v);
+  return TransposeOp::create(
+      b, v.getLoc(),
+      RankedTensorType::get({t.getDimSize(1), t.getDimSize(0)},
+                            t.getElementType()),
+      v, b.getDenseI64ArrayAttr({1, 0}));
+}
+
+Value Fp8Rewriter::scaledMatmul(StringRef gemm, const Fp8Decision &d,
+                                Quantized a, Quantized w, Type elementType,
+                                Location loc) {
+  RankedTensorType at = tensorOf(a.codes), wt = tensorOf(w.codes);
+  return ScaledMatmulOp::create(
+      b, loc,
+      RankedTensorType::get({at.getDimSize(0), wt.getDimSize(0)}, elementType),
+      b.getStringAttr(gemm), LinearRoleAttr::get(b.getContext(), d.role),
+      a.codes, a.scale, w.codes, w.scale, b.getStringAttr(d.param));
+}
+
+void Fp8Rewriter::replaceWith(Operation *op, Value v2d) {
+  Value result = op->getResult(0);
+  Value shaped = v2d;
+  if (tensorOf(result).getShape() != tensorOf(v2d).getShape())
+    shaped = ReshapeOp::create(b, op->getLoc(), result.getType(), v2d);
+  result.replaceAllUsesWith(shaped);
+  op->erase();
+}
+
+void Fp8Rewriter::rewriteForward(const Fp8Decision &d) {
+  LinearOp linear = d.linear;
+  Value x = flat(linear.getInput());
+  afterDefinition(x);
+  Quantized xq = quantize(x, e4m3);
+  afterDefinition(linear.getWeight());
+  Quantized wq = quantize(linear.getWeight(), e4m3);
+  forwardOperands[d.param] = {xq, wq};
+  Type element = tensorOf(linear.getResult()).getElementType();
+  b.setInsertionPoint(linear);
+  replaceWith(linear, scaledMatmul("output", d, xq, wq, element,
+                                   linear.getLoc()));
+}
+
+void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
+                                  LinearGradWeightOp gw) {
+  auto [xq, wq] = forwardOperands.lookup(d.param);
+  Value dy = gi ? gi.getGrad() : gw.getGrad();
+  Operation *first = gi && (!gw || gi->isBeforeInBlock(gw))
+                         ? gi.getOperation()
+                         : gw.getOperation();
+  Value dy2 = flat(dy);
+  // Tensorwise: the gradient in e5m2 (range over precision), quantized
+  // where it is made; rowwise: e4m3 throughout.
+  Quantized dq;
+  if (rowwise()) {
+    b.setInsertionPoint(first);
+    dq = quantize(dy2, e4m3);
+  } else {
+    afterDefinition(dy2);
+    dq = quantize(dy2, e5m2);
+  }
+
+  // Every operand first: `first` is one of the ops replaced below.
+  Quantized wt, dyt, xt;
+  if (rowwise()) {
+    b.setInsertionPoint(first);
+    if (gi)
+      wt = quantize(transposedHere(gi.getWeight()), e4m3);
+    if (gw) {
+      dyt = quantize(transposedHere(dy2), e4m3);
+      xt = quantize(transposedHere(flat(gw.getInput())), e4m3);
+    }
+  } else {
+    if (gi)
+      wt = {transposed(wq.codes), wq.scale};
+    if (gw) {
+      dyt = {transposed(dq.codes), dq.scale};
+      xt = {transposed(xq.codes), xq.scale};
+    }
+  }
+  if (gi) {
+    Type element = tensorOf(gi.getResult()).getElementType();
+    b.setInsertionPoint(gi);
+    replaceWith(gi, scaledMatmul("grad_input", d, dq, wt, element,
+                                 gi.getLoc()));
+  }
+  if (gw) {
+    Type element = tensorOf(gw.getResult()).getElementType();
+    b.setInsertionPoint(gw);
+    replaceWith(gw, scaledMatmul("grad_weight", d, dyt, xt, element,
+                                 gw.getLoc()));
+  }
+}
+
+void Fp8Rewriter::run() {
+  std::vector<Fp8Decision> decisions = decideFp8Linears(func, options);
+  llvm::StringMap<const Fp8Decision *> byParam;
+  for (const Fp8Decision &d : decisions)
+    if (d.fp8)
+      byParam[d.param] = &d;
+  if (byParam.empty())
+    return;
+
+  // Collect first: rewriting erases ops.
+  SmallVector<LinearOp> recomputed;
+  llvm::StringMap<LinearGradInputOp> gis;
+  llvm::StringMap<LinearGradWeightOp> gws;
+  func.walk([&](Operation *op) {
+    if (auto l = dyn_cast<LinearOp>(op);
+        l && l->hasAttr(kRecomputedAttr) && byParam.count(l.getParam()))
+      recomputed.push_back(l);
+    if (auto gi = dyn_cast<LinearGradInputOp>(op))
+      gis[gi.getParam()] = gi;
+    if (auto gw = dyn_cast<LinearGradWeightOp>(op))
+      gws[gw.getParam()] = gw;
+  });
+
+  for (const Fp8Decision &d : decisions) {
+    if (!d.fp8)
+      continue;
+    if (d.role == LinearRole::output)
+      d.linear->emitWarning("the output projection runs in FP8 "
+                           "(float8.force_output_projection): its accuracy "
+                           "matters most for the loss");
+    rewriteForward(d);
+  }
+  for (LinearOp l : recomputed) {
+    const Fp8Decision &d = *byParam.lookup(l.getParam());
+    Quantized xq, wq;
+    if (rowwise()) {
+      // Rowwise scales are the operand's own: quantize the recomputed
+      // input as the forward did.
+      Value x = flat(l.getInput());
+      afterDefinition(x);
+      xq = quantize(x, e4m3);
+      wq = forwardOperands.lookup(d.param).second;
+    } else {
+      std::tie(xq, wq) = forwardOperands.lookup(d.param);
+    }
+    b.setInsertionPoint(l);
+    replaceWith(l, scaledMatmul("output", d, xq, wq,
+                                tensorOf(l.getResult()).getElementType(),
+                                l.getLoc()));
+  }
+  for (const Fp8Decision &d : decisions) {
+    if (!d.fp8)
+      continue;
+    LinearGradInputOp gi = gis.lookup(d.param);
+    LinearGradWeightOp gw = gws.lookup(d.param);
+    if (gi || gw)
+      rewriteBackward(d, gi, gw);
+  }
+}
+
+struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    FailureOr<std::optional<Fp8Options>> options =
+        Fp8Options::fromModule(module);
+    if (failed(options))
+      return signalPassFailure();
+    if (!*options)
+      return;
+    for (auto func : module.getOps<func::FuncOp>())
+      Fp8Rewriter(func, **options).run();
+  }
+};
+
+} // namespace

@@ -1,0 +1,109 @@
+//===- KilnFp8Ops.td - FP8 scaling, casts and scaled GEMMs -*- tablegen -*-===//
+//
+// What `kiln-fp8-linear` writes. Every FP8 operand is made by one
+// `kiln.quantize`, which returns the codes and the scale it multiplied by;
+// `kiln.scaled_matmul` divides the scales back out after accumulating in
+// fp32 (as cuBLASLt's scale pointers do). The scale of a tensor with amax
+// `a` for a format whose largest finite value is F:
+//
+//   scale = F / max(a, 1e-12)                       (f32 arithmetic)
+//   scale = 2^floor(log2(scale))                    (with `pow2_scale`)
+//
+// F is 448 for f8E4M3FN and 57344 for f8E5M2; the codes are
+// saturating round-to-nearest-even casts of `x * scale` (fp32 product),
+// bit-exact with cuda_fp8.h under __NV_SATFINITE.
+//
+// Included from KilnOps.td.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_IR_KILNFP8OPS_TD
+#define KILN_DIALECT_KILN_IR_KILNFP8OPS_TD
+
+def Kiln_F32Tensor : StaticShapeTensorOf<[F32]>;
+
+def Kiln_AmaxOp : Kiln_Op<"amax", [Pure]> {
+  let summary = "largest magnitude of a tensor";
+  let description = [{
+    `result = max over all elements of |input|` in f32; a NaN element makes
+    it NaN. Fusible: a fused group computes it as an `amax` store, so no op
+    of the same group can read it.
+
+    ```mlir
+    %a = kiln.amax %x : tensor<128x64xbf16> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input);
+  let results = (outs Kiln_ScalarF32:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Kiln_QuantizeOp : Kiln_Op<"quantize", [Pure]> {
+  let summary = "scales a tensor into an FP8 format: the codes and the scale";
+  let description = [{
+    Tensorwise (an `amax` operand): one scale from that amax for the whole
+    tensor. Rowwise (no `amax` operand): one scale per row (over the last
+    dimension) from the row's own amax; `scale` then has the input's shape
+    without its last dimension. The result's element type picks the format.
+    See the file header for the formulas.
+
+    Rules:
+    - quantize_c1: `result` has the shape of `input`.
+    - quantize_c2: `scale` is rank-0 with an `amax` operand, else the
+      input's shape without its last dimension.
+
+    ```mlir
+    %q, %s = kiln.quantize %x, %a : tensor<128x64xbf16>, tensor<f32> -> tensor<128x64xf8E4M3FN>, tensor<f32>
+    %qr, %sr = kiln.quantize %x {pow2_scale} : tensor<128x64xbf16> -> tensor<128x64xf8E4M3FN>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input,
+                       Optional<Kiln_ScalarF32>:$amax, UnitAttr:$pow2_scale);
+  let results = (outs Kiln_Fp8Tensor:$result, Kiln_F32Tensor:$scale);
+  let assemblyFormat = [{
+    $input (`,` $amax^)? attr-dict `:` type($input) (`,` type($amax)^)? `->`
+    type($result) `,` type($scale)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isRowwise() { return !getAmax(); }
+  }];
+}
+
+def Kiln_ScaledMatmulOp : Kiln_Op<"scaled_matmul", [Pure]> {
+  let summary = "FP8 GEMM a * b^T with the scales divided out";
+  let description = [{
+    `result[m, n] = (sum_k a[m, k] * b[n, k]) * ((1 / a_scale[m]) *
+    (1 / b_scale[n]))`: the codes' values multiplied exactly, summed in
+    fp32, the reciprocals taken in f32, the result rounded to its type. A
+    rank-0 scale applies to every row. Both operands are K-major (cuBLASLt's
+    FP8 layout), so the three GEMMs of a linear each read operands
+    quantized or transposed for them. `gemm` says which one this is
+    (`output`, `grad_input`, `grad_weight`); `role` and `param` are those
+    of the linear.
+
+    Rules:
+    - scaled_matmul_c1: `a` is [M, K] and `b` is [N, K]; `result` is [M, N].
+    - scaled_matmul_c2: each scale is rank-0 or has one value per row of
+      its operand.
+    - scaled_matmul_c3: not both operands are f8E5M2.
+
+    ```mlir
+    %y = kiln.scaled_matmul output wq %xq, %xs, %wq, %ws param("w")
+        : tensor<128x64xf8E4M3FN>, tensor<f32>, tensor<64x64xf8E4M3FN>, tensor<f32> -> tensor<128x64xbf16>
+    ```
+  }];
+  let arguments = (ins StrAttr:$gemm, Kiln_LinearRoleAttr:$role,
+                       Kiln_Fp8Tensor:$a, Kiln_F32Tensor:$a_scale,
+                       Kiln_Fp8Tensor:$b, Kiln_F32Tensor:$b_scale,
+                       StrAttr:$param);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $gemm `` $role $a `,` $a_scale `,` $b `,` $b_scale `param` `(` $param `)`
+    attr-dict `:` type($a) `,` type($a_scale) `,` type($b) `,`
+    type($b_scale) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // KILN_DIALECT_KILN_IR_KILNFP8OPS_TD

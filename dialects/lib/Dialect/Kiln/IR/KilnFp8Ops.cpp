@@ -1,0 +1,60 @@
+//===- KilnFp8Ops.cpp - Verifiers of the FP8 ops --------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "KilnVerifiers.h"
+
+using namespace mlir;
+using namespace kiln;
+using kiln::detail::shapeOf;
+using kiln::detail::tensorOf;
+
+namespace {
+/// `scale` is rank-0, or holds one value per row of the rank-2 `operand`.
+bool scalesRows(Value scale, Value operand) {
+  RankedTensorType s = tensorOf(scale);
+  return s.getRank() == 0 ||
+         (s.getRank() == 1 && s.getDimSize(0) == tensorOf(operand).getDimSize(0));
+}
+} // namespace
+
+LogicalResult QuantizeOp::verify() {
+  RankedTensorType in = tensorOf(getInput());
+  if (in.getShape() != tensorOf(getResult()).getShape())
+    return emitOpError("result must have the shape of the input ")
+           << shapeOf(getInput()) << ", got " << shapeOf(getResult());
+  RankedTensorType scale = tensorOf(getScale());
+  if (!isRowwise()) {
+    if (scale.getRank() != 0)
+      return emitOpError("a tensorwise scale (with an amax operand) must be "
+                         "rank-0, got ")
+             << shapeOf(getScale());
+    return success();
+  }
+  if (in.getRank() < 1 || scale.getShape() != in.getShape().drop_back())
+    return emitOpError("a rowwise scale must have the input's shape without "
+                       "its last dimension, got ")
+           << shapeOf(getScale()) << " for an input of " << shapeOf(getInput());
+  return success();
+}
+
+LogicalResult ScaledMatmulOp::verify() {
+  RankedTensorType a = tensorOf(getA()), b = tensorOf(getB()),
+                   r = tensorOf(getResult());
+  if (a.getRank() != 2 || b.getRank() != 2 || r.getRank() != 2 ||
+      a.getDimSize(1) != b.getDimSize(1) ||
+      r.getDimSize(0) != a.getDimSize(0) || r.getDimSize(1) != b.getDimSize(0))
+    return emitOpError("needs a [M, K], b [N, K] and a result [M, N]; got ")
+           << shapeOf(getA()) << ", " << shapeOf(getB()) << " and "
+           << shapeOf(getResult());
+  if (!scalesRows(getAScale(), getA()) || !scalesRows(getBScale(), getB()))
+    return emitOpError("each scale must be rank-0 or have one value per row "
+                       "of its operand");
+  if (isa<Float8E5M2Type>(a.getElementType()) &&
+      isa<Float8E5M2Type>(b.getElementType()))
+    return emitOpError("cannot multiply two f8E5M2 operands");
+  StringRef gemm = getGemm();
+  if (gemm != "output" && gemm != "grad_input" && gemm != "grad_weight")
+    return emitOpError("gemm must be output, grad_input or grad_weight, got '")
+           << gemm << "'";
+  return success();
+}
