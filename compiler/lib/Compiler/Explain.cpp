@@ -1,14 +1,18 @@
-//===- Explain.cpp - `kiln explain --memory`: per-rank bytes of a step ----===//
+//===- Explain.cpp - `kiln explain`: what a compiled step costs -----------===//
 //
-// Everything comes from the compiled plan (the runtime allocates exactly
-// its state and arena): persistent state by kind, the train_step arena and
-// what is live at its fullest step, and the bytes each collective moves.
+// --memory: everything from the compiled plan (the runtime allocates
+// exactly its state and arena): persistent state by kind, the train_step
+// arena and what is live at its fullest step, the bytes each collective
+// moves. --fp8: kiln-fp8-linear's decision for every linear of one rank's
+// train_step (Fp8Eligibility.h, the function the pass itself calls).
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Compiler/Driver.h"
 #include "kiln/Compiler/Session.h"
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Passes.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -24,14 +28,120 @@ std::string mib(int64_t bytes) {
 }
 } // namespace
 
+namespace {
+const char *roleName(LinearRole role) {
+  switch (role) {
+  case LinearRole::wq:
+    return "wq";
+  case LinearRole::wk:
+    return "wk";
+  case LinearRole::wv:
+    return "wv";
+  case LinearRole::wo:
+    return "wo";
+  case LinearRole::w1:
+    return "w1";
+  case LinearRole::w2:
+    return "w2";
+  case LinearRole::w3:
+    return "w3";
+  case LinearRole::output:
+    return "output";
+  }
+  return "?";
+}
+
+/// [float8] as kiln-fp8-linear would read it if enabled.
+Fp8Options fp8Options(const Float8Config &c) {
+  Fp8Options o;
+  o.recipe = c.recipe;
+  o.filterFqns = c.filter_fqns;
+  o.autoFilterSmallKN = c.auto_filter_small_kn;
+  o.forceOutputProjection = c.force_output_projection;
+  o.allGather = c.enable_fsdp_float8_all_gather;
+  return o;
+}
+
+int explainFp8(ModelSession &session) {
+  mlir::OwningOpRef<mlir::ModuleOp> module = session.compileThrough("shard");
+  if (!module)
+    return 1;
+  mlir::func::FuncOp step =
+      module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc);
+  const Float8Config &f8 = session.config->float8;
+  std::vector<Fp8Decision> decisions =
+      decideFp8Linears(step, fp8Options(f8));
+
+  // Gathered bytes: each group's flat buffer arrives once for the forward
+  // and again for the backward when resharded; FP8 halves the bf16 bytes of
+  // the weights it casts (plus one f32 amax per weight, all-reduced).
+  int64_t ranks = session.config->parallelism.data_parallel_shard_degree;
+  bool reshard = session.config->parallelism.reshard_after_forward;
+  int64_t gathers = ranks > 1 ? (reshard ? 2 : 1) : 0;
+  int64_t paramBytes = session.config->mixed_precision.param == "float32" ? 4 : 2;
+  int64_t gatheredBf16 = 0, fp8Elements = 0, fp8Weights = 0;
+  for (mlir::Operation &op : step.getBody().front())
+    if (auto g = llvm::dyn_cast<AllGatherStartOp>(op))
+      gatheredBf16 += llvm::cast<mlir::RankedTensorType>(g.getType())
+                          .getNumElements() *
+                      paramBytes;
+  if (gathers == 0)
+    gatheredBf16 = 0;
+
+  llvm::raw_ostream &os = llvm::outs();
+  os << "kiln explain --fp8: " << session.source->name << ", recipe "
+     << f8.recipe << ", train_step on " << std::max<int64_t>(ranks, 1)
+     << (ranks == 1 ? " rank" : " ranks") << " (M = tokens per rank)";
+  if (!f8.enable)
+    os << "; float8.enable is false: what enabling it would do";
+  os << "\n";
+  size_t width = 4;
+  for (const Fp8Decision &d : decisions)
+    width = std::max(width, d.param.size());
+  auto pad = [&](std::string text, size_t n) {
+    text.resize(std::max(n, text.size()), ' ');
+    return text;
+  };
+  os << "  " << pad("linear", width) << "  role    " << pad("M x N x K", 24)
+     << "dtype  reason\n";
+  int64_t fp8Count = 0;
+  for (const Fp8Decision &d : decisions) {
+    std::string shape = std::to_string(d.m) + " x " + std::to_string(d.n) +
+                        " x " + std::to_string(d.k);
+    os << "  " << pad(d.param, width) << "  " << pad(roleName(d.role), 8)
+       << pad(shape, 24) << (d.fp8 ? "FP8  " : "BF16 ") << "  "
+       << (d.fp8 ? std::string("-") : d.reason) << "\n";
+    if (d.fp8) {
+      ++fp8Count;
+      ++fp8Weights;
+      fp8Elements += d.n * d.k;
+    }
+  }
+  os << "FP8 linears: " << fp8Count << " of " << decisions.size() << "\n";
+  int64_t withFp8 = gatheredBf16 - gathers * fp8Elements * (paramBytes - 1) +
+                    (gathers ? fp8Weights * 4 * ranks : 0);
+  os << "all-gather per step and rank: " << mib(gatheredBf16)
+     << " received without FP8 all-gather\n";
+  os << "                              " << mib(withFp8)
+     << " with it (projected: float8.enable_fsdp_float8_all_gather is not "
+        "implemented yet)\n";
+  return 0;
+}
+} // namespace
+
 int kiln::runExplain(const ExplainCommand &command) {
-  if (!command.memory)
-    return commandError("kiln explain needs --memory (--fp8 comes with the "
-                        "FP8 passes, #5)");
+  if (!command.memory && !command.fp8)
+    return commandError("kiln explain needs --memory or --fp8");
   ModelSession session;
   if (!session.load(command.model, command.overrides) ||
       !session.setRanks(command.worldSize))
     return 1;
+  if (command.fp8) {
+    if (int rc = explainFp8(session))
+      return rc;
+    if (!command.memory)
+      return 0;
+  }
   bool hit = false;
   std::optional<Plan> plan = session.cachedRuntimePlan(command.overrides, hit);
   if (!plan)

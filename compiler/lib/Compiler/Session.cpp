@@ -65,6 +65,17 @@ bool ModelSession::setRanks(int64_t ranks) {
   return true;
 }
 
+OwningOpRef<ModuleOp> ModelSession::compileThrough(llvm::StringRef phase) {
+  OwningOpRef<ModuleOp> module = importModel(&context, *config);
+  if (failed(verify(*module)))
+    return nullptr;
+  auto none = [](unsigned, const PhaseInfo &) { return success(); };
+  auto configure = [](PassManager &) { return success(); };
+  if (failed(runPipeline(*module, *findPhase(phase), none, configure)))
+    return nullptr;
+  return module;
+}
+
 std::optional<std::string> ModelSession::compilePlan(bool fuse) {
   OwningOpRef<ModuleOp> module = importModel(&context, *config);
   if (failed(verify(*module)))

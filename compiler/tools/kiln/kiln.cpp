@@ -90,13 +90,17 @@ int main(int argc, char **argv) {
 
   kiln::ExplainCommand explain;
   CLI::App *explainCmd = app.add_subcommand(
-      "explain", "What a compiled step costs: --memory (bytes per rank)");
+      "explain", "What a compiled step costs: --memory (bytes per rank), "
+                 "--fp8 (which linears run in FP8)");
   explainCmd->add_option("MODEL", explain.model, "Model file or preset")
       ->required();
   explainCmd->add_flag("--memory", explain.memory,
                        "Per-rank bytes: parameters, optimizer state, the "
                        "step's arena and what is live at its peak, "
                        "collective traffic");
+  explainCmd->add_flag("--fp8", explain.fp8,
+                       "One row per linear: its GEMM, FP8 or BF16 and why; "
+                       "all-gather bytes with and without FP8 all-gather");
   explainCmd->add_option("--world-size", explain.worldSize,
                          "Ranks of the FSDP run (default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(65536)));

@@ -52,6 +52,7 @@ struct ExplainCommand {
   std::vector<std::string> overrides;
   int64_t worldSize = 1;
   bool memory = false; // per-rank bytes of the training step
+  bool fp8 = false;    // which linears run in FP8, and why
 };
 int runExplain(const ExplainCommand &command);
 

@@ -7,7 +7,9 @@
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Runtime/Plan.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/SourceMgr.h"
 
@@ -45,6 +47,10 @@ struct ModelSession {
   /// returns the plan as JSON text, or nothing after printing the
   /// diagnostics.
   std::optional<std::string> compilePlan(bool fuse = true);
+
+  /// The module after the built phases up to and including `phase`, or
+  /// null after printing the diagnostics.
+  mlir::OwningOpRef<mlir::ModuleOp> compileThrough(llvm::StringRef phase);
 
   /// compilePlan's result from the on-disk cache ($KILN_CACHE_DIR, else
   /// $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed by the model text, the
