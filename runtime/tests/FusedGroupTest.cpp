@@ -4,6 +4,7 @@
 // compiler lowers to groups.
 #include "kiln/Runtime/Cpu/Bf16.h"
 #include "kiln/Runtime/Cpu/Common.h"
+#include "kiln/Runtime/Cpu/Fp8.h"
 #include "kiln/Runtime/Cpu/Norm.h"
 #include "kiln/Runtime/CpuFusedGroup.h"
 #include "kiln/Runtime/Plan.h"
@@ -20,11 +21,12 @@ using Store = GroupOutput::Store;
 
 namespace {
 
-/// A tensor in f32 or bf16 storage.
+/// A tensor in f32, bf16 or FP8 storage.
 struct Tensor {
   PlanValue value;
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
+  std::vector<uint8_t> codes;
 
   Tensor(std::vector<int64_t> shape, DType dtype) {
     static int64_t nextId = 0;
@@ -33,13 +35,16 @@ struct Tensor {
     value.dtype = dtype;
     if (dtype == DType::F32)
       f32.assign(value.numElements(), 0.0f);
+    else if (isFp8(dtype))
+      codes.assign(value.numElements(), 0);
     else
       bf16.assign(value.numElements(), 0);
   }
   View view() {
-    return View{value.dtype == DType::F32 ? static_cast<void *>(f32.data())
-                                          : static_cast<void *>(bf16.data()),
-                value.dtype, value.shape};
+    void *data = value.dtype == DType::F32 ? static_cast<void *>(f32.data())
+                 : isFp8(value.dtype)      ? static_cast<void *>(codes.data())
+                                           : static_cast<void *>(bf16.data());
+    return View{data, value.dtype, value.shape};
   }
   float at(int64_t i) const {
     return value.dtype == DType::F32 ? f32[i]
@@ -348,4 +353,82 @@ TEST(FusedGroup, CheckInfersKindsAndRejectsMisuse) {
   EXPECT_EQ(checkFusedGroup(inPlace.g, in, {&x.value}),
             "output 0 (elem) writes value " + std::to_string(x.value.id) +
                 ", which the group also reads");
+}
+
+// The groups kiln-fp8-linear's quantize lowers to (GroupLowering.cpp):
+// codes bit-equal to the saturating cast of x * scale, the scale as the
+// formula in KilnFp8Ops.td computes it in f32.
+TEST(FusedGroup, TensorwiseQuantizeGivesTheCodesOfTheScaledValues) {
+  const int64_t rows = 24, cols = 40;
+  std::mt19937 rng(5);
+  Tensor x({rows, cols}, DType::BF16), amax({}, DType::F32),
+      q({rows, cols}, DType::F8E5M2), scale({}, DType::F32),
+      qt({cols, rows}, DType::F8E5M2);
+  x.fill(rng, -3.0f, 3.0f);
+  x.set(7, 1e-6f); // small values land on e5m2 subnormals or zero
+  x.set(8, -2.5e-4f);
+  float a = 0;
+  for (int64_t i = 0; i < rows * cols; ++i)
+    a = std::max(a, std::fabs(x.at(i)));
+  amax.f32[0] = a;
+
+  Builder b;
+  b.g.rows = rows;
+  b.g.cols = cols;
+  int32_t lx = b.load(0, GroupKind::Elem, DType::BF16);
+  int32_t la = b.load(1, GroupKind::Scalar, DType::F32);
+  int32_t s = b.add(Op::Div, {b.constant(57344.0),
+                              b.add(Op::Max, {la, b.constant(1e-12)})});
+  int32_t codes = b.add(Op::Convert, {b.add(Op::Mul, {lx, s})}, DType::F8E5M2);
+  b.output(codes);
+  b.output(s, Store::Scalar);
+  b.output(codes, Store::Transpose);
+  ASSERT_EQ(b.run({&x, &amax}, {&q, &scale, &qt}), "");
+
+  float want = 57344.0f / std::max(a, 1e-12f);
+  EXPECT_EQ(scale.f32[0], want);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      uint8_t code = kiln::runtime::cpu::toE5m2(x.at(r * cols + c) * want);
+      EXPECT_EQ(q.codes[r * cols + c], code) << r << "," << c;
+      EXPECT_EQ(qt.codes[c * rows + r], code) << r << "," << c;
+    }
+}
+
+TEST(FusedGroup, RowwiseQuantizeScalesEachRowByAPowerOfTwo) {
+  const int64_t rows = 9, cols = 33;
+  std::mt19937 rng(6);
+  Tensor x({rows, cols}, DType::BF16), q({rows, cols}, DType::F8E4M3),
+      scale({rows}, DType::F32);
+  x.fill(rng, -1.0f, 1.0f);
+  for (int64_t c = 0; c < cols; ++c)
+    x.set(2 * cols + c, 0.0f);                 // an all-zero row
+  x.set(4 * cols + 3, 900.0f);                 // a row with a large value
+
+  Builder b;
+  b.g.rows = rows;
+  b.g.cols = cols;
+  int32_t lx = b.load(0, GroupKind::Elem, DType::BF16);
+  int32_t a = b.add(Op::RowMax, {b.add(Op::Abs, {lx})});
+  int32_t s = b.add(Op::Pow2Floor,
+                    {b.add(Op::Div, {b.constant(448.0),
+                                     b.add(Op::Max, {a, b.constant(1e-12)})})});
+  b.output(b.add(Op::Convert, {b.add(Op::Mul, {lx, s})}, DType::F8E4M3));
+  b.output(s, Store::Row);
+  ASSERT_EQ(b.run({&x}, {&q, &scale}), "");
+
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      m = std::max(m, std::fabs(x.at(r * cols + c)));
+    float exact = 448.0f / std::max(m, 1e-12f);
+    float want = std::exp2(std::floor(std::log2(exact)));
+    EXPECT_EQ(scale.f32[r], want) << "row " << r;
+    EXPECT_LE(want, exact);
+    EXPECT_GT(want * 2, exact);
+    for (int64_t c = 0; c < cols; ++c)
+      EXPECT_EQ(q.codes[r * cols + c],
+                kiln::runtime::cpu::toE4m3(x.at(r * cols + c) * want))
+          << r << "," << c;
+  }
 }

@@ -1,6 +1,7 @@
 // linear: y = x W^T, dx = dy W, dW = dy^T x against float64 loops and
 // finite differences of the float64 forward; accumulation; zero sizes;
 // thread counts.
+#include "kiln/Runtime/Cpu/Fp8.h"
 #include "kiln/Runtime/Cpu/Linear.h"
 
 #include "TestUtil.h"
@@ -124,4 +125,94 @@ TEST(Linear, SameThreadCountSameBits) {
   EXPECT_TRUE(sameBits(y1, y2));
   EXPECT_TRUE(sameBits(dx1, dx2));
   EXPECT_TRUE(sameBits(dw1, dw2));
+}
+
+namespace {
+/// Quantizes `x` (rows x cols) with one scale per row (or one for all):
+/// scale = fmax / amax, codes = the saturating cast of x * scale; returns
+/// the codes' values (exact in f32), and the scales.
+struct Fp8Operand {
+  std::vector<float> values, scales;
+};
+Fp8Operand quantize(const std::vector<float> &x, int64_t rows, int64_t cols,
+                    bool e4m3, bool perRow) {
+  float fmax = e4m3 ? 448.0f : 57344.0f;
+  Fp8Operand out;
+  out.values.resize(x.size());
+  int64_t groups = perRow ? rows : 1, per = perRow ? cols : rows * cols;
+  for (int64_t g = 0; g < groups; ++g) {
+    float amax = 0;
+    for (int64_t i = 0; i < per; ++i)
+      amax = std::max(amax, std::fabs(x[g * per + i]));
+    float scale = fmax / std::max(amax, 1e-12f);
+    out.scales.push_back(scale);
+    for (int64_t i = 0; i < per; ++i) {
+      float v = x[g * per + i] * scale;
+      out.values[g * per + i] =
+          e4m3 ? fromE4m3(toE4m3(v)) : fromE5m2(toE5m2(v));
+    }
+  }
+  return out;
+}
+} // namespace
+
+// The scaled GEMM against fp64 on the unquantized operands: every output
+// within the bound the FP8 roundings allow. Per element, a normal code is
+// within u |x| s (u = 2^-4 for e4m3, 2^-3 for e5m2) and a subnormal within
+// half its spacing (2^-10 and 2^-17) of x s; the fp32 sum adds at most
+// k 2^-24 of the sum of |products|.
+TEST(Linear, ScaledMatmulIsWithinTheFp8BoundOfFp64) {
+  const int64_t m = 48, k = 96, n = 40;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (bool perRow : {false, true})
+    for (bool e5m2Left : {false, true}) {
+      std::vector<float> a(m * k), b(n * k);
+      for (float &v : a)
+        v = d(rng) * (perRow ? 1.0f : 0.01f);
+      for (float &v : b)
+        v = d(rng) * 0.05f;
+      a[5] = 1e-7f; // lands on subnormal codes
+      Fp8Operand qa = quantize(a, m, k, !e5m2Left, perRow);
+      Fp8Operand qb = quantize(b, n, k, true, perRow);
+      std::vector<float> y(m * n);
+      scaledMatmul(qa.values.data(), qa.scales.data(), perRow,
+                        qb.values.data(), qb.scales.data(), perRow, y.data(),
+                        m, k, n);
+      double ua = e5m2Left ? 0x1p-3 : 0x1p-4, ub = 0x1p-4;
+      double ha = e5m2Left ? 0x1p-17 : 0x1p-10, hb = 0x1p-10;
+      double worst = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double sa = qa.scales[perRow ? i : 0], sb = qb.scales[perRow ? j : 0];
+          double exact = 0, bound = 0, magnitude = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            double x = a[i * k + p], w = b[j * k + p];
+            double ex = std::max(ua * std::fabs(x), ha / sa);
+            double ew = std::max(ub * std::fabs(w), hb / sb);
+            exact += x * w;
+            bound += ex * std::fabs(w) + std::fabs(x) * ew + ex * ew;
+            magnitude += (std::fabs(x) + ex) * (std::fabs(w) + ew);
+          }
+          bound += k * 0x1p-24 * magnitude + 4 * 0x1p-24 * std::fabs(exact);
+          double err = std::fabs(y[i * n + j] - exact);
+          EXPECT_LE(err, bound) << i << "," << j;
+          worst = std::max(worst, err / bound);
+        }
+      // The bound is not vacuous: errors use a fair part of it.
+      EXPECT_GT(worst, 0.05) << "perRow " << perRow;
+    }
+}
+
+// Dividing the scales out is what makes the result the product of the
+// unscaled operands: with scale 1 and exact codes it is the plain GEMM.
+TEST(Linear, ScaledMatmulDividesOutEachRowsScale) {
+  const int64_t m = 2, k = 16, n = 3;
+  std::vector<float> a(m * k, 1.0f), b(n * k, 2.0f), y(m * n);
+  std::vector<float> sa{2.0f, 4.0f}, sb{1.0f, 0.5f, 8.0f};
+  scaledMatmul(a.data(), sa.data(), true, b.data(), sb.data(), true,
+                    y.data(), m, k, n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      EXPECT_EQ(y[i * n + j], 32.0f / (sa[i] * sb[j])) << i << "," << j;
 }
