@@ -29,28 +29,6 @@ std::string mib(int64_t bytes) {
 } // namespace
 
 namespace {
-const char *roleName(LinearRole role) {
-  switch (role) {
-  case LinearRole::wq:
-    return "wq";
-  case LinearRole::wk:
-    return "wk";
-  case LinearRole::wv:
-    return "wv";
-  case LinearRole::wo:
-    return "wo";
-  case LinearRole::w1:
-    return "w1";
-  case LinearRole::w2:
-    return "w2";
-  case LinearRole::w3:
-    return "w3";
-  case LinearRole::output:
-    return "output";
-  }
-  return "?";
-}
-
 /// [float8] as kiln-fp8-linear would read it if enabled.
 Fp8Options fp8Options(const Float8Config &c) {
   Fp8Options o;
@@ -108,7 +86,7 @@ int explainFp8(ModelSession &session) {
   for (const Fp8Decision &d : decisions) {
     std::string shape = std::to_string(d.m) + " x " + std::to_string(d.n) +
                         " x " + std::to_string(d.k);
-    os << "  " << pad(d.param, width) << "  " << pad(roleName(d.role), 8)
+    os << "  " << pad(d.param, width) << "  " << pad(stringifyLinearRole(d.role).str(), 8)
        << pad(shape, 24) << (d.fp8 ? "FP8  " : "BF16 ") << "  "
        << (d.fp8 ? std::string("-") : d.reason) << "\n";
     if (d.fp8) {
