@@ -56,15 +56,13 @@ int explainFp8(ModelSession &session) {
   int64_t ranks = session.config->parallelism.data_parallel_shard_degree;
   bool reshard = session.config->parallelism.reshard_after_forward;
   int64_t gathers = ranks > 1 ? (reshard ? 2 : 1) : 0;
-  int64_t paramBytes = session.config->mixed_precision.param == "float32" ? 4 : 2;
-  int64_t gatheredBf16 = 0, fp8Elements = 0, fp8Weights = 0;
+  int64_t paramBytes = 2, gatheredBf16 = 0, fp8Elements = 0;
   for (mlir::Operation &op : step.getBody().front())
-    if (auto g = llvm::dyn_cast<AllGatherStartOp>(op))
-      gatheredBf16 += llvm::cast<mlir::RankedTensorType>(g.getType())
-                          .getNumElements() *
-                      paramBytes;
-  if (gathers == 0)
-    gatheredBf16 = 0;
+    if (auto g = llvm::dyn_cast<AllGatherStartOp>(op)) {
+      auto type = llvm::cast<mlir::RankedTensorType>(g.getType());
+      paramBytes = type.getElementTypeBitWidth() / 8;
+      gatheredBf16 += type.getNumElements() * paramBytes;
+    }
 
   llvm::raw_ostream &os = llvm::outs();
   os << "kiln explain --fp8: " << session.source->name << ", recipe "
@@ -91,13 +89,12 @@ int explainFp8(ModelSession &session) {
        << (d.fp8 ? std::string("-") : d.reason) << "\n";
     if (d.fp8) {
       ++fp8Count;
-      ++fp8Weights;
       fp8Elements += d.n * d.k;
     }
   }
   os << "FP8 linears: " << fp8Count << " of " << decisions.size() << "\n";
   int64_t withFp8 = gatheredBf16 - gathers * fp8Elements * (paramBytes - 1) +
-                    (gathers ? fp8Weights * 4 * ranks : 0);
+                    (gathers ? fp8Count * 4 * ranks : 0);
   os << "all-gather per step and rank: " << mib(gatheredBf16)
      << " received without FP8 all-gather\n";
   os << "                              " << mib(withFp8)

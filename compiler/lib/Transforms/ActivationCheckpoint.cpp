@@ -32,7 +32,6 @@ using namespace kiln;
 
 namespace {
 
-constexpr StringLiteral kRecomputedAttr = "kiln.recomputed";
 
 /// The transformer block an op belongs to, from its location's name
 /// (`model.layers.<i>.<component>`), or -1.

@@ -1,16 +1,13 @@
 //===- Fp8Eligibility.cpp - Which linears run in FP8, and why -------------===//
 
 #include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/Regex.h"
 
 using namespace mlir;
 using namespace kiln;
-
-namespace {
-constexpr StringLiteral kRecomputedAttr = "kiln.recomputed";
-} // namespace
 
 FailureOr<std::optional<Fp8Options>> Fp8Options::fromModule(ModuleOp module) {
   Attribute raw = module->getAttr(kFloat8Attr);

@@ -30,8 +30,6 @@ using namespace kiln;
 
 namespace {
 
-constexpr StringLiteral kRecomputedAttr = "kiln.recomputed";
-
 RankedTensorType tensorOf(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
@@ -73,7 +71,7 @@ private:
 
   Value scaledMatmul(StringRef gemm, const Fp8Decision &d, Quantized a,
                      Quantized w, Type elementType, Location loc);
-  /// `v2d` reshaped to `like`'s shape before `op`, replacing its result.
+  /// Replaces `op`'s result by `v2d`, reshaped back to the result's shape.
   void replaceWith(Operation *op, Value v2d);
 
   void rewriteForward(const Fp8Decision &d);

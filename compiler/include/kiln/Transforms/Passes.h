@@ -25,6 +25,8 @@ inline constexpr llvm::StringLiteral kOptimizerAttr = "kiln.optimizer";
 inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
 /// The ranks a sharded module runs on (set by kiln-fsdp).
 inline constexpr llvm::StringLiteral kRanksAttr = "kiln.ranks";
+/// Marks the forward ops kiln-activation-checkpoint cloned into a backward.
+inline constexpr llvm::StringLiteral kRecomputedAttr = "kiln.recomputed";
 
 } // namespace kiln
 
