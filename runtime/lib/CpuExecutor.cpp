@@ -27,6 +27,12 @@ bool isCollective(const std::string &op) {
   return op == "all_gather_start" || op == "reduce_scatter_start" ||
          op == "all_reduce_start";
 }
+
+/// The FP8 all-gather's casts: they depend on the rank's place in the flat
+/// buffer, which the executor knows.
+bool isShardOp(const std::string &op) {
+  return op == "shard_amax" || op == "shard_quantize";
+}
 } // namespace
 
 std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
@@ -34,7 +40,7 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &step : entry.steps)
       if (!step.group && step.op != "init" && !isCollective(step.op) &&
-          step.op != "wait" && !findCpuOp(step.op)) {
+          step.op != "wait" && !isShardOp(step.op) && !findCpuOp(step.op)) {
         error = "the CPU backend cannot run op '" + step.op + "' (" +
                 name + ", " + step.loc + ")";
         return nullptr;
@@ -200,7 +206,8 @@ std::string CpuExecutor::setUnshardedState(
 std::string CpuExecutor::startCollective(const PlanStep &step) {
   View in = view(step.operands[0]), out = view(step.results[0]);
   comm::ElementType type = in.dtype == DType::BF16 ? comm::ElementType::BF16
-                                                   : comm::ElementType::F32;
+                           : isFp8(in.dtype)     ? comm::ElementType::U8
+                                                 : comm::ElementType::F32;
   Pending p;
   p.name = step.op.substr(0, step.op.size() - 6) + // drop "_start"
            (step.attrs.count("group") ? " " + step.str("group") : "");
@@ -365,6 +372,8 @@ CpuExecutor::runStep(const PlanStep &s,
       return "a collective needs a communicator";
     return s.op == "wait" ? waitCollective(s) : startCollective(s);
   }
+  if (isShardOp(s.op))
+    return runShardOp(s, scratch);
   if (s.group) {
     // A fused group reads and writes every dtype itself.
     std::vector<View> operands, results;
@@ -398,6 +407,35 @@ CpuExecutor::runStep(const PlanStep &s,
   for (size_t k = 0; k < stored.size(); ++k)
     if (stored[k].data != results[k].data)
       narrow(results[k].f32(), stored[k]);
+  return "";
+}
+
+std::string
+CpuExecutor::runShardOp(const PlanStep &s,
+                        std::vector<std::vector<float>> &scratch) {
+  if (scratch.empty())
+    scratch.resize(1);
+  View shard = widened(view(s.operands[0]), scratch[0]);
+  const auto &offsets = std::get<std::vector<int64_t>>(s.attrs.at("offsets"));
+  const auto &sizes = std::get<std::vector<int64_t>>(s.attrs.at("sizes"));
+  std::vector<cpu::FlatRange> weights;
+  for (size_t i = 0; i < offsets.size(); ++i)
+    weights.push_back({offsets[i], sizes[i]});
+  int64_t n = shard.numElements(), first = rankIndex * n;
+  if (s.op == "shard_amax") {
+    cpu::shardAmax(shard.f32(), n, first, weights.data(),
+                   static_cast<int64_t>(weights.size()),
+                   view(s.results[0]).f32());
+    return "";
+  }
+  View codes = view(s.results[0]);
+  if (codes.dtype != DType::F8E4M3)
+    return "shard_quantize writes f8e4m3 codes";
+  cpu::shardQuantizeE4m3(shard.f32(), n, first, weights.data(),
+                         static_cast<int64_t>(weights.size()),
+                         view(s.operands[1]).f32(),
+                         static_cast<uint8_t *>(codes.data),
+                         view(s.results[1]).f32());
   return "";
 }
 

@@ -40,7 +40,40 @@ Fp8Options fp8Options(const Float8Config &c) {
   return o;
 }
 
-int explainFp8(ModelSession &session) {
+/// Bytes one rank receives per training step from all-gathers (parameter
+/// groups, in whatever dtype they travel) and from the FP8 all-gather's
+/// amax all-reduce, with FP8 enabled and its all-gather on or off; nullopt
+/// when the model does not compile so.
+std::optional<int64_t> gatheredBytes(const ExplainCommand &command,
+                                     bool fp8AllGather) {
+  std::vector<std::string> overrides = command.overrides;
+  overrides.push_back("float8.enable=true");
+  overrides.push_back(std::string("float8.enable_fsdp_float8_all_gather=") +
+                      (fp8AllGather ? "true" : "false"));
+  ModelSession session;
+  if (!session.load(command.model, overrides) ||
+      !session.setRanks(command.worldSize))
+    return std::nullopt;
+  mlir::OwningOpRef<mlir::ModuleOp> module = session.compileThrough("fp8");
+  if (!module)
+    return std::nullopt;
+  auto step = module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc);
+  auto bytes = [](mlir::Value v) {
+    auto type = llvm::cast<mlir::RankedTensorType>(v.getType());
+    return type.getNumElements() * type.getElementTypeBitWidth() / 8;
+  };
+  int64_t total = 0;
+  step.walk([&](mlir::Operation *op) {
+    if (auto g = llvm::dyn_cast<AllGatherStartOp>(op))
+      total += bytes(g.getResult());
+    else if (auto r = llvm::dyn_cast<AllReduceStartOp>(op);
+             r && r.getReduction() == "max")
+      total += bytes(r.getResult());
+  });
+  return total;
+}
+
+int explainFp8(ModelSession &session, const ExplainCommand &command) {
   mlir::OwningOpRef<mlir::ModuleOp> module = session.compileThrough("shard");
   if (!module)
     return 1;
@@ -49,20 +82,7 @@ int explainFp8(ModelSession &session) {
   const Float8Config &f8 = session.config->float8;
   std::vector<Fp8Decision> decisions =
       decideFp8Linears(step, fp8Options(f8));
-
-  // Gathered bytes: each group's flat buffer arrives once for the forward
-  // and again for the backward when resharded; FP8 halves the bf16 bytes of
-  // the weights it casts (plus one f32 amax per weight, all-reduced).
   int64_t ranks = session.config->parallelism.data_parallel_shard_degree;
-  bool reshard = session.config->parallelism.reshard_after_forward;
-  int64_t gathers = ranks > 1 ? (reshard ? 2 : 1) : 0;
-  int64_t paramBytes = 2, gatheredBf16 = 0, fp8Elements = 0;
-  for (mlir::Operation &op : step.getBody().front())
-    if (auto g = llvm::dyn_cast<AllGatherStartOp>(op)) {
-      auto type = llvm::cast<mlir::RankedTensorType>(g.getType());
-      paramBytes = type.getElementTypeBitWidth() / 8;
-      gatheredBf16 += type.getNumElements() * paramBytes;
-    }
 
   llvm::raw_ostream &os = llvm::outs();
   os << "kiln explain --fp8: " << session.source->name << ", recipe "
@@ -87,19 +107,26 @@ int explainFp8(ModelSession &session) {
     os << "  " << pad(d.param, width) << "  " << pad(stringifyLinearRole(d.role).str(), 8)
        << pad(shape, 24) << (d.fp8 ? "FP8  " : "BF16 ") << "  "
        << (d.fp8 ? std::string("-") : d.reason) << "\n";
-    if (d.fp8) {
-      ++fp8Count;
-      fp8Elements += d.n * d.k;
-    }
+    fp8Count += d.fp8;
   }
   os << "FP8 linears: " << fp8Count << " of " << decisions.size() << "\n";
-  int64_t withFp8 = gatheredBf16 - gathers * fp8Elements * (paramBytes - 1) +
-                    (gathers ? fp8Count * 4 * ranks : 0);
-  os << "all-gather per step and rank: " << mib(gatheredBf16)
+
+  // Both from the compiled step (fp8 phase), FP8 on.
+  std::optional<int64_t> without = gatheredBytes(command, false);
+  if (!without)
+    return 1;
+  os << "all-gather per step and rank: " << mib(*without)
      << " received without FP8 all-gather\n";
-  os << "                              " << mib(withFp8)
-     << " with it (projected: float8.enable_fsdp_float8_all_gather is not "
-        "implemented yet)\n";
+  if (f8.recipe != "tensorwise") {
+    os << "                              (the FP8 all-gather needs recipe "
+          "tensorwise)\n";
+    return 0;
+  }
+  std::optional<int64_t> with = gatheredBytes(command, true);
+  if (!with)
+    return 1;
+  os << "                              " << mib(*with)
+     << " with it (e4m3 weights, one amax all-reduce)\n";
   return 0;
 }
 } // namespace
@@ -112,7 +139,7 @@ int kiln::runExplain(const ExplainCommand &command) {
       !session.setRanks(command.worldSize))
     return 1;
   if (command.fp8) {
-    if (int rc = explainFp8(session))
+    if (int rc = explainFp8(session, command))
       return rc;
     if (!command.memory)
       return 0;

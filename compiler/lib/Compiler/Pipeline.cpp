@@ -38,6 +38,7 @@ void kiln::buildFp8Pipeline(OpPassManager &pm) {
   // No CSE after the shard phase: it would merge the backward's re-gathered
   // parameters with the forward's.
   pm.addPass(createKilnFp8Linear());
+  pm.addPass(createKilnFp8AllGather());
 }
 
 void kiln::buildFusePipeline(OpPassManager &pm) {

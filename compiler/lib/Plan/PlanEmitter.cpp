@@ -27,6 +27,14 @@ using namespace kiln;
 namespace json = llvm::json;
 
 namespace {
+
+/// The FP8 all-gather's vector of weight amaxes (kiln-fp8-all-gather): a
+/// flatten of parameter statistics, not of gradients.
+bool isAmaxVector(FlattenOp flat) {
+  return llvm::all_of(flat.getParts(), [](Value part) {
+    return part.getDefiningOp<ShardAmaxOp>() != nullptr;
+  });
+}
 FailureOr<StringRef> dtypeName(Operation *at, Type type) {
   Type e = cast<RankedTensorType>(type).getElementType();
   if (e.isF32())
@@ -217,13 +225,14 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
   for (Operation &op : body) {
     if (auto adamw = dyn_cast<AdamWOp>(op))
       markGradient(adamw.getGrad());
-    if (auto flat = dyn_cast<FlattenOp>(op))
+    if (auto flat = dyn_cast<FlattenOp>(op); flat && !isAmaxVector(flat))
       for (Value part : flat.getParts())
         markGradient(part);
   }
   auto categoryOf = [&](Operation &op, Value r) -> int {
-    if (isa<AllGatherStartOp, UnflattenOp>(op) ||
-        (isa<CastOp>(op) && isa<BlockArgument>(op.getOperand(0))))
+    if (isa<AllGatherStartOp, UnflattenOp, ShardAmaxOp, ShardQuantizeOp>(op) ||
+        (isa<CastOp>(op) && isa<BlockArgument>(op.getOperand(0))) ||
+        (isa<FlattenOp>(op) && isAmaxVector(cast<FlattenOp>(op))))
       return 0;
     if (isa<FlattenOp, ReduceScatterStartOp>(op) || gradients.contains(r))
       return 1;

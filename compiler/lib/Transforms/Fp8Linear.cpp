@@ -8,7 +8,11 @@
 //
 // - tensorwise: right after the value's definition, with the transposed
 //   codes the backward reads; the backward multiplies the forward's codes
-//   and scales (never derived again);
+//   and scales of activations (never derived again, so recomputation cannot
+//   change them). Weights are quantized from the copy each op reads: under
+//   FSDP with resharding the backward gathers the weight again and its
+//   codes are made from that copy (the same bits), so no full weight is
+//   kept alive between forward and backward;
 // - rowwise: the forward's right after its definition too; the backward's
 //   (transposed bf16 operands quantized along the token axis) just before
 //   the first backward op of the linear, so nothing extra is saved.
@@ -84,8 +88,8 @@ private:
   Type e4m3, e5m2;
   DenseMap<Value, Value> flats, transposes;
   DenseMap<std::pair<Value, Type>, Quantized> quantized;
-  /// The forward operands of each rewritten linear, by param.
-  llvm::StringMap<std::pair<Quantized, Quantized>> forwardOperands;
+  /// The forward's quantized input of each rewritten linear, by param.
+  llvm::StringMap<Quantized> forwardInputs;
 };
 
 Value Fp8Rewriter::flat(Value v) {
@@ -170,7 +174,7 @@ void Fp8Rewriter::rewriteForward(const Fp8Decision &d) {
   Quantized xq = quantize(x, e4m3);
   afterDefinition(linear.getWeight());
   Quantized wq = quantize(linear.getWeight(), e4m3);
-  forwardOperands[d.param] = {xq, wq};
+  forwardInputs[d.param] = xq;
   Type element = tensorOf(linear.getResult()).getElementType();
   b.setInsertionPoint(linear);
   replaceWith(linear, scaledMatmul("output", d, xq, wq, element,
@@ -179,7 +183,7 @@ void Fp8Rewriter::rewriteForward(const Fp8Decision &d) {
 
 void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
                                   LinearGradWeightOp gw) {
-  auto [xq, wq] = forwardOperands.lookup(d.param);
+  Quantized xq = forwardInputs.lookup(d.param);
   Value dy = gi ? gi.getGrad() : gw.getGrad();
   Operation *first = gi && (!gw || gi->isBeforeInBlock(gw))
                          ? gi.getOperation()
@@ -207,8 +211,15 @@ void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
       xt = quantize(transposedHere(flat(gw.getInput())), e4m3);
     }
   } else {
-    if (gi)
-      wt = {transposed(wq.codes), wq.scale};
+    if (gi) {
+      // The backward's own copy of the weight: with resharding it is
+      // gathered again, and its codes (the same bits: the weight has not
+      // changed) are made from that copy, so no full weight is kept from
+      // the forward.
+      afterDefinition(gi.getWeight());
+      Quantized w = quantize(gi.getWeight(), e4m3);
+      wt = {transposed(w.codes), w.scale};
+    }
     if (gw) {
       dyt = {transposed(dq.codes), dq.scale};
       xt = {transposed(xq.codes), xq.scale};
@@ -262,17 +273,19 @@ void Fp8Rewriter::run() {
   }
   for (LinearOp l : recomputed) {
     const Fp8Decision &d = *byParam.lookup(l.getParam());
-    Quantized xq, wq;
+    Quantized xq;
     if (rowwise()) {
       // Rowwise scales are the operand's own: quantize the recomputed
       // input as the forward did.
       Value x = flat(l.getInput());
       afterDefinition(x);
       xq = quantize(x, e4m3);
-      wq = forwardOperands.lookup(d.param).second;
     } else {
-      std::tie(xq, wq) = forwardOperands.lookup(d.param);
+      xq = forwardInputs.lookup(d.param);
     }
+    // The weight as the backward gathered it (see rewriteBackward).
+    afterDefinition(l.getWeight());
+    Quantized wq = quantize(l.getWeight(), e4m3);
     b.setInsertionPoint(l);
     replaceWith(l, scaledMatmul("output", d, xq, wq,
                                 tensorOf(l.getResult()).getElementType(),

@@ -12,11 +12,13 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Transforms/Fp8Eligibility.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/StringSet.h"
 
 #define DEBUG_TYPE "kiln-fsdp"
 
@@ -65,9 +67,10 @@ std::string groupName(StringRef param) {
 class FunctionSharder {
 public:
   FunctionSharder(func::FuncOp f, int64_t ranks, bool reshard,
-                  bool reduceInBf16)
+                  bool reduceInBf16, const llvm::StringSet<> &fp8Gathered)
       : f(f), body(f.getBody().front()), ranks(ranks), reshard(reshard),
-        reduceInBf16(reduceInBf16), b(f.getContext()) {}
+        reduceInBf16(reduceInBf16), fp8Gathered(fp8Gathered),
+        b(f.getContext()) {}
   LogicalResult run();
 
 private:
@@ -89,6 +92,10 @@ private:
   bool reshard;
   /// `[mixed_precision] reduce = "bfloat16"`: gradients travel in bf16.
   bool reduceInBf16;
+  /// Weights gathered in FP8 (float8.enable_fsdp_float8_all_gather): each
+  /// block's go to a group of their own, `<block>.fp8`, which
+  /// kiln-fp8-all-gather gathers as e4m3 codes.
+  const llvm::StringSet<> &fp8Gathered;
   OpBuilder b;
   Operation *backwardStart = nullptr;
   std::vector<std::unique_ptr<Param>> params;
@@ -121,6 +128,8 @@ void FunctionSharder::collect() {
       if (auto adamw = dyn_cast<AdamWOp>(user); adamw && adamw.getParam() == arg)
         p->adamw = adamw;
     std::string g = groupName(p->name);
+    if (fp8Gathered.contains(p->name))
+      g += ".fp8";
     auto [it, added] = groupIndex.try_emplace(g, groups.size());
     if (added)
       groups.emplace_back().name = g;
@@ -411,6 +420,33 @@ LogicalResult FunctionSharder::run() {
   return finish();
 }
 
+/// The weights whose linears kiln-fp8-linear will rewrite, when the module
+/// asks for the FP8 all-gather; decided on the step before sharding (the
+/// GEMM shapes do not change), the same set for every function so that
+/// training and evaluation share their groups.
+FailureOr<llvm::StringSet<>> fp8GatheredWeights(ModuleOp module) {
+  llvm::StringSet<> weights;
+  FailureOr<std::optional<Fp8Options>> options =
+      Fp8Options::fromModule(module);
+  if (failed(options))
+    return failure();
+  if (!*options || !(*options)->allGather)
+    return weights;
+  if ((*options)->recipe != "tensorwise")
+    return module.emitError("kiln-fsdp: the FP8 all-gather needs the "
+                            "tensorwise recipe, got '")
+           << (*options)->recipe << "'";
+  auto f = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
+  if (!f)
+    f = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
+  if (!f)
+    return weights;
+  for (const Fp8Decision &d : decideFp8Linears(f, **options))
+    if (d.fp8)
+      weights.insert(d.param);
+  return weights;
+}
+
 struct Fsdp : kiln::impl::KilnFsdpBase<Fsdp> {
   using KilnFsdpBase::KilnFsdpBase;
   void runOnOperation() override {
@@ -439,9 +475,13 @@ struct Fsdp : kiln::impl::KilnFsdpBase<Fsdp> {
     auto reduce = precision ? precision.getAs<StringAttr>("reduce")
                             : StringAttr();
     bool reduceInBf16 = reduce && reduce.getValue() == "bfloat16";
+    FailureOr<llvm::StringSet<>> fp8Gathered = fp8GatheredWeights(module);
+    if (failed(fp8Gathered))
+      return signalPassFailure();
     for (StringRef name : {kTrainStepFunc, kForwardLossFunc})
       if (auto f = module.lookupSymbol<func::FuncOp>(name))
-        if (failed(FunctionSharder(f, n, reshard, reduceInBf16).run()))
+        if (failed(FunctionSharder(f, n, reshard, reduceInBf16, *fp8Gathered)
+                       .run()))
           return signalPassFailure();
   }
 };

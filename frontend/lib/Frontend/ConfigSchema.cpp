@@ -188,7 +188,7 @@ const std::vector<KeySpec> &kiln::configSchema() {
                FIELD(float8.enable_fsdp_float8_all_gather), "",
                "Cast weight shards to e4m3 before the FSDP all-gather "
                "(tensorwise only).",
-               kFp8, false),
+               kFp8, true),
       intKey("float8", "amax_history_len", FIELD(float8.amax_history_len), 1,
              1024, "Length of the amax history of the delayed recipe.", kFp8,
              false),

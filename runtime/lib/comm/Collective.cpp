@@ -34,7 +34,8 @@ const char *kindName(CollectiveKind kind) {
 }
 
 bool validType(ElementType type) {
-  return type == ElementType::F32 || type == ElementType::BF16;
+  return type == ElementType::F32 || type == ElementType::BF16 ||
+         type == ElementType::U8;
 }
 
 bool validOp(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Max; }
@@ -73,6 +74,8 @@ std::optional<std::string> checkCollective(CollectiveKind kind,
     return std::nullopt;
   if (!validType(type))
     return "unknown element type " + std::to_string(static_cast<int>(type));
+  if (kind != CollectiveKind::AllGather && type == ElementType::U8)
+    return std::string("u8 (raw bytes) can be gathered but not reduced");
   if (kind != CollectiveKind::AllGather && !validOp(op))
     return "unknown reduction " + std::to_string(static_cast<int>(op));
   if (count < 0)

@@ -18,7 +18,14 @@ namespace kiln::runtime::comm {
 Communicator::~Communicator() = default;
 
 int64_t elementBytes(ElementType type) {
-  return type == ElementType::BF16 ? 2 : 4;
+  switch (type) {
+  case ElementType::BF16:
+    return 2;
+  case ElementType::U8:
+    return 1;
+  default:
+    return 4;
+  }
 }
 
 const char *elementTypeName(ElementType type) {
@@ -27,6 +34,8 @@ const char *elementTypeName(ElementType type) {
     return "f32";
   case ElementType::BF16:
     return "bf16";
+  case ElementType::U8:
+    return "u8";
   }
   return "unknown-type";
 }

@@ -99,7 +99,14 @@ std::string mpiErrorText(int code) {
 }
 
 MPI_Datatype mpiType(ElementType type) {
-  return type == ElementType::BF16 ? MPI_UINT16_T : MPI_FLOAT;
+  switch (type) {
+  case ElementType::BF16:
+    return MPI_UINT16_T;
+  case ElementType::U8:
+    return MPI_UINT8_T;
+  default:
+    return MPI_FLOAT;
+  }
 }
 
 class MpiCommunicator final : public Communicator {

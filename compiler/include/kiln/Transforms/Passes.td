@@ -310,4 +310,39 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnFp8AllGather : Pass<"kiln-fp8-all-gather", "mlir::ModuleOp"> {
+  let summary = "Gather FP8 weights as e4m3 codes cast on the shards";
+  let description = [{
+    With the module's `kiln.float8` `all_gather = true` (tensorwise only),
+    after `kiln-fp8-linear` on one rank's FSDP step: a group whose every
+    gathered parameter view is only quantized tensorwise to e4m3 (the
+    `<block>.fp8` groups `kiln-fsdp` makes for this) is gathered as codes,
+    one byte per element instead of two. At the function's start each such
+    shard is cast to the param dtype and `kiln.shard_amax` takes each
+    weight's amax over the rank's part; one `all_reduce_start {max}` over
+    the vector of all of them gives every weight its amax, and
+    `kiln.shard_quantize` casts the shard with each weight's scale. Every
+    all-gather of the group (the backward's too, when resharding) then
+    gathers the codes; each view's `amax` + `quantize` becomes an
+    `unflatten` of the gathered codes and of the scales. The codes equal
+    those the bf16 gather would have given after quantizing, bit for bit.
+
+    ```mlir
+    // at the start of the function:
+    %c = kiln.cast %shard : tensor<12352xf32> -> tensor<12352xbf16>
+    %a = kiln.shard_amax %c {offsets = array<i64: 0, 4096, ...>, sizes = array<i64: 4096, 2048, ...>, ranks = 2 : i64} : tensor<12352xbf16> -> tensor<7xf32>
+    %all = kiln.flatten %a, ... [0, ...] : ... -> tensor<14xf32>
+    %r = kiln.all_reduce_start %all {ranks = 2 : i64, reduction = "max"} : tensor<14xf32>
+    %max = kiln.wait %r : tensor<14xf32>
+    %m = kiln.unflatten %max[0] : tensor<14xf32> -> tensor<7xf32>
+    %codes, %scales = kiln.shard_quantize %c, %m {...} : tensor<12352xbf16>, tensor<7xf32> -> tensor<12352xf8E4M3FN>, tensor<7xf32>
+    // where the group was gathered:
+    %g = kiln.all_gather_start %codes {group = "model.layers.0.fp8", ranks = 2 : i64} : tensor<12352xf8E4M3FN> -> tensor<24704xf8E4M3FN>
+    %full = kiln.wait %g : tensor<24704xf8E4M3FN>
+    %wq = kiln.unflatten %full[0] : tensor<24704xf8E4M3FN> -> tensor<64x64xf8E4M3FN>
+    %ws = kiln.unflatten %scales[0] : tensor<7xf32> -> tensor<f32>
+    ```
+  }];
+}
+
 #endif // KILN_TRANSFORMS_PASSES_TD

@@ -90,6 +90,8 @@ private:
   explicit CpuExecutor(const Plan &plan);
   View view(int64_t id);
   std::string describeStep(const PlanStep &step) const;
+  std::string runShardOp(const PlanStep &step,
+                         std::vector<std::vector<float>> &scratch);
   std::string runStep(const PlanStep &step,
                       std::vector<std::vector<float>> &scratch);
 

@@ -15,7 +15,49 @@ bool scalesRows(Value scale, Value operand) {
   return s.getRank() == 0 ||
          (s.getRank() == 1 && s.getDimSize(0) == tensorOf(operand).getDimSize(0));
 }
+
+/// shard_amax_c2: the weights lie inside the flat buffer of `ranks` shards
+/// of `shard`, without overlapping; one weight per element of `perWeight`.
+LogicalResult checkWeights(Operation *op, Value shard, Value perWeight,
+                           ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes,
+                           int64_t ranks) {
+  RankedTensorType s = tensorOf(shard), w = tensorOf(perWeight);
+  if (s.getRank() != 1 || w.getRank() != 1)
+    return op->emitOpError("needs a rank-1 shard and one value per weight");
+  if (offsets.size() != sizes.size() ||
+      static_cast<int64_t>(offsets.size()) != w.getDimSize(0))
+    return op->emitOpError("needs one offset and one size per weight, got ")
+           << offsets.size() << " offsets and " << sizes.size()
+           << " sizes for " << w.getDimSize(0) << " weights";
+  if (ranks < 1)
+    return op->emitOpError("needs at least one rank, got ") << ranks;
+  int64_t end = 0, total = ranks * s.getDimSize(0);
+  for (auto [offset, size] : llvm::zip(offsets, sizes)) {
+    if (offset < end || size < 1 || offset + size > total)
+      return op->emitOpError("weight at [")
+             << offset << ", " << offset + size
+             << ") overlaps another or lies outside the flat buffer of "
+             << total;
+    end = offset + size;
+  }
+  return success();
+}
 } // namespace
+
+LogicalResult ShardAmaxOp::verify() {
+  return checkWeights(*this, getShard(), getResult(), getOffsets(),
+                      getSizes(), getRanks());
+}
+
+LogicalResult ShardQuantizeOp::verify() {
+  if (tensorOf(getCodes()).getShape() != tensorOf(getShard()).getShape() ||
+      !isa<Float8E4M3FNType>(tensorOf(getCodes()).getElementType()))
+    return emitOpError("codes must be e4m3 in the shard's shape");
+  if (tensorOf(getAmax()).getShape() != tensorOf(getScales()).getShape())
+    return emitOpError("needs one scale per amax");
+  return checkWeights(*this, getShard(), getAmax(), getOffsets(), getSizes(),
+                      getRanks());
+}
 
 LogicalResult QuantizeOp::verify() {
   RankedTensorType in = tensorOf(getInput());

@@ -46,12 +46,13 @@
 
 namespace kiln::runtime::comm {
 
-enum class ElementType { F32, BF16 };
+/// U8 is raw bytes (FP8 codes): all-gathers only, never reduced.
+enum class ElementType { F32, BF16, U8 };
 enum class ReduceOp { Sum, Max };
 
-/// Bytes of one element: 4 for f32, 2 for bf16.
+/// Bytes of one element: 4 for f32, 2 for bf16, 1 for u8.
 int64_t elementBytes(ElementType type);
-/// "f32", "bf16".
+/// "f32", "bf16", "u8".
 const char *elementTypeName(ElementType type);
 /// "sum", "max".
 const char *reduceOpName(ReduceOp op);

@@ -27,6 +27,24 @@ uint8_t toE5m2(float x);
 float fromE4m3(uint8_t code);
 float fromE5m2(uint8_t code);
 
+/// One weight's elements [offset, offset + size) of a flat buffer.
+struct FlatRange {
+  int64_t offset, size;
+};
+
+/// The FP8 all-gather's casts on one rank's shard, which holds the flat
+/// elements [first, first + n) (docs/plan.md, shard_amax and
+/// shard_quantize):
+/// amax[i] = max |x| over the elements of weights[i] in the shard, 0 when
+/// it has none;
+void shardAmax(const float *shard, int64_t n, int64_t first,
+               const FlatRange *weights, int64_t count, float *amax);
+/// scales[i] = 448 / max(amax[i], 1e-12) in f32, and each element of
+/// weight i becomes toE4m3(x * scales[i]); elements of no weight become 0.
+void shardQuantizeE4m3(const float *shard, int64_t n, int64_t first,
+                       const FlatRange *weights, int64_t count,
+                       const float *amax, uint8_t *codes, float *scales);
+
 } // namespace kiln::runtime::cpu
 
 #endif // KILN_RUNTIME_CPU_FP8_H

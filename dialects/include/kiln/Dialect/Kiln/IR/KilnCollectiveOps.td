@@ -18,7 +18,8 @@
 #ifndef KILN_DIALECT_KILN_IR_KILNCOLLECTIVEOPS_TD
 #define KILN_DIALECT_KILN_IR_KILNCOLLECTIVEOPS_TD
 
-def Kiln_FlatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
+// FP8 codes travel too: `kiln-fp8-all-gather` gathers e4m3 shards.
+def Kiln_FlatTensor : StaticShapeTensorOf<[F32, BF16, F16, F8E4M3FN]>;
 
 def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start"> {
   let summary = "begins gathering every rank's shard into one buffer";
@@ -93,14 +94,16 @@ def Kiln_WaitOp : Kiln_Op<"wait", [AllTypesMatch<["pending", "result"]>]> {
 def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure]> {
   let summary = "one parameter's elements of a flat buffer, in its shape";
   let description = [{
-    `result = reshape(flat[offset : offset + numel(result)])`.
+    `result = reshape(flat[offset : offset + numel(result)])`. Also takes
+    one weight's FP8 codes out of a gathered e4m3 buffer, and one scale
+    (rank-0) out of a vector of scales.
 
     Rules:
     - unflatten_c1: `flat` has rank 1 and the element type of the result,
       and the slice lies inside it.
   }];
   let arguments = (ins Kiln_FlatTensor:$flat, I64Attr:$offset);
-  let results = (outs Kiln_FloatTensor:$result);
+  let results = (outs Kiln_LayoutTensor:$result);
   let assemblyFormat = [{
     $flat `[` $offset `]` attr-dict `:` type($flat) `->` type($result)
   }];

@@ -106,4 +106,63 @@ def Kiln_ScaledMatmulOp : Kiln_Op<"scaled_matmul", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// FP8 all-gather (`kiln-fp8-all-gather`): weights cast to e4m3 on their
+// shards, so that the all-gather moves one byte per element. A group's flat
+// buffer holds weight i at [offsets[i], offsets[i] + sizes[i]); rank r's
+// shard of length S is elements [r * S, (r + 1) * S) of it, r being the
+// rank that runs the op.
+//===----------------------------------------------------------------------===//
+
+def Kiln_ShardAmaxOp : Kiln_Op<"shard_amax", [Pure]> {
+  let summary = "each weight's largest magnitude within this rank's shard";
+  let description = [{
+    `result[i]` = max |x| over the elements of weight i that lie in this
+    rank's shard, 0 when none does. An all-reduce(max) of the result over
+    the `ranks` ranks gives every weight its amax.
+
+    Rules:
+    - shard_amax_c1: `offsets` and `sizes` have one entry per result element.
+    - shard_amax_c2: each weight lies inside the flat buffer of `ranks`
+      shards, and the weights do not overlap.
+
+    ```mlir
+    %a = kiln.shard_amax %shard {offsets = array<i64: 0, 4096>, sizes = array<i64: 4096, 2048>, ranks = 2 : i64} : tensor<3072xbf16> -> tensor<2xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$shard, DenseI64ArrayAttr:$offsets,
+                       DenseI64ArrayAttr:$sizes, I64Attr:$ranks);
+  let results = (outs Kiln_F32Tensor:$result);
+  let assemblyFormat = "$shard attr-dict `:` type($shard) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_ShardQuantizeOp : Kiln_Op<"shard_quantize", [Pure]> {
+  let summary = "casts this rank's shard to e4m3, each weight with its scale";
+  let description = [{
+    `scales[i] = 448 / max(amax[i], 1e-12)` (f32), and each element of
+    weight i in the shard becomes the e4m3 code of `x * scales[i]`, as
+    `kiln.quantize` makes it; elements of no listed weight (padding) become
+    0. With the global amaxes, gathering the codes of every rank gives each
+    weight's FP8 cast as a whole, bit for bit.
+
+    Rules:
+    - shard_quantize_c1: `codes` has the shard's shape; `amax` and `scales`
+      have one element per weight; the weights are as in shard_amax_c2.
+
+    ```mlir
+    %c, %s = kiln.shard_quantize %shard, %amax {offsets = array<i64: 0, 4096>, sizes = array<i64: 4096, 2048>, ranks = 2 : i64} : tensor<3072xbf16>, tensor<2xf32> -> tensor<3072xf8E4M3FN>, tensor<2xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$shard, Kiln_F32Tensor:$amax,
+                       DenseI64ArrayAttr:$offsets, DenseI64ArrayAttr:$sizes,
+                       I64Attr:$ranks);
+  let results = (outs Kiln_Fp8Tensor:$codes, Kiln_F32Tensor:$scales);
+  let assemblyFormat = [{
+    $shard `,` $amax attr-dict `:` type($shard) `,` type($amax) `->`
+    type($codes) `,` type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // KILN_DIALECT_KILN_IR_KILNFP8OPS_TD
