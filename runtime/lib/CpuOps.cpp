@@ -12,6 +12,7 @@
 #include "kiln/Runtime/CpuOps.h"
 #include "kiln/Runtime/Cpu/Kernels.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -179,6 +180,28 @@ KILN_CPU_OP(transpose) {
   return "";
 }
 
+KILN_CPU_OP(delayedAmax) {
+  // The history's max (or its most recent entry), else this step's amax.
+  const View &history = in[0];
+  int64_t n = history.numElements();
+  float h = history.f32()[0];
+  if (step.str("algo") == "max")
+    for (int64_t i = 1; i < n; ++i)
+      h = std::max(h, history.f32()[i]);
+  out[0].f32()[0] = h > 0.0f ? h : in[1].f32()[0];
+  return "";
+}
+
+KILN_CPU_OP(amaxHistoryUpdate) {
+  (void)step;
+  // [amax, history[0], ..., history[n - 2]]; the result may be the
+  // history's own buffer.
+  int64_t n = in[0].numElements();
+  std::memmove(out[0].f32() + 1, in[0].f32(), (n - 1) * sizeof(float));
+  out[0].f32()[0] = in[1].f32()[0];
+  return "";
+}
+
 KILN_CPU_OP(gradNorm) {
   std::vector<cpu::FloatSpan> grads;
   for (const View &g : in)
@@ -241,6 +264,8 @@ CpuOpFn findCpuOp(const std::string &op) {
       {"transpose", transpose},
       {"flatten", flatten},
       {"unflatten", unflatten},
+      {"delayed_amax", delayedAmax},
+      {"amax_history_update", amaxHistoryUpdate},
       {"grad_norm", gradNorm},
       {"lr_schedule", lrSchedule},
       {"adamw", adamw},

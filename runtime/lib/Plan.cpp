@@ -332,7 +332,8 @@ const std::string &PlanStep::str(const std::string &name) const {
 }
 
 bool isOptimizerState(const std::string &name) {
-  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0;
+  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0 ||
+         name.rfind("fp8_amax_history.", 0) == 0;
 }
 
 void unshardedShapes(const Plan &plan,

@@ -299,12 +299,17 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
     for (OpResult r : op.getResults()) {
       if (isa<WaitOp>(op))
         break;
-      // AdamW overwrites the state it reads: its three results alias the
-      // param, exp_avg and exp_avg_sq operands.
-      if (adamw) {
-        Value in = op.getOperand(r.getResultNumber() == 0   ? 0
-                                 : r.getResultNumber() == 1 ? 2
-                                                            : 3);
+      // AdamW overwrites the state it reads (its three results alias the
+      // param, exp_avg and exp_avg_sq operands), and so does the delayed
+      // FP8 recipe's amax_history_update (its history).
+      Value in;
+      if (adamw)
+        in = op.getOperand(r.getResultNumber() == 0   ? 0
+                           : r.getResultNumber() == 1 ? 2
+                                                      : 3);
+      else if (auto update = dyn_cast<AmaxHistoryUpdateOp>(op))
+        in = update.getHistory();
+      if (in) {
         bool lastReader = llvm::all_of(in.getUsers(), [&](Operation *user) {
           return index.lookup(user) <= index.lookup(&op);
         });

@@ -22,8 +22,19 @@ FailureOr<std::optional<Fp8Options>> Fp8Options::fromModule(ModuleOp module) {
   Fp8Options o;
   if (auto r = dict.getAs<StringAttr>("recipe"))
     o.recipe = r.str();
-  if (o.recipe != "tensorwise" && o.recipe != "rowwise")
-    return fail("recipe must be tensorwise or rowwise, got '" + o.recipe + "'");
+  if (o.recipe != "tensorwise" && o.recipe != "rowwise" &&
+      o.recipe != "delayed")
+    return fail("recipe must be tensorwise, rowwise or delayed, got '" +
+                o.recipe + "'");
+  if (auto len = dict.getAs<IntegerAttr>("amax_history_len"))
+    o.amaxHistoryLen = len.getInt();
+  if (o.amaxHistoryLen < 1)
+    return fail("amax_history_len must be at least 1");
+  if (auto algo = dict.getAs<StringAttr>("amax_compute_algo"))
+    o.amaxComputeAlgo = algo.str();
+  if (o.amaxComputeAlgo != "max" && o.amaxComputeAlgo != "most_recent")
+    return fail("amax_compute_algo must be max or most_recent, got '" +
+                o.amaxComputeAlgo + "'");
   if (auto fqns = dict.getAs<ArrayAttr>("filter_fqns"))
     for (Attribute a : fqns) {
       auto s = dyn_cast<StringAttr>(a);

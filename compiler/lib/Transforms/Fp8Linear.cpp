@@ -48,7 +48,9 @@ public:
   Fp8Rewriter(func::FuncOp func, const Fp8Options &options)
       : func(func), options(options), b(func.getContext()),
         e4m3(Float8E4M3FNType::get(func.getContext())),
-        e5m2(Float8E5M2Type::get(func.getContext())) {}
+        e5m2(Float8E5M2Type::get(func.getContext())),
+        delayed(options.recipe == "delayed" &&
+                func.getSymName() == kTrainStepFunc) {}
 
   void run();
 
@@ -66,8 +68,16 @@ private:
   /// `v` as [rows, last dim], right after its definition.
   Value flat(Value v);
   /// The codes of the 2-D `v` in `type` and their scale; made at `b`'s
-  /// insertion point the first time.
-  Quantized quantize(Value v, Type type);
+  /// insertion point the first time. `history` names the delayed recipe's
+  /// amax history of this operand ("input.<param>", "weight.<param>",
+  /// "grad_output.<param>"); another value with the same history (a weight
+  /// gathered again) is scaled with the same amax.
+  Quantized quantize(Value v, Type type, const std::string &history);
+  /// The amax a delayed cast of `v` scales with, and its history.
+  Value delayedAmax(Value v, const std::string &history);
+  /// Each history's new value (this step's amax in front, all-reduced over
+  /// ranks) as a result of the step.
+  void updateHistories();
   /// `codes` transposed, right after they are made.
   Value transposed(Value codes);
   /// A bf16 2-D value transposed at `b`'s insertion point.
@@ -86,6 +96,16 @@ private:
   const Fp8Options &options;
   OpBuilder b;
   Type e4m3, e5m2;
+  /// The delayed recipe (train_step only: evaluation and sampling update
+  /// no state, and scale dynamically).
+  bool delayed;
+  struct History {
+    std::string name;
+    BlockArgument arg;
+    Value current, amax;
+  };
+  std::vector<History> histories;
+  llvm::StringMap<unsigned> historyIndex;
   DenseMap<Value, Value> flats, transposes;
   DenseMap<std::pair<Value, Type>, Quantized> quantized;
   /// The forward's quantized input of each rewritten linear, by param.
@@ -108,7 +128,77 @@ Value Fp8Rewriter::flat(Value v) {
   return flats[v] = f;
 }
 
-Quantized Fp8Rewriter::quantize(Value v, Type type) {
+Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
+  if (auto it = historyIndex.find(history); it != historyIndex.end())
+    return histories[it->second].amax;
+  auto f32 = b.getF32Type();
+  Location loc = v.getLoc();
+  Value current =
+      AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
+  unsigned n = func.getNumArguments();
+  std::string name = "fp8_amax_history." + history;
+  if (failed(func.insertArgument(
+          n, RankedTensorType::get({options.amaxHistoryLen}, f32),
+          b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kStateAttrName,
+                                             b.getStringAttr(name))),
+          func.getLoc())))
+    llvm_unreachable("inserting an argument into a function with a body");
+  BlockArgument arg = func.getArgument(n);
+  Value amax = DelayedAmaxOp::create(b, loc, RankedTensorType::get({}, f32),
+                                     arg, current,
+                                     b.getStringAttr(options.amaxComputeAlgo));
+  historyIndex[history] = histories.size();
+  histories.push_back({name, arg, current, amax});
+  return amax;
+}
+
+void Fp8Rewriter::updateHistories() {
+  if (histories.empty())
+    return;
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  b.setInsertionPoint(ret);
+  Location loc = func.getLoc();
+  SmallVector<Value> amaxes;
+  for (History &h : histories)
+    amaxes.push_back(h.current);
+  // One all-reduce(max) of every cast's amax, so that all ranks keep the
+  // same histories (activations and gradients differ per rank).
+  auto module = func->getParentOfType<ModuleOp>();
+  auto ranks = module->getAttrOfType<IntegerAttr>(kRanksAttr);
+  if (ranks && ranks.getInt() > 1) {
+    auto f32 = b.getF32Type();
+    int64_t count = static_cast<int64_t>(amaxes.size());
+    auto vectorType = RankedTensorType::get({count}, f32);
+    SmallVector<int64_t> offsets;
+    SmallVector<Value> parts;
+    for (auto [i, a] : llvm::enumerate(amaxes)) {
+      offsets.push_back(static_cast<int64_t>(i));
+      parts.push_back(ReshapeOp::create(b, loc, RankedTensorType::get({1}, f32), a));
+    }
+    Value all = FlattenOp::create(b, loc, vectorType, parts,
+                                  b.getDenseI64ArrayAttr(offsets));
+    Value started = AllReduceStartOp::create(b, loc, vectorType, all, ranks,
+                                             b.getStringAttr("max"));
+    Value max = WaitOp::create(b, loc, vectorType, started);
+    for (auto [i, a] : llvm::enumerate(amaxes))
+      a = UnflattenOp::create(b, loc, RankedTensorType::get({}, f32), max,
+                              b.getI64IntegerAttr(static_cast<int64_t>(i)));
+  }
+  SmallVector<Value> results(ret.getOperands());
+  for (auto [h, a] : llvm::zip(histories, amaxes)) {
+    Value updated = AmaxHistoryUpdateOp::create(b, loc, h.arg, a);
+    unsigned index = func.getNumResults();
+    results.push_back(updated);
+    func.insertResult(index, updated.getType(),
+                      b.getDictionaryAttr(b.getNamedAttr(
+                          KilnDialect::kStateAttrName,
+                          b.getStringAttr(h.name))));
+  }
+  ret->setOperands(results);
+}
+
+Quantized Fp8Rewriter::quantize(Value v, Type type,
+                                const std::string &history) {
   auto key = std::make_pair(v, type);
   if (auto it = quantized.find(key); it != quantized.end())
     return it->second;
@@ -123,7 +213,10 @@ Quantized Fp8Rewriter::quantize(Value v, Type type) {
                            Value(), /*pow2_scale=*/true);
   } else {
     Value amax =
-        AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
+        delayed
+            ? delayedAmax(v, history)
+            : AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v)
+                  .getResult();
     q = QuantizeOp::create(b, loc, codesType, RankedTensorType::get({}, f32),
                            v, amax, /*pow2_scale=*/false);
   }
@@ -171,9 +264,9 @@ void Fp8Rewriter::rewriteForward(const Fp8Decision &d) {
   LinearOp linear = d.linear;
   Value x = flat(linear.getInput());
   afterDefinition(x);
-  Quantized xq = quantize(x, e4m3);
+  Quantized xq = quantize(x, e4m3, "input." + d.param);
   afterDefinition(linear.getWeight());
-  Quantized wq = quantize(linear.getWeight(), e4m3);
+  Quantized wq = quantize(linear.getWeight(), e4m3, "weight." + d.param);
   forwardInputs[d.param] = xq;
   Type element = tensorOf(linear.getResult()).getElementType();
   b.setInsertionPoint(linear);
@@ -194,10 +287,10 @@ void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
   Quantized dq;
   if (rowwise()) {
     b.setInsertionPoint(first);
-    dq = quantize(dy2, e4m3);
+    dq = quantize(dy2, e4m3, "");
   } else {
     afterDefinition(dy2);
-    dq = quantize(dy2, e5m2);
+    dq = quantize(dy2, e5m2, "grad_output." + d.param);
   }
 
   // Every operand first: `first` is one of the ops replaced below.
@@ -205,10 +298,10 @@ void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
   if (rowwise()) {
     b.setInsertionPoint(first);
     if (gi)
-      wt = quantize(transposedHere(gi.getWeight()), e4m3);
+      wt = quantize(transposedHere(gi.getWeight()), e4m3, "");
     if (gw) {
-      dyt = quantize(transposedHere(dy2), e4m3);
-      xt = quantize(transposedHere(flat(gw.getInput())), e4m3);
+      dyt = quantize(transposedHere(dy2), e4m3, "");
+      xt = quantize(transposedHere(flat(gw.getInput())), e4m3, "");
     }
   } else {
     if (gi) {
@@ -217,7 +310,7 @@ void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
       // changed) are made from that copy, so no full weight is kept from
       // the forward.
       afterDefinition(gi.getWeight());
-      Quantized w = quantize(gi.getWeight(), e4m3);
+      Quantized w = quantize(gi.getWeight(), e4m3, "weight." + d.param);
       wt = {transposed(w.codes), w.scale};
     }
     if (gw) {
@@ -279,13 +372,13 @@ void Fp8Rewriter::run() {
       // input as the forward did.
       Value x = flat(l.getInput());
       afterDefinition(x);
-      xq = quantize(x, e4m3);
+      xq = quantize(x, e4m3, "");
     } else {
       xq = forwardInputs.lookup(d.param);
     }
     // The weight as the backward gathered it (see rewriteBackward).
     afterDefinition(l.getWeight());
-    Quantized wq = quantize(l.getWeight(), e4m3);
+    Quantized wq = quantize(l.getWeight(), e4m3, "weight." + d.param);
     b.setInsertionPoint(l);
     replaceWith(l, scaledMatmul("output", d, xq, wq,
                                 tensorOf(l.getResult()).getElementType(),
@@ -299,6 +392,8 @@ void Fp8Rewriter::run() {
     if (gi || gw)
       rewriteBackward(d, gi, gw);
   }
+  if (delayed)
+    updateHistories();
 }
 
 struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {

@@ -493,12 +493,6 @@ void ConfigParser::validate() {
            "cast before the gather)";
     return;
   }
-  if (f8.recipe == "delayed") {
-    error(at("float8.recipe"))
-        << "float8.recipe = \"delayed\" is not implemented yet (issue #5); "
-           "use \"tensorwise\" or \"rowwise\"";
-    return;
-  }
 
   // Sizes: no tensor above 2^40 elements, and no overflow on the way.
   int64_t hidden = m.ffnHiddenDim();

@@ -191,10 +191,10 @@ const std::vector<KeySpec> &kiln::configSchema() {
                kFp8, true),
       intKey("float8", "amax_history_len", FIELD(float8.amax_history_len), 1,
              1024, "Length of the amax history of the delayed recipe.", kFp8,
-             false),
+             true),
       otherKey("float8", "amax_compute_algo", FIELD(float8.amax_compute_algo),
                "max|most_recent",
-               "How the delayed recipe reads its amax history.", kFp8, false),
+               "How the delayed recipe reads its amax history.", kFp8, true),
   };
   return schema;
 }

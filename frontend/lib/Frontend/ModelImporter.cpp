@@ -289,7 +289,11 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
              b.getNamedAttr("force_output_projection",
                             b.getBoolAttr(f8.force_output_projection)),
              b.getNamedAttr("all_gather",
-                            b.getBoolAttr(f8.enable_fsdp_float8_all_gather))}));
+                            b.getBoolAttr(f8.enable_fsdp_float8_all_gather)),
+             b.getNamedAttr("amax_history_len",
+                            b.getI64IntegerAttr(f8.amax_history_len)),
+             b.getNamedAttr("amax_compute_algo",
+                            b.getStringAttr(f8.amax_compute_algo))}));
   }
 
   int64_t batch = localBatch(config);

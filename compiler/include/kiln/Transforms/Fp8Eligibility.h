@@ -23,11 +23,15 @@ inline constexpr llvm::StringLiteral kFloat8Attr = "kiln.float8";
 
 /// [float8] as the passes read it.
 struct Fp8Options {
-  std::string recipe = "tensorwise"; // tensorwise | rowwise
+  std::string recipe = "tensorwise"; // tensorwise | rowwise | delayed
   std::vector<std::string> filterFqns;
   bool autoFilterSmallKN = true;
   bool forceOutputProjection = false;
   bool allGather = false;
+  /// The delayed recipe's history: steps kept, and how its amax is read
+  /// (max | most_recent).
+  int64_t amaxHistoryLen = 16;
+  std::string amaxComputeAlgo = "max";
 
   /// From the module's kiln.float8, or nullopt when FP8 is off. A malformed
   /// attribute (kiln-opt input) is an error at the module.

@@ -287,7 +287,18 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
       are what the backward reads: the weight's and the input's codes are
       transposed right after their quantization (the K-major operands of
       the grad-input and grad-weight GEMMs) and a recomputed linear
-      (activation checkpointing) multiplies the forward's codes again.
+      (activation checkpointing) multiplies the forward's codes again. A
+      weight is quantized from the copy each op reads, so a weight
+      gathered again for the backward (FSDP resharding) is quantized again
+      (the same bits) instead of keeping the forward's codes alive.
+    - `delayed` (in `@train_step`; other functions as tensorwise): each
+      cast's amax goes into a history argument (`kiln.state =
+      "fp8_amax_history.<input|weight|grad_output>.<param>"`, length
+      `amax_history_len`); the quantize reads `kiln.delayed_amax` of the
+      history and the current amax (`amax_compute_algo`); before the
+      return, the current amaxes (all-reduced with `max` over ranks under
+      FSDP) enter the histories with `kiln.amax_history_update`, returned
+      as the same states.
     - `rowwise`: scales per row of each operand as the GEMM reads it,
       rounded down to powers of two, all e4m3; the backward transposes its
       bf16 operands and quantizes them again along the token axis.

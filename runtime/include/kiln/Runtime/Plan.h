@@ -112,8 +112,10 @@ struct Plan {
   const PlanValue *named(PlanValue::Kind kind, const std::string &name) const;
 };
 
-/// Whether a state (or checkpoint tensor) name is an AdamW moment:
-/// `exp_avg.<param>` or `exp_avg_sq.<param>` (or their sharded groups).
+/// Whether a state (or checkpoint tensor) name is training state besides
+/// the weights, kept in the optimizer checkpoint: an AdamW moment
+/// (`exp_avg.<param>`, `exp_avg_sq.<param>`, or their sharded groups) or a
+/// delayed FP8 recipe's amax history (`fp8_amax_history.<operand>.<param>`).
 bool isOptimizerState(const std::string &name);
 
 /// The shape of every state in the unsharded layout (what a checkpoint

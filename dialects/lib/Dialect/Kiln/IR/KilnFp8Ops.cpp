@@ -100,3 +100,24 @@ LogicalResult ScaledMatmulOp::verify() {
            << gemm << "'";
   return success();
 }
+
+namespace {
+LogicalResult checkHistory(Operation *op, Value history) {
+  RankedTensorType h = tensorOf(history);
+  if (h.getRank() != 1 || h.getDimSize(0) < 1)
+    return op->emitOpError("needs a rank-1, non-empty history, got ")
+           << shapeOf(history);
+  return success();
+}
+} // namespace
+
+LogicalResult DelayedAmaxOp::verify() {
+  if (getAlgo() != "max" && getAlgo() != "most_recent")
+    return emitOpError("algo must be 'max' or 'most_recent', got '")
+           << getAlgo() << "'";
+  return checkHistory(*this, getHistory());
+}
+
+LogicalResult AmaxHistoryUpdateOp::verify() {
+  return checkHistory(*this, getHistory());
+}

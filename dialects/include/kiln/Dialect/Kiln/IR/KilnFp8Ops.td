@@ -165,4 +165,58 @@ def Kiln_ShardQuantizeOp : Kiln_Op<"shard_quantize", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// The delayed recipe: scales from the amaxes of earlier steps. Each cast
+// has a history (a training state, zeros at initialisation, most recent
+// first) of the amaxes all-reduced over ranks at the end of each step.
+//===----------------------------------------------------------------------===//
+
+def Kiln_DelayedAmaxOp : Kiln_Op<"delayed_amax", [Pure]> {
+  let summary = "the amax a delayed cast scales with";
+  let description = [{
+    `h = max(history)` (`algo = "max"`) or `history[0]` (`"most_recent"`);
+    the result is `h` when it is positive, else `current` (a history with
+    nothing recorded yet: the first step scales dynamically, as torchao's
+    delayed scaling initialises its buffers). Values beyond `h` saturate in
+    the cast.
+
+    Rules:
+    - delayed_amax_c1: `history` is rank-1 and not empty.
+    - delayed_amax_c2: `algo` is `max` or `most_recent`.
+
+    ```mlir
+    %a = kiln.delayed_amax %history, %current {algo = "max"} : tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_F32Tensor:$history, Kiln_ScalarF32:$current,
+                       StrAttr:$algo);
+  let results = (outs Kiln_ScalarF32:$result);
+  let assemblyFormat = [{
+    $history `,` $current attr-dict `:` type($history)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_AmaxHistoryUpdateOp : Kiln_Op<"amax_history_update",
+    [Pure, AllTypesMatch<["history", "result"]>]> {
+  let summary = "the history with this step's amax in front";
+  let description = [{
+    `result = [amax, history[0], ..., history[n - 2]]`: the oldest entry
+    drops out.
+
+    Rules:
+    - amax_history_update_c1: `history` is rank-1 and not empty.
+
+    ```mlir
+    %h2 = kiln.amax_history_update %history, %amax : tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_F32Tensor:$history, Kiln_ScalarF32:$amax);
+  let results = (outs Kiln_F32Tensor:$result);
+  let assemblyFormat = [{
+    $history `,` $amax attr-dict `:` type($history)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // KILN_DIALECT_KILN_IR_KILNFP8OPS_TD
