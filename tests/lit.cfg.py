@@ -17,13 +17,16 @@ config.environment["LC_ALL"] = "C"
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 # Longest first: %kiln would otherwise eat the front of %kiln_run.
-for tool in ["kiln-run", "kiln-opt", "kiln"]:
+for tool in ["kiln-group-kernel-host-check", "kiln-nvrtc-check", "kiln-run",
+             "kiln-opt", "kiln"]:
     config.substitutions.append(
         ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 # Multi-rank runs: Open MPI as root in containers, more ranks than cores,
 # one BLAS thread per rank.
+if config.kiln_have_cuda:
+    config.available_features.add("cuda-toolkit")
 config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
 config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
 config.substitutions.append(

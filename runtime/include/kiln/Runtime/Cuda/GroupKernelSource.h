@@ -1,0 +1,52 @@
+//===- GroupKernelSource.h - CUDA C++ for a fused group ---------*- C++ -*-===//
+//
+// The CUDA backend's kernels for the plan's fused groups (docs/plan.md,
+// "Fused groups"), written as CUDA C++ source that NVRTC compiles at load
+// time for the device's architecture. Generating the source needs no CUDA:
+// CI compiles every group of the presets' plans for sm_90a
+// (kiln-nvrtc-check) on machines without a GPU.
+//
+// The kernels follow the group language's semantics: every instruction
+// rounds to its type, row sums accumulate in double in column order, no
+// multiply-add contraction (compile with --fmad=false). Transcendentals
+// (exp, log) are CUDA's, so results may differ from the CPU backend's in
+// the last bits of those ops.
+//
+// Launch: `kiln_group` with blocks of kKilnGroupBlockRows threads, one
+// thread per row, ceil(rows / kKilnGroupBlockRows) blocks; `amax` outputs
+// must be zero before it. With a `col_sum` output, `kiln_group_col_sum`
+// then runs one thread per column over the per-block partial sums.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CUDA_GROUPKERNELSOURCE_H
+#define KILN_RUNTIME_CUDA_GROUPKERNELSOURCE_H
+
+#include "kiln/Runtime/DType.h"
+#include "kiln/Runtime/FusedGroup.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln::runtime::cuda {
+
+/// Rows (threads) per block of `kiln_group`.
+constexpr int kKilnGroupBlockRows = 64;
+
+struct GroupKernelSource {
+  std::string source;
+  /// Whether the group has a `col_sum` output (a second kernel, and a
+  /// scratch of blocks x cols doubles per such output).
+  bool hasColSum = false;
+};
+
+/// The kernels of `group`, whose operands and results have these dtypes.
+/// On an unsupported group returns an empty source and says why in `error`.
+GroupKernelSource groupKernelSource(const FusedGroup &group,
+                                    const std::vector<DType> &operands,
+                                    const std::vector<DType> &results,
+                                    std::string &error);
+
+} // namespace kiln::runtime::cuda
+
+#endif // KILN_RUNTIME_CUDA_GROUPKERNELSOURCE_H

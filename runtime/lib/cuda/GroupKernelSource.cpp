@@ -1,0 +1,450 @@
+//===- GroupKernelSource.cpp - CUDA C++ for a fused group -----------------===//
+//
+// One thread per row. Instructions whose values are the same for the whole
+// row (scalars, row values, row reductions) are computed once per thread,
+// in list order; column and element values are computed inside column
+// loops, each loop computing only what it needs (the "cone" of the values
+// it reduces or stores). A row reduction is one column loop; the stores of
+// element values share one final column loop. Element values are pure, so
+// computing one again in a later loop gives the same bits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Cuda/GroupKernelSource.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+namespace kiln::runtime::cuda {
+
+namespace {
+
+using Op = GroupInstr::Op;
+using Store = GroupOutput::Store;
+
+const char *kPrelude = R"(#include <cuda_fp8.h>
+typedef unsigned short kiln_u16;
+typedef unsigned char kiln_u8;
+__device__ __forceinline__ float kiln_from_bf16(kiln_u16 b) {
+  return __uint_as_float(((unsigned)b) << 16);
+}
+__device__ __forceinline__ kiln_u16 kiln_bf16_bits(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (kiln_u16)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (kiln_u16)(u >> 16);
+}
+__device__ __forceinline__ kiln_u8 kiln_e4m3_bits(float x) {
+  return (kiln_u8)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+__device__ __forceinline__ kiln_u8 kiln_e5m2_bits(float x) {
+  return (kiln_u8)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+}
+__device__ __forceinline__ float kiln_from_e4m3(kiln_u8 c) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
+}
+__device__ __forceinline__ float kiln_from_e5m2(kiln_u8 c) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E5M2)));
+}
+__device__ __forceinline__ float kiln_round_bf16(float x) {
+  return kiln_from_bf16(kiln_bf16_bits(x));
+}
+__device__ __forceinline__ float kiln_round_e4m3(float x) {
+  return kiln_from_e4m3(kiln_e4m3_bits(x));
+}
+__device__ __forceinline__ float kiln_round_e5m2(float x) {
+  return kiln_from_e5m2(kiln_e5m2_bits(x));
+}
+__device__ __forceinline__ float kiln_nan_or(float a, float b, float pick) {
+  return (isnan(a) || isnan(b)) ? __int_as_float(0x7fc00000) : pick;
+}
+__device__ __forceinline__ float kiln_pow2_floor(float x) {
+  if (!(x > 0.0f) || isinf(x))
+    return x;
+  unsigned b = __float_as_uint(x);
+  b = (b & 0x7f800000u) ? (b & 0xff800000u) : (1u << (31 - __clz(b)));
+  return __uint_as_float(b);
+}
+)";
+
+const char *ctype(DType t) {
+  switch (t) {
+  case DType::F32:
+    return "float";
+  case DType::BF16:
+    return "kiln_u16";
+  default:
+    return "kiln_u8";
+  }
+}
+
+bool supported(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F8E4M3 ||
+         t == DType::F8E5M2;
+}
+
+/// `x` (an f32 expression) rounded to `t`.
+std::string rounded(DType t, const std::string &x) {
+  switch (t) {
+  case DType::BF16:
+    return "kiln_round_bf16(" + x + ")";
+  case DType::F8E4M3:
+    return "kiln_round_e4m3(" + x + ")";
+  case DType::F8E5M2:
+    return "kiln_round_e5m2(" + x + ")";
+  default:
+    return x;
+  }
+}
+
+/// Element `index` of a buffer of type `t`, as f32.
+std::string loaded(DType t, const std::string &buffer,
+                   const std::string &index) {
+  std::string e = "((const " + std::string(ctype(t)) + " *)" + buffer + ")[" +
+                  index + "]";
+  switch (t) {
+  case DType::BF16:
+    return "kiln_from_bf16(" + e + ")";
+  case DType::F8E4M3:
+    return "kiln_from_e4m3(" + e + ")";
+  case DType::F8E5M2:
+    return "kiln_from_e5m2(" + e + ")";
+  default:
+    return e;
+  }
+}
+
+/// Writes the f32 value `x` (already of `t`'s values) as element `index`.
+std::string stored(DType t, const std::string &buffer,
+                   const std::string &index, const std::string &x) {
+  std::string e =
+      "((" + std::string(ctype(t)) + " *)" + buffer + ")[" + index + "]";
+  switch (t) {
+  case DType::BF16:
+    return e + " = kiln_bf16_bits(" + x + ");";
+  case DType::F8E4M3:
+    return e + " = kiln_e4m3_bits(" + x + ");";
+  case DType::F8E5M2:
+    return e + " = kiln_e5m2_bits(" + x + ");";
+  default:
+    return e + " = " + x + ";";
+  }
+}
+
+std::string hexFloat(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%af", static_cast<float>(value));
+  return text;
+}
+
+bool perColumn(GroupKind k) {
+  return k == GroupKind::Elem || k == GroupKind::Col;
+}
+
+class Writer {
+public:
+  Writer(const FusedGroup &g, const std::vector<DType> &in,
+         const std::vector<DType> &out)
+      : g(g), in(in), out(out) {}
+
+  bool write(std::string &error);
+  std::string text() const { return os.str(); }
+  bool hasColSum = false;
+
+private:
+  std::string v(int32_t i) const { return "v" + std::to_string(i); }
+  /// The f32 expression of instruction `i` (its args are variables).
+  std::string expression(int32_t i);
+  /// The per-column instructions `target` needs, in list order.
+  std::set<int32_t> cone(int32_t target) const;
+  void emitColumnValues(const std::set<int32_t> &values,
+                        const std::string &indent);
+
+  const FusedGroup &g;
+  const std::vector<DType> &in, &out;
+  std::ostringstream os;
+};
+
+std::string Writer::expression(int32_t i) {
+  const GroupInstr &ins = g.body[i];
+  auto arg = [&](int k) { return v(ins.args[k]); };
+  std::string e;
+  switch (ins.op) {
+  case Op::Load: {
+    std::string index = ins.kind == GroupKind::Elem  ? "r * cols + c"
+                        : ins.kind == GroupKind::Row ? "r"
+                        : ins.kind == GroupKind::Col ? "c"
+                                                     : "0";
+    return loaded(in[ins.operand], "a.in[" + std::to_string(ins.operand) + "]",
+                  index);
+  }
+  case Op::Const:
+    e = hexFloat(ins.value);
+    break;
+  case Op::Neg:
+    e = "-" + arg(0);
+    break;
+  case Op::Exp:
+    e = "expf(" + arg(0) + ")";
+    break;
+  case Op::Log:
+    e = "logf(" + arg(0) + ")";
+    break;
+  case Op::Sqrt:
+    e = "sqrtf(" + arg(0) + ")";
+    break;
+  case Op::Rsqrt:
+    e = "1.0f / sqrtf(" + arg(0) + ")";
+    break;
+  case Op::Sigmoid:
+    e = "1.0f / (1.0f + expf(-" + arg(0) + "))";
+    break;
+  case Op::Convert:
+    e = arg(0);
+    break;
+  case Op::Abs:
+    e = "fabsf(" + arg(0) + ")";
+    break;
+  case Op::Pow2Floor:
+    e = "kiln_pow2_floor(" + arg(0) + ")";
+    break;
+  case Op::Add:
+    e = arg(0) + " + " + arg(1);
+    break;
+  case Op::Sub:
+    e = arg(0) + " - " + arg(1);
+    break;
+  case Op::Mul:
+    e = arg(0) + " * " + arg(1);
+    break;
+  case Op::Div:
+    e = arg(0) + " / " + arg(1);
+    break;
+  case Op::Max:
+    e = "kiln_nan_or(" + arg(0) + ", " + arg(1) + ", " + arg(0) + " > " +
+        arg(1) + " ? " + arg(0) + " : " + arg(1) + ")";
+    break;
+  case Op::Min:
+    e = "kiln_nan_or(" + arg(0) + ", " + arg(1) + ", " + arg(0) + " < " +
+        arg(1) + " ? " + arg(0) + " : " + arg(1) + ")";
+    break;
+  case Op::RowSum:
+  case Op::RowMax:
+    return ""; // loops of their own
+  }
+  return rounded(ins.type, "(" + e + ")");
+}
+
+std::set<int32_t> Writer::cone(int32_t target) const {
+  std::set<int32_t> seen;
+  std::vector<int32_t> work = {target};
+  while (!work.empty()) {
+    int32_t i = work.back();
+    work.pop_back();
+    if (!perColumn(g.body[i].kind) || !seen.insert(i).second)
+      continue;
+    for (int32_t a : g.body[i].args)
+      work.push_back(a);
+  }
+  return seen;
+}
+
+void Writer::emitColumnValues(const std::set<int32_t> &values,
+                              const std::string &indent) {
+  for (int32_t i : values)
+    os << indent << "const float " << v(i) << " = " << expression(i) << ";\n";
+}
+
+bool Writer::write(std::string &error) {
+  for (DType t : in)
+    if (!supported(t)) {
+      error = std::string("a fused group cannot read ") + dtypeName(t);
+      return false;
+    }
+  for (DType t : out)
+    if (!supported(t)) {
+      error = std::string("a fused group cannot write ") + dtypeName(t);
+      return false;
+    }
+  std::vector<size_t> colSums;
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    if (g.outputs[o].store == Store::ColSum)
+      colSums.push_back(o);
+    if (g.outputs[o].store == Store::Amax && out[o] != DType::F32) {
+      error = "an amax store must be f32";
+      return false;
+    }
+  }
+  hasColSum = !colSums.empty();
+
+  os << kPrelude << "#define KILN_BLOCK_ROWS " << kKilnGroupBlockRows << "\n";
+  os << "struct KilnArgs {\n  const void *in[" << std::max<size_t>(in.size(), 1)
+     << "];\n  void *out[" << out.size()
+     << "];\n  long long rows, cols;\n  double *partials;\n};\n";
+  os << "extern \"C\" __global__ void __launch_bounds__(KILN_BLOCK_ROWS)\n"
+        "kiln_group(KilnArgs a) {\n"
+        "  const long long rows = a.rows, cols = a.cols;\n"
+        "  const long long r = (long long)blockIdx.x * KILN_BLOCK_ROWS + "
+        "threadIdx.x;\n"
+        "  const bool valid = r < rows;\n";
+  if (!hasColSum)
+    os << "  if (!valid)\n    return;\n";
+  else
+    os << "  __shared__ double kiln_col[" << colSums.size()
+       << "][KILN_BLOCK_ROWS];\n";
+
+  // Row-level values, declared here so the final loop sees them.
+  for (size_t i = 0; i < g.body.size(); ++i)
+    if (!perColumn(g.body[i].kind))
+      os << "  float " << v(static_cast<int32_t>(i)) << " = 0.0f;\n";
+  os << "  if (valid) {\n";
+  for (size_t k = 0; k < g.body.size(); ++k) {
+    int32_t i = static_cast<int32_t>(k);
+    const GroupInstr &ins = g.body[i];
+    if (perColumn(ins.kind))
+      continue;
+    if (ins.op == Op::RowSum || ins.op == Op::RowMax) {
+      // Σ in double in column order; max with NaN winning.
+      bool sum = ins.op == Op::RowSum;
+      os << "    {\n      " << (sum ? "double acc = 0.0;" : "float acc = __int_as_float(0xff800000);")
+         << "\n      for (long long c = 0; c < cols; ++c) {\n";
+      emitColumnValues(cone(ins.args[0]), "        ");
+      std::string x = v(ins.args[0]);
+      if (sum)
+        os << "        acc += (double)" << x << ";\n";
+      else
+        os << "        acc = kiln_nan_or(acc, " << x << ", " << x
+           << " > acc ? " << x << " : acc);\n";
+      os << "      }\n      " << v(i) << " = "
+         << rounded(ins.type, sum ? "(float)acc" : "acc") << ";\n    }\n";
+      continue;
+    }
+    os << "    " << v(i) << " = " << expression(i) << ";\n";
+  }
+  os << "  }\n";
+
+  // The final loop: element stores, amaxes, column sums.
+  std::set<int32_t> finalValues;
+  bool anyColumnStore = false;
+  for (const GroupOutput &o : g.outputs)
+    if (o.store == Store::Elem || o.store == Store::Transpose ||
+        o.store == Store::ColSum || o.store == Store::Amax) {
+      anyColumnStore = true;
+      std::set<int32_t> c = cone(o.value);
+      finalValues.insert(c.begin(), c.end());
+    }
+  for (size_t o = 0; o < g.outputs.size(); ++o)
+    if (g.outputs[o].store == Store::Amax)
+      os << "  float kiln_amax" << o << " = 0.0f;\n";
+  if (anyColumnStore) {
+    os << "  for (long long c = 0; c < cols; ++c) {\n";
+    for (size_t j = 0; j < colSums.size(); ++j)
+      os << "    double kiln_cs" << j << " = 0.0;\n";
+    os << "    if (valid) {\n";
+    emitColumnValues(finalValues, "      ");
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      const GroupOutput &out_ = g.outputs[o];
+      std::string buf = "a.out[" + std::to_string(o) + "]";
+      std::string x = v(out_.value);
+      switch (out_.store) {
+      case Store::Elem:
+        os << "      " << stored(out[o], buf, "r * cols + c", x) << "\n";
+        break;
+      case Store::Transpose:
+        os << "      " << stored(out[o], buf, "c * rows + r", x) << "\n";
+        break;
+      case Store::Amax:
+        os << "      kiln_amax" << o << " = kiln_nan_or(kiln_amax" << o << ", "
+           << x << ", fabsf(" << x << ") > kiln_amax" << o << " ? fabsf("
+           << x << ") : kiln_amax" << o << ");\n";
+        break;
+      case Store::ColSum: {
+        size_t j = std::find(colSums.begin(), colSums.end(), o) -
+                   colSums.begin();
+        os << "      kiln_cs" << j << " = (double)" << x << ";\n";
+        break;
+      }
+      default:
+        break;
+      }
+    }
+    os << "    }\n";
+    // Column sums: each block's rows in row order, in double; the second
+    // kernel adds the blocks in block order.
+    for (size_t j = 0; j < colSums.size(); ++j)
+      os << "    kiln_col[" << j << "][threadIdx.x] = kiln_cs" << j << ";\n";
+    if (hasColSum) {
+      os << "    __syncthreads();\n    if (threadIdx.x == 0) {\n";
+      for (size_t j = 0; j < colSums.size(); ++j)
+        os << "      { double s = 0.0;\n"
+              "        for (int t = 0; t < KILN_BLOCK_ROWS; ++t)\n"
+              "          s += kiln_col["
+           << j << "][t];\n        a.partials[((long long)" << j
+           << " * gridDim.x + blockIdx.x) * cols + c] = s; }\n";
+      os << "    }\n    __syncthreads();\n";
+    }
+    os << "  }\n";
+  }
+
+  // Row and scalar stores, and the amaxes (non-negative floats order as
+  // their bits; a NaN's bits exceed infinity's).
+  os << "  if (!valid)\n    return;\n";
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const GroupOutput &out_ = g.outputs[o];
+    std::string buf = "a.out[" + std::to_string(o) + "]";
+    std::string x = v(out_.value);
+    if (out_.store == Store::Row)
+      os << "  " << stored(out[o], buf, "r", x) << "\n";
+    else if (out_.store == Store::Scalar)
+      os << "  if (r == 0)\n    " << stored(out[o], buf, "0", x) << "\n";
+    else if (out_.store == Store::Amax)
+      os << "  atomicMax((unsigned *)" << buf << ", __float_as_uint(kiln_amax"
+         << o << "));\n";
+  }
+  os << "}\n";
+
+  if (hasColSum) {
+    os << "extern \"C\" __global__ void kiln_group_col_sum(KilnArgs a, int "
+          "blocks) {\n"
+          "  const long long c = (long long)blockIdx.x * blockDim.x + "
+          "threadIdx.x;\n"
+          "  if (c >= a.cols)\n    return;\n";
+    for (size_t j = 0; j < colSums.size(); ++j) {
+      size_t o = colSums[j];
+      os << "  {\n    double s = 0.0;\n    for (int b = 0; b < blocks; ++b)\n"
+            "      s += a.partials[((long long)"
+         << j << " * blocks + b) * a.cols + c];\n    "
+         << stored(out[o], "a.out[" + std::to_string(o) + "]", "c",
+                   rounded(out[o], "(float)s"))
+         << "\n  }\n";
+    }
+    os << "}\n";
+  }
+  return true;
+}
+
+} // namespace
+
+GroupKernelSource groupKernelSource(const FusedGroup &group,
+                                    const std::vector<DType> &operands,
+                                    const std::vector<DType> &results,
+                                    std::string &error) {
+  GroupKernelSource k;
+  if (results.size() != group.outputs.size()) {
+    error = "the group has " + std::to_string(group.outputs.size()) +
+            " outputs but the step " + std::to_string(results.size()) +
+            " results";
+    return k;
+  }
+  Writer w(group, operands, results);
+  if (!w.write(error))
+    return k;
+  k.source = w.text();
+  k.hasColSum = w.hasColSum;
+  return k;
+}
+
+} // namespace kiln::runtime::cuda
