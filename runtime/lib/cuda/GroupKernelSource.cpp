@@ -447,4 +447,14 @@ GroupKernelSource groupKernelSource(const FusedGroup &group,
   return k;
 }
 
+GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,
+                                    std::string &error) {
+  std::vector<DType> operands, results;
+  for (int64_t id : step.operands)
+    operands.push_back(plan.values[id].dtype);
+  for (int64_t id : step.results)
+    results.push_back(plan.values[id].dtype);
+  return groupKernelSource(*step.group, operands, results, error);
+}
+
 } // namespace kiln::runtime::cuda

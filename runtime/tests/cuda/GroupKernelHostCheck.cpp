@@ -117,20 +117,9 @@ extern "C" void kiln_host_launch(const void *const *in, int nin,
 }
 )";
 
-size_t bytesOf(DType t) {
-  switch (t) {
-  case DType::F32:
-    return 4;
-  case DType::BF16:
-    return 2;
-  default:
-    return 1;
-  }
-}
-
 /// Random values of `t`: normal floats, or any finite FP8 code.
 std::vector<uint8_t> randomBuffer(DType t, int64_t n, std::mt19937 &rng) {
-  std::vector<uint8_t> b(n * bytesOf(t));
+  std::vector<uint8_t> b(n * dtypeBytes(t));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t i = 0; i < n; ++i) {
     float x = normal(rng);
@@ -203,13 +192,7 @@ int main(int argc, char **argv) {
       for (const PlanStep &step : entry.steps) {
         if (!step.group)
           continue;
-        std::vector<DType> inTypes, outTypes;
-        for (int64_t id : step.operands)
-          inTypes.push_back(plan->values[id].dtype);
-        for (int64_t id : step.results)
-          outTypes.push_back(plan->values[id].dtype);
-        cuda::GroupKernelSource k =
-            cuda::groupKernelSource(*step.group, inTypes, outTypes, error);
+        cuda::GroupKernelSource k = cuda::groupKernelSource(*plan, step, error);
         if (k.source.empty()) {
           std::fprintf(stderr, "%s, %s: %s\n", name.c_str(), step.loc.c_str(),
                        error.c_str());
@@ -257,8 +240,8 @@ int main(int argc, char **argv) {
         }
         for (int64_t id : step.results) {
           const PlanValue &v = plan->values[id];
-          outKernel.emplace_back(v.numElements() * bytesOf(v.dtype), 0);
-          outCpu.emplace_back(v.numElements() * bytesOf(v.dtype), 0);
+          outKernel.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
+          outCpu.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
         }
         for (size_t i = 0; i < outKernel.size(); ++i) {
           const PlanValue &v = plan->values[step.results[i]];

@@ -84,13 +84,7 @@ int main(int argc, char **argv) {
         if (!step.group)
           continue;
         ++groups;
-        std::vector<DType> in, out;
-        for (int64_t id : step.operands)
-          in.push_back(plan->values[id].dtype);
-        for (int64_t id : step.results)
-          out.push_back(plan->values[id].dtype);
-        cuda::GroupKernelSource k =
-            cuda::groupKernelSource(*step.group, in, out, error);
+        cuda::GroupKernelSource k = cuda::groupKernelSource(*plan, step, error);
         if (k.source.empty()) {
           std::fprintf(stderr, "%s: %s, %s: %s\n", path.c_str(), name.c_str(),
                        step.loc.c_str(), error.c_str());

@@ -24,6 +24,7 @@
 
 #include "kiln/Runtime/DType.h"
 #include "kiln/Runtime/FusedGroup.h"
+#include "kiln/Runtime/Plan.h"
 
 #include <string>
 #include <vector>
@@ -45,6 +46,11 @@ struct GroupKernelSource {
 GroupKernelSource groupKernelSource(const FusedGroup &group,
                                     const std::vector<DType> &operands,
                                     const std::vector<DType> &results,
+                                    std::string &error);
+
+/// The kernels of a fused step of `plan` (its group, with the dtypes of the
+/// values it reads and writes).
+GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,
                                     std::string &error);
 
 } // namespace kiln::runtime::cuda
