@@ -52,7 +52,7 @@ public:
         delayed(options.recipe == "delayed" &&
                 func.getSymName() == kTrainStepFunc) {}
 
-  void run();
+  LogicalResult run();
 
 private:
   bool rowwise() const { return options.recipe == "rowwise"; }
@@ -106,6 +106,8 @@ private:
   };
   std::vector<History> histories;
   llvm::StringMap<unsigned> historyIndex;
+  /// Set when the function would not take a history argument or result.
+  bool historyFailed = false;
   DenseMap<Value, Value> flats, transposes;
   DenseMap<std::pair<Value, Type>, Quantized> quantized;
   /// The forward's quantized input of each rewritten linear, by param.
@@ -141,8 +143,12 @@ Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
           n, RankedTensorType::get({options.amaxHistoryLen}, f32),
           b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kStateAttrName,
                                              b.getStringAttr(name))),
-          func.getLoc())))
-    llvm_unreachable("inserting an argument into a function with a body");
+          func.getLoc()))) {
+    func.emitOpError("kiln-fp8-linear: cannot add the amax history '")
+        << name << "' as an argument";
+    historyFailed = true;
+    return current;
+  }
   BlockArgument arg = func.getArgument(n);
   Value amax = DelayedAmaxOp::create(b, loc, RankedTensorType::get({}, f32),
                                      arg, current,
@@ -180,19 +186,23 @@ void Fp8Rewriter::updateHistories() {
     Value started = AllReduceStartOp::create(b, loc, vectorType, all, ranks,
                                              b.getStringAttr("max"));
     Value max = WaitOp::create(b, loc, vectorType, started);
-    for (auto [i, a] : llvm::enumerate(amaxes))
-      a = UnflattenOp::create(b, loc, RankedTensorType::get({}, f32), max,
-                              b.getI64IntegerAttr(static_cast<int64_t>(i)));
+    for (int64_t i = 0; i < count; ++i)
+      amaxes[i] = UnflattenOp::create(b, loc, RankedTensorType::get({}, f32),
+                                      max, b.getI64IntegerAttr(i));
   }
   SmallVector<Value> results(ret.getOperands());
   for (auto [h, a] : llvm::zip(histories, amaxes)) {
     Value updated = AmaxHistoryUpdateOp::create(b, loc, h.arg, a);
-    unsigned index = func.getNumResults();
     results.push_back(updated);
-    func.insertResult(index, updated.getType(),
-                      b.getDictionaryAttr(b.getNamedAttr(
-                          KilnDialect::kStateAttrName,
-                          b.getStringAttr(h.name))));
+    if (failed(func.insertResult(
+            func.getNumResults(), updated.getType(),
+            b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kStateAttrName,
+                                               b.getStringAttr(h.name)))))) {
+      func.emitOpError("kiln-fp8-linear: cannot return the amax history '")
+          << h.name << "'";
+      historyFailed = true;
+      return;
+    }
   }
   ret->setOperands(results);
 }
@@ -332,14 +342,14 @@ void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
   }
 }
 
-void Fp8Rewriter::run() {
+LogicalResult Fp8Rewriter::run() {
   std::vector<Fp8Decision> decisions = decideFp8Linears(func, options);
   llvm::StringMap<const Fp8Decision *> byParam;
   for (const Fp8Decision &d : decisions)
     if (d.fp8)
       byParam[d.param] = &d;
   if (byParam.empty())
-    return;
+    return success();
 
   // Collect first: rewriting erases ops.
   SmallVector<LinearOp> recomputed;
@@ -392,8 +402,9 @@ void Fp8Rewriter::run() {
     if (gi || gw)
       rewriteBackward(d, gi, gw);
   }
-  if (delayed)
+  if (delayed && !historyFailed)
     updateHistories();
+  return failure(historyFailed);
 }
 
 struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
@@ -406,7 +417,8 @@ struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
     if (!*options)
       return;
     for (auto func : module.getOps<func::FuncOp>())
-      Fp8Rewriter(func, **options).run();
+      if (failed(Fp8Rewriter(func, **options).run()))
+        return signalPassFailure();
   }
 };
 
