@@ -181,14 +181,16 @@ KILN_CPU_OP(transpose) {
 }
 
 KILN_CPU_OP(delayedAmax) {
-  // The history's max (or its most recent entry), else this step's amax.
+  // The history's max (or its most recent entry).
   const View &history = in[0];
   int64_t n = history.numElements();
   float h = history.f32()[0];
   if (step.str("algo") == "max")
     for (int64_t i = 1; i < n; ++i)
       h = std::max(h, history.f32()[i]);
-  out[0].f32()[0] = h > 0.0f ? h : in[1].f32()[0];
+  // With a current amax (the calibration step): it stands in for an empty
+  // history.
+  out[0].f32()[0] = in.size() > 1 && !(h > 0.0f) ? in[1].f32()[0] : h;
   return "";
 }
 

@@ -299,6 +299,15 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   std::vector<int32_t> in(batch * seq), tg(batch * seq);
   auto began = Clock::now();
   int64_t step = done + 1;
+  // The delayed FP8 recipe's histories start empty: a fresh run first
+  // measures every cast's amax on the first step's batch (the step itself
+  // then scales with them; a resumed run has them from its checkpoint).
+  if (done == 0 && plan.entry("fp8_calibration")) {
+    fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
+                  seed, 1, exec->rank(), plan.ranks, in, tg);
+    if (!exec->run("fp8_calibration", in, tg, 1, error))
+      return fail("the FP8 calibration step: " + error);
+  }
   for (; step <= t.steps; ++step) {
     // Ranks stop together: after the same step.
     if (onAnyRank(options.communicator, interrupted != 0)) {

@@ -473,6 +473,9 @@ FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
   if (auto logits = module.lookupSymbol<func::FuncOp>(kForwardLogitsFunc))
     if (failed(builder.addFunction(logits, "logits")))
       return failure();
+  if (auto calib = module.lookupSymbol<func::FuncOp>(kFp8CalibrationFunc))
+    if (failed(builder.addFunction(calib, "fp8_calibration")))
+      return failure();
   int64_t ranks = 1;
   if (auto r = module->getAttrOfType<IntegerAttr>(kRanksAttr))
     ranks = r.getInt();

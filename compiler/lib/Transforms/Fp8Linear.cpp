@@ -23,6 +23,7 @@
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/BitVector.h"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNFP8LINEAR
@@ -50,7 +51,9 @@ public:
         e4m3(Float8E4M3FNType::get(func.getContext())),
         e5m2(Float8E5M2Type::get(func.getContext())),
         delayed(options.recipe == "delayed" &&
-                func.getSymName() == kTrainStepFunc) {}
+                (func.getSymName() == kTrainStepFunc ||
+                 func.getSymName() == kFp8CalibrationFunc)),
+        calibration(func.getSymName() == kFp8CalibrationFunc) {}
 
   LogicalResult run();
 
@@ -96,9 +99,11 @@ private:
   const Fp8Options &options;
   OpBuilder b;
   Type e4m3, e5m2;
-  /// The delayed recipe (train_step only: evaluation and sampling update
-  /// no state, and scale dynamically).
+  /// The delayed recipe (train_step and the calibration step: evaluation
+  /// and sampling update no state, and scale dynamically).
   bool delayed;
+  /// The calibration step: an empty history scales with the current amax.
+  bool calibration;
   struct History {
     std::string name;
     BlockArgument arg;
@@ -135,8 +140,6 @@ Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
     return histories[it->second].amax;
   auto f32 = b.getF32Type();
   Location loc = v.getLoc();
-  Value current =
-      AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
   unsigned n = func.getNumArguments();
   std::string name = "fp8_amax_history." + history;
   if (failed(func.insertArgument(
@@ -147,12 +150,17 @@ Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
     func.emitOpError("kiln-fp8-linear: cannot add the amax history '")
         << name << "' as an argument";
     historyFailed = true;
-    return current;
+    return AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v);
   }
   BlockArgument arg = func.getArgument(n);
-  Value amax = DelayedAmaxOp::create(b, loc, RankedTensorType::get({}, f32),
-                                     arg, current,
-                                     b.getStringAttr(options.amaxComputeAlgo));
+  // In the training step the scale needs only the history (so the cast can
+  // join its producer's pass); this step's amax only enters the history.
+  Value current =
+      AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
+  Value amax = DelayedAmaxOp::create(
+      b, loc, RankedTensorType::get({}, f32), arg,
+      calibration ? current : Value(),
+      b.getStringAttr(options.amaxComputeAlgo));
   historyIndex[history] = histories.size();
   histories.push_back({name, arg, current, amax});
   return amax;
@@ -407,6 +415,34 @@ LogicalResult Fp8Rewriter::run() {
   return failure(historyFailed);
 }
 
+/// The delayed recipe's calibration step: the training step whose empty
+/// histories scale with the current amax, keeping only what it adds to the
+/// histories (no loss, no update of any other state).
+void keepOnlyHistories(func::FuncOp f) {
+  Block &body = f.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Value> kept;
+  llvm::BitVector dropped(f.getNumResults());
+  for (unsigned i = 0; i < f.getNumResults(); ++i) {
+    auto state =
+        f.getResultAttrOfType<StringAttr>(i, KilnDialect::kStateAttrName);
+    if (state && state.getValue().starts_with("fp8_amax_history."))
+      kept.push_back(ret.getOperand(i));
+    else
+      dropped.set(i);
+  }
+  ret->setOperands(kept);
+  (void)f.eraseResults(dropped);
+  // Users come after their operands: one pass from the end removes all
+  // that no longer reaches a result (the same collectives on every rank).
+  for (Operation *op = ret->getPrevNode(); op;) {
+    Operation *previous = op->getPrevNode();
+    if (op->use_empty())
+      op->erase();
+    op = previous;
+  }
+}
+
 struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -416,9 +452,19 @@ struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
       return signalPassFailure();
     if (!*options)
       return;
+    func::FuncOp calibration;
+    if ((*options)->recipe == "delayed")
+      if (auto step = module.lookupSymbol<func::FuncOp>(kTrainStepFunc)) {
+        calibration = step.clone();
+        calibration.setSymName(kFp8CalibrationFunc);
+        module.getBody()->getOperations().insertAfter(Block::iterator(step),
+                                                      calibration);
+      }
     for (auto func : module.getOps<func::FuncOp>())
       if (failed(Fp8Rewriter(func, **options).run()))
         return signalPassFailure();
+    if (calibration)
+      keepOnlyHistories(calibration);
   }
 };
 

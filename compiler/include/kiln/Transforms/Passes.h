@@ -21,6 +21,8 @@ inline constexpr llvm::StringLiteral kForwardLossFunc = "forward_loss";
 inline constexpr llvm::StringLiteral kLossAndGradsFunc = "loss_and_grads";
 inline constexpr llvm::StringLiteral kTrainStepFunc = "train_step";
 inline constexpr llvm::StringLiteral kForwardLogitsFunc = "forward_logits";
+/// The delayed FP8 recipe's first measurement of its amaxes (kiln-fp8-linear).
+inline constexpr llvm::StringLiteral kFp8CalibrationFunc = "fp8_calibration";
 inline constexpr llvm::StringLiteral kOptimizerAttr = "kiln.optimizer";
 inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
 /// The ranks a sharded module runs on (set by kiln-fsdp).

@@ -295,10 +295,13 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
       cast's amax goes into a history argument (`kiln.state =
       "fp8_amax_history.<input|weight|grad_output>.<param>"`, length
       `amax_history_len`); the quantize reads `kiln.delayed_amax` of the
-      history and the current amax (`amax_compute_algo`); before the
-      return, the current amaxes (all-reduced with `max` over ranks under
-      FSDP) enter the histories with `kiln.amax_history_update`, returned
-      as the same states.
+      history alone (`amax_compute_algo`); before the return, the current
+      amaxes (all-reduced with `max` over ranks under FSDP) enter the
+      histories with `kiln.amax_history_update`, returned as the same
+      states. A copy of the step, `@fp8_calibration`, in which an empty
+      history scales with the current amax and which returns only the
+      histories (everything else removed), fills them before the first
+      step.
     - `rowwise`: scales per row of each operand as the GEMM reads it,
       rounded down to powers of two, all e4m3; the backward transposes its
       bf16 operands and quantizes them again along the token axis.

@@ -174,25 +174,27 @@ def Kiln_ShardQuantizeOp : Kiln_Op<"shard_quantize", [Pure]> {
 def Kiln_DelayedAmaxOp : Kiln_Op<"delayed_amax", [Pure]> {
   let summary = "the amax a delayed cast scales with";
   let description = [{
-    `h = max(history)` (`algo = "max"`) or `history[0]` (`"most_recent"`);
-    the result is `h` when it is positive, else `current` (a history with
-    nothing recorded yet: the first step scales dynamically, as torchao's
-    delayed scaling initialises its buffers). Values beyond `h` saturate in
-    the cast.
+    `h = max(history)` (`algo = "max"`) or `history[0]` (`"most_recent"`).
+    Without `current` the result is `h`; with it, `h` when `h` is positive,
+    else `current` (a history with nothing recorded yet scales dynamically,
+    as torchao's delayed scaling initialises its buffers: what the
+    `@fp8_calibration` step does before the first training step). Values
+    beyond `h` saturate in the cast.
 
     Rules:
     - delayed_amax_c1: `history` is rank-1 and not empty.
     - delayed_amax_c2: `algo` is `max` or `most_recent`.
 
     ```mlir
-    %a = kiln.delayed_amax %history, %current {algo = "max"} : tensor<16xf32>
+    %a = kiln.delayed_amax %history {algo = "max"} : tensor<16xf32>
+    %b = kiln.delayed_amax %history, %current {algo = "max"} : tensor<16xf32>
     ```
   }];
-  let arguments = (ins Kiln_F32Tensor:$history, Kiln_ScalarF32:$current,
-                       StrAttr:$algo);
+  let arguments = (ins Kiln_F32Tensor:$history,
+                       Optional<Kiln_ScalarF32>:$current, StrAttr:$algo);
   let results = (outs Kiln_ScalarF32:$result);
   let assemblyFormat = [{
-    $history `,` $current attr-dict `:` type($history)
+    $history (`,` $current^)? attr-dict `:` type($history)
   }];
   let hasVerifier = 1;
 }
