@@ -1,0 +1,39 @@
+//===- KernelCompiler.h - NVRTC with an on-disk cache -----------*- C++ -*-===//
+//
+// Generated kernels are compiled at load time by NVRTC for the device's
+// architecture, to CUBIN, and kept on disk under a key that hashes
+// everything the result depends on (NVRTC's version, the architecture, the
+// options, the source), so a plan loaded again compiles nothing. Needs the
+// CUDA toolkit's NVRTC, not a GPU. Built only with the CUDA backend.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CUDA_KERNELCOMPILER_H
+#define KILN_RUNTIME_CUDA_KERNELCOMPILER_H
+
+#include <optional>
+#include <string>
+
+namespace kiln::runtime::cuda {
+
+struct CompiledKernel {
+  std::string cubin;
+  bool fromCache = false;
+};
+
+/// The CUBIN of `source` for `arch` (e.g. "sm_90a"), compiled with
+/// `--fmad=false` and the toolkit's headers, or read from `cacheDir` when
+/// an earlier call put it there (an empty `cacheDir`: no cache). On a
+/// compile error returns nothing and sets `error` to NVRTC's log.
+std::optional<CompiledKernel> compileKernel(const std::string &source,
+                                            const std::string &arch,
+                                            const std::string &cacheDir,
+                                            std::string &error);
+
+/// The cache folder: $KILN_KERNEL_CACHE, else $XDG_CACHE_HOME/kiln/kernels,
+/// else ~/.cache/kiln/kernels.
+std::string defaultKernelCacheDir();
+
+} // namespace kiln::runtime::cuda
+
+#endif // KILN_RUNTIME_CUDA_KERNELCOMPILER_H

@@ -1,0 +1,127 @@
+//===- KernelCompiler.cpp - NVRTC with an on-disk cache -------------------===//
+
+#include "kiln/Runtime/Cuda/KernelCompiler.h"
+
+#include <nvrtc.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+#include <sstream>
+#include <vector>
+
+#ifndef KILN_CUDA_INCLUDE_DIR
+#define KILN_CUDA_INCLUDE_DIR "/usr/local/cuda/include"
+#endif
+
+namespace kiln::runtime::cuda {
+
+namespace {
+
+/// FNV-1a, 64 bits: a cache key, not a defence against collisions made on
+/// purpose (the cache is the user's own folder).
+uint64_t fnv1a(const std::string &text, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string readFile(const std::filesystem::path &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return "";
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+} // namespace
+
+std::string defaultKernelCacheDir() {
+  if (const char *dir = std::getenv("KILN_KERNEL_CACHE"))
+    return dir;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/kiln/kernels";
+  if (const char *home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/kiln/kernels";
+  return "";
+}
+
+std::optional<CompiledKernel> compileKernel(const std::string &source,
+                                            const std::string &arch,
+                                            const std::string &cacheDir,
+                                            std::string &error) {
+  std::vector<std::string> options = {"--gpu-architecture=" + arch,
+                                      "-I" KILN_CUDA_INCLUDE_DIR,
+                                      "--std=c++17", "--fmad=false"};
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  std::string keyText =
+      "nvrtc " + std::to_string(major) + "." + std::to_string(minor) + "\n";
+  for (const std::string &o : options)
+    keyText += o + "\n";
+  char key[32];
+  std::snprintf(key, sizeof key, "%016llx",
+                static_cast<unsigned long long>(fnv1a(source, fnv1a(keyText))));
+  std::filesystem::path cached;
+  if (!cacheDir.empty()) {
+    cached = std::filesystem::path(cacheDir) / (std::string(key) + ".cubin");
+    std::string cubin = readFile(cached);
+    if (!cubin.empty())
+      return CompiledKernel{std::move(cubin), true};
+  }
+
+  nvrtcProgram program;
+  if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0,
+                         nullptr, nullptr) != NVRTC_SUCCESS) {
+    error = "nvrtcCreateProgram failed";
+    return std::nullopt;
+  }
+  std::vector<const char *> argv;
+  for (const std::string &o : options)
+    argv.push_back(o.c_str());
+  nvrtcResult result = nvrtcCompileProgram(
+      program, static_cast<int>(argv.size()), argv.data());
+  if (result != NVRTC_SUCCESS) {
+    size_t size = 0;
+    nvrtcGetProgramLogSize(program, &size);
+    std::string log(size, '\0');
+    nvrtcGetProgramLog(program, log.data());
+    error = std::string(nvrtcGetErrorString(result)) + ":\n" + log;
+    nvrtcDestroyProgram(&program);
+    return std::nullopt;
+  }
+  size_t size = 0;
+  std::string cubin;
+  if (nvrtcGetCUBINSize(program, &size) == NVRTC_SUCCESS) {
+    cubin.resize(size);
+    nvrtcGetCUBIN(program, cubin.data());
+  }
+  nvrtcDestroyProgram(&program);
+  if (cubin.empty()) {
+    error = "NVRTC produced no CUBIN for " + arch +
+            " (a real architecture such as sm_90a is needed)";
+    return std::nullopt;
+  }
+  if (!cached.empty()) {
+    // Written aside and renamed: a reader never sees half a file.
+    std::error_code ec;
+    std::filesystem::create_directories(cached.parent_path(), ec);
+    std::filesystem::path partial = cached;
+    partial += ".partial." + std::to_string(::getpid());
+    {
+      std::ofstream out(partial, std::ios::binary);
+      out.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));
+    }
+    std::filesystem::rename(partial, cached, ec);
+    if (ec)
+      std::filesystem::remove(partial, ec);
+  }
+  return CompiledKernel{std::move(cubin), false};
+}
+
+} // namespace kiln::runtime::cuda
