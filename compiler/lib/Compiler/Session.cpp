@@ -4,6 +4,7 @@
 #include "kiln/Compiler/Pipeline.h"
 #include "kiln/Frontend/ModelImporter.h"
 #include "kiln/Plan/PlanEmitter.h"
+#include "kiln/Runtime/Cache.h"
 
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/FileSystem.h"
@@ -98,23 +99,7 @@ std::optional<std::string> ModelSession::compilePlan(bool fuse) {
 }
 
 namespace {
-uint64_t fnv1a(const std::string &text, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-std::string cacheDir() {
-  if (const char *dir = std::getenv("KILN_CACHE_DIR"))
-    return dir;
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"))
-    return std::string(xdg) + "/kiln";
-  if (const char *home = std::getenv("HOME"))
-    return std::string(home) + "/.cache/kiln";
-  return "/tmp/kiln-cache";
-}
+using kiln::runtime::fnv1a;
 
 /// This build of the compiler: its git hash (taken when CMake configured
 /// the build) and the size and time of the running executable (so a
@@ -142,7 +127,7 @@ ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kplan",
                 static_cast<unsigned long long>(fnv1a(key)));
-  std::string path = cacheDir() + "/" + name;
+  std::string path = kiln::runtime::kilnCacheDir() + "/" + name;
   std::ifstream in(path);
   if (in) {
     std::stringstream text;
@@ -152,7 +137,7 @@ ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
   }
   hit = false;
   std::optional<std::string> plan = compilePlan();
-  if (plan && !llvm::sys::fs::create_directories(cacheDir())) {
+  if (plan && !llvm::sys::fs::create_directories(kiln::runtime::kilnCacheDir())) {
     std::string tmp = path + ".tmp" + std::to_string(getpid());
     std::ofstream(tmp) << *plan;
     std::rename(tmp.c_str(), path.c_str());

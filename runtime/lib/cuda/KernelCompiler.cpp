@@ -1,6 +1,7 @@
 //===- KernelCompiler.cpp - NVRTC with an on-disk cache -------------------===//
 
 #include "kiln/Runtime/Cuda/KernelCompiler.h"
+#include "kiln/Runtime/Cache.h"
 
 #include <nvrtc.h>
 
@@ -20,16 +21,6 @@ namespace kiln::runtime::cuda {
 
 namespace {
 
-/// FNV-1a, 64 bits: a cache key, not a defence against collisions made on
-/// purpose (the cache is the user's own folder).
-uint64_t fnv1a(const std::string &text, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string readFile(const std::filesystem::path &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -41,15 +32,7 @@ std::string readFile(const std::filesystem::path &path) {
 
 } // namespace
 
-std::string defaultKernelCacheDir() {
-  if (const char *dir = std::getenv("KILN_KERNEL_CACHE"))
-    return dir;
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::string(xdg) + "/kiln/kernels";
-  if (const char *home = std::getenv("HOME"); home && *home)
-    return std::string(home) + "/.cache/kiln/kernels";
-  return "";
-}
+std::string defaultKernelCacheDir() { return kilnCacheDir() + "/kernels"; }
 
 std::optional<CompiledKernel> compileKernel(const std::string &source,
                                             const std::string &arch,

@@ -30,8 +30,7 @@ std::optional<CompiledKernel> compileKernel(const std::string &source,
                                             const std::string &cacheDir,
                                             std::string &error);
 
-/// The cache folder: $KILN_KERNEL_CACHE, else $XDG_CACHE_HOME/kiln/kernels,
-/// else ~/.cache/kiln/kernels.
+/// The kernels' folder in Kiln's cache (Cache.h): <cache>/kernels.
 std::string defaultKernelCacheDir();
 
 } // namespace kiln::runtime::cuda
