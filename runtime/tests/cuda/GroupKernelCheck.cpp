@@ -1,0 +1,502 @@
+//===- GroupKernelCheck.cpp - Generated group kernels against the CPU -----===//
+//
+//   kiln-group-kernel-check [--device host|gpu] PLAN...
+//
+// Runs the CUDA C++ that GroupKernelSource.h generates for every distinct
+// fused group of the plans and compares each result with the CPU backend's
+// interpreter (CpuFusedGroup) on the same random inputs. Exits 1 on the
+// first difference.
+//
+// --device host (default; no GPU and no CUDA toolkit needed): the source is
+// compiled by the host C++ compiler against a shim of the CUDA built-ins it
+// uses (threads of a block are std::threads meeting at a std::barrier for
+// __syncthreads, blocks run one after another, FP8 conversions are the CPU
+// backend's, which match cuda_fp8.h bit for bit). Both sides use the host's
+// libm, so every output must agree bit for bit (NaN with NaN).
+//
+// --device gpu (builds with the CUDA backend): NVRTC compiles the source
+// for GPU 0 (KernelCompiler.h) and cudart launches it as the CUDA backend
+// does. CUDA's expf/logf may differ from libm's in the last bits, so an
+// output may differ by a stated tolerance: 4 units in the last place of
+// its dtype, or a difference below the dtype's smallest normal. With no
+// usable GPU it prints why and exits 77 (ctest counts the test skipped).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/Cpu/Fp8.h"
+#include "kiln/Runtime/CpuFusedGroup.h"
+#include "kiln/Runtime/Cuda/GroupKernelSource.h"
+#ifdef KILN_HAVE_CUDA
+#include "kiln/Runtime/Cuda/KernelCompiler.h"
+#include <cuda_runtime.h>
+#endif
+#include "kiln/Runtime/Plan.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace kiln::runtime;
+
+namespace {
+
+// The CUDA built-ins the generated kernels use, for the host.
+const char *kShim = R"(#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+using std::isinf;
+using std::isnan;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+struct kiln_dim3 { unsigned x = 0, y = 0, z = 0; };
+static thread_local kiln_dim3 threadIdx;
+static kiln_dim3 blockIdx, blockDim, gridDim;
+static std::barrier<> *kiln_barrier;
+#define __syncthreads() kiln_barrier->arrive_and_wait()
+static inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float x; std::memcpy(&x, &u, 4); return x; }
+static inline float __int_as_float(int u) { float x; std::memcpy(&x, &u, 4); return x; }
+static inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+static std::mutex kiln_atomic;
+static inline unsigned atomicMax(unsigned *p, unsigned v) {
+  std::lock_guard<std::mutex> lock(kiln_atomic);
+  unsigned old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+enum { __NV_SATFINITE };
+enum kiln_fp8_kind { __NV_E4M3, __NV_E5M2 };
+static uint8_t (*kiln_to_e4m3)(float), (*kiln_to_e5m2)(float);
+static float (*kiln_of_e4m3)(uint8_t), (*kiln_of_e5m2)(uint8_t);
+struct __half { float f; };
+static inline uint8_t __nv_cvt_float_to_fp8(float x, int, kiln_fp8_kind k) {
+  return k == __NV_E4M3 ? kiln_to_e4m3(x) : kiln_to_e5m2(x);
+}
+static inline __half __nv_cvt_fp8_to_halfraw(uint8_t c, kiln_fp8_kind k) {
+  return {k == __NV_E4M3 ? kiln_of_e4m3(c) : kiln_of_e5m2(c)};
+}
+static inline float __half2float(__half h) { return h.f; }
+)";
+
+const char *kLauncher = R"(
+extern "C" void kiln_host_init(uint8_t (*e4)(float), uint8_t (*e5)(float),
+                               float (*d4)(uint8_t), float (*d5)(uint8_t)) {
+  kiln_to_e4m3 = e4; kiln_to_e5m2 = e5; kiln_of_e4m3 = d4; kiln_of_e5m2 = d5;
+}
+extern "C" void kiln_host_launch(const void *const *in, int nin,
+                                 void *const *out, int nout, long long rows,
+                                 long long cols, double *partials) {
+  KilnArgs a;
+  for (int i = 0; i < nin; ++i) a.in[i] = in[i];
+  for (int i = 0; i < nout; ++i) a.out[i] = out[i];
+  a.rows = rows; a.cols = cols; a.partials = partials;
+  int blocks = (int)((rows + KILN_BLOCK_ROWS - 1) / KILN_BLOCK_ROWS);
+  gridDim.x = blocks; blockDim.x = KILN_BLOCK_ROWS;
+  for (int b = 0; b < blocks; ++b) {
+    blockIdx.x = b;
+    std::barrier<> bar(KILN_BLOCK_ROWS);
+    kiln_barrier = &bar;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < KILN_BLOCK_ROWS; ++t)
+      threads.emplace_back([&a, t] { threadIdx.x = t; kiln_group(a); });
+    for (auto &t : threads) t.join();
+  }
+#ifdef KILN_HAS_COL_SUM
+  blockDim.x = 128;
+  for (long long c = 0; c < cols; ++c) {
+    blockIdx.x = (unsigned)(c / 128); threadIdx.x = (unsigned)(c % 128);
+    kiln_group_col_sum(a, blocks);
+  }
+#endif
+}
+)";
+
+/// Random values of `t`: normal floats, or any finite FP8 code.
+std::vector<uint8_t> randomBuffer(DType t, int64_t n, std::mt19937 &rng) {
+  std::vector<uint8_t> b(n * dtypeBytes(t));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    float x = normal(rng);
+    if (t == DType::F32) {
+      std::memcpy(b.data() + 4 * i, &x, 4);
+    } else if (t == DType::BF16) {
+      uint16_t bits = cpu::toBf16Bits(x);
+      std::memcpy(b.data() + 2 * i, &bits, 2);
+    } else {
+      uint8_t code = static_cast<uint8_t>(rng());
+      if ((code & 0x7f) == 0x7f || (t == DType::F8E5M2 && (code & 0x7c) == 0x7c))
+        code = 0; // NaN or infinity codes
+      b[i] = code;
+    }
+  }
+  return b;
+}
+
+/// Element `i` of a buffer of `t` as a float (FP8 decoded).
+float valueAt(DType t, const std::vector<uint8_t> &b, int64_t i) {
+  switch (t) {
+  case DType::F32: {
+    float x;
+    std::memcpy(&x, b.data() + 4 * i, 4);
+    return x;
+  }
+  case DType::BF16: {
+    uint16_t bits;
+    std::memcpy(&bits, b.data() + 2 * i, 2);
+    return cpu::fromBf16Bits(bits);
+  }
+  case DType::F8E4M3:
+    return cpu::fromE4m3(b[i]);
+  default:
+    return cpu::fromE5m2(b[i]);
+  }
+}
+
+bool run(const std::string &command) { return std::system(command.c_str()) == 0; }
+
+/// Runs a generated kernel on buffers (inputs, outputs zeroed).
+class Launcher {
+public:
+  virtual ~Launcher() = default;
+  /// Empty on success, else why not.
+  virtual std::string launch(const cuda::GroupKernelSource &kernel,
+                             const FusedGroup &group,
+                             std::vector<std::vector<uint8_t>> &in,
+                             std::vector<std::vector<uint8_t>> &out) = 0;
+  /// Whether results must be the CPU backend's bits.
+  virtual bool exact() const = 0;
+};
+
+using InitFn = void (*)(uint8_t (*)(float), uint8_t (*)(float),
+                        float (*)(uint8_t), float (*)(uint8_t));
+using LaunchFn = void (*)(const void *const *, int, void *const *, int,
+                          long long, long long, double *);
+
+class HostLauncher final : public Launcher {
+public:
+  explicit HostLauncher(std::string dir) : dir(std::move(dir)) {}
+  bool exact() const override { return true; }
+  std::string launch(const cuda::GroupKernelSource &k, const FusedGroup &g,
+                     std::vector<std::vector<uint8_t>> &in,
+                     std::vector<std::vector<uint8_t>> &out) override {
+    std::string base = dir + "/k" + std::to_string(count++);
+    std::string source = k.source;
+    source.replace(source.find("#include <cuda_fp8.h>"),
+                   std::strlen("#include <cuda_fp8.h>"), kShim);
+    {
+      std::ofstream f(base + ".cpp");
+      f << (k.hasColSum ? "#define KILN_HAS_COL_SUM 1\n" : "") << source
+        << kLauncher;
+    }
+    if (!run("c++ -std=c++20 -O1 -shared -fPIC -ffp-contract=off -pthread "
+             "-w -o " + base + ".so " + base + ".cpp"))
+      return "the host compiler rejects " + base + ".cpp";
+    void *lib = dlopen((base + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      return dlerror();
+    auto init = reinterpret_cast<InitFn>(dlsym(lib, "kiln_host_init"));
+    auto launchFn = reinterpret_cast<LaunchFn>(dlsym(lib, "kiln_host_launch"));
+    init(cpu::toE4m3, cpu::toE5m2, cpu::fromE4m3, cpu::fromE5m2);
+    std::vector<const void *> inPtrs;
+    std::vector<void *> outPtrs;
+    for (auto &b : in)
+      inPtrs.push_back(b.data());
+    for (auto &b : out)
+      outPtrs.push_back(b.data());
+    int64_t blocks =
+        (g.rows + cuda::kKilnGroupBlockRows - 1) / cuda::kKilnGroupBlockRows;
+    std::vector<double> partials(
+        std::max<int64_t>(1, blocks * g.cols * g.outputs.size()));
+    launchFn(inPtrs.data(), static_cast<int>(inPtrs.size()), outPtrs.data(),
+             static_cast<int>(outPtrs.size()), g.rows, g.cols,
+             partials.data());
+    dlclose(lib);
+    return "";
+  }
+
+private:
+  std::string dir;
+  int count = 0;
+};
+
+#ifdef KILN_HAVE_CUDA
+std::string cudaText(cudaError_t e) { return cudaGetErrorString(e); }
+
+class GpuLauncher final : public Launcher {
+public:
+  bool exact() const override { return false; }
+
+  /// Empty when GPU 0 can run kernels, else why not.
+  std::string open() {
+    int n = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess)
+      return "no usable CUDA device (" + cudaText(e) + ")";
+    if (n == 0)
+      return "no CUDA device";
+    cudaDeviceProp p;
+    if (cudaError_t e = cudaGetDeviceProperties(&p, 0); e != cudaSuccess)
+      return cudaText(e);
+    arch = "sm_" + std::to_string(p.major * 10 + p.minor) +
+           (p.major == 9 ? "a" : "");
+    return "";
+  }
+
+  std::string launch(const cuda::GroupKernelSource &k, const FusedGroup &g,
+                     std::vector<std::vector<uint8_t>> &in,
+                     std::vector<std::vector<uint8_t>> &out) override {
+    std::string error;
+    std::optional<cuda::CompiledKernel> cubin =
+        cuda::compileKernel(k.source, arch, cuda::defaultKernelCacheDir(),
+                            error);
+    if (!cubin)
+      return error;
+    cudaLibrary_t lib;
+    if (cudaError_t e = cudaLibraryLoadData(&lib, cubin->cubin.data(), nullptr,
+                                            nullptr, 0, nullptr, nullptr, 0);
+        e != cudaSuccess)
+      return "loading the CUBIN: " + cudaText(e);
+    std::vector<void *> device;
+    auto fail = [&](const std::string &what, cudaError_t e) {
+      for (void *p : device)
+        cudaFree(p);
+      cudaLibraryUnload(lib);
+      return what + ": " + cudaText(e);
+    };
+    // KilnArgs: max(inputs, 1) and the output pointers, rows, cols, the
+    // column sums' partials; all 8-byte fields, so laid out back to back.
+    std::vector<uint64_t> args;
+    for (auto &b : in) {
+      void *p = nullptr;
+      if (cudaError_t e = cudaMalloc(&p, std::max<size_t>(b.size(), 1));
+          e != cudaSuccess)
+        return fail("cudaMalloc", e);
+      device.push_back(p);
+      cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice);
+      args.push_back(reinterpret_cast<uint64_t>(p));
+    }
+    if (in.empty())
+      args.push_back(0);
+    size_t firstOut = device.size();
+    for (auto &b : out) {
+      void *p = nullptr;
+      if (cudaError_t e = cudaMalloc(&p, std::max<size_t>(b.size(), 1));
+          e != cudaSuccess)
+        return fail("cudaMalloc", e);
+      device.push_back(p);
+      cudaMemset(p, 0, b.size()); // amax outputs start at 0
+      args.push_back(reinterpret_cast<uint64_t>(p));
+    }
+    int blocks = static_cast<int>((g.rows + cuda::kKilnGroupBlockRows - 1) /
+                                  cuda::kKilnGroupBlockRows);
+    void *partials = nullptr;
+    size_t partialBytes = sizeof(double) *
+                          std::max<int64_t>(1, blocks * g.cols *
+                                                   g.outputs.size());
+    if (cudaError_t e = cudaMalloc(&partials, partialBytes); e != cudaSuccess)
+      return fail("cudaMalloc", e);
+    device.push_back(partials);
+    args.push_back(static_cast<uint64_t>(g.rows));
+    args.push_back(static_cast<uint64_t>(g.cols));
+    args.push_back(reinterpret_cast<uint64_t>(partials));
+
+    cudaKernel_t kernel;
+    if (cudaError_t e = cudaLibraryGetKernel(&kernel, lib, "kiln_group");
+        e != cudaSuccess)
+      return fail("kiln_group", e);
+    void *params[] = {args.data()};
+    if (cudaError_t e = cudaLaunchKernel(
+            reinterpret_cast<const void *>(kernel), dim3(blocks),
+            dim3(cuda::kKilnGroupBlockRows), params, 0, nullptr);
+        e != cudaSuccess)
+      return fail("launching kiln_group", e);
+    if (k.hasColSum) {
+      cudaKernel_t sum;
+      if (cudaError_t e = cudaLibraryGetKernel(&sum, lib, "kiln_group_col_sum");
+          e != cudaSuccess)
+        return fail("kiln_group_col_sum", e);
+      void *sumParams[] = {args.data(), &blocks};
+      if (cudaError_t e = cudaLaunchKernel(
+              reinterpret_cast<const void *>(sum),
+              dim3(static_cast<unsigned>((g.cols + 127) / 128)), dim3(128),
+              sumParams, 0, nullptr);
+          e != cudaSuccess)
+        return fail("launching kiln_group_col_sum", e);
+    }
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+      return fail("running the kernels", e);
+    for (size_t i = 0; i < out.size(); ++i)
+      cudaMemcpy(out[i].data(), device[firstOut + i], out[i].size(),
+                 cudaMemcpyDeviceToHost);
+    for (void *p : device)
+      cudaFree(p);
+    cudaLibraryUnload(lib);
+    return "";
+  }
+
+private:
+  std::string arch;
+};
+#endif
+
+/// Units in the last place and the smallest normal of `t`'s values.
+std::pair<float, float> precisionOf(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return {0x1p-7f, 0x1p-126f};
+  case DType::F8E4M3:
+    return {0x1p-3f, 0x1p-6f};
+  case DType::F8E5M2:
+    return {0x1p-2f, 0x1p-14f};
+  default:
+    return {0x1p-23f, 0x1p-126f};
+  }
+}
+
+/// Whether `got` matches `want` as the launcher promises.
+bool matches(float got, float want, DType t, bool exact) {
+  if (std::isnan(want) && std::isnan(got))
+    return true;
+  if (std::memcmp(&want, &got, 4) == 0)
+    return true;
+  if (exact)
+    return false;
+  auto [ulp, smallest] = precisionOf(t);
+  float diff = std::fabs(got - want);
+  return diff <= 4 * ulp * std::fabs(want) || diff < smallest;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string deviceName = "host";
+  std::vector<std::string> plans;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+      deviceName = argv[++i];
+    else
+      plans.push_back(argv[i]);
+  }
+  if (plans.empty() || (deviceName != "host" && deviceName != "gpu")) {
+    std::fprintf(stderr,
+                 "usage: kiln-group-kernel-check [--device host|gpu] PLAN...\n");
+    return 1;
+  }
+  char dirTemplate[] = "/tmp/kiln-host-kernels-XXXXXX";
+  const char *dir = mkdtemp(dirTemplate);
+  if (!dir) {
+    std::fprintf(stderr, "cannot make a temporary folder\n");
+    return 1;
+  }
+  std::unique_ptr<Launcher> launcher;
+  if (deviceName == "host") {
+    launcher = std::make_unique<HostLauncher>(dir);
+  } else {
+#ifdef KILN_HAVE_CUDA
+    auto gpu = std::make_unique<GpuLauncher>();
+    if (std::string why = gpu->open(); !why.empty()) {
+      std::printf("skipped: %s\n", why.c_str());
+      return 77;
+    }
+    launcher = std::move(gpu);
+#else
+    std::printf("skipped: this build has no CUDA backend\n");
+    return 77;
+#endif
+  }
+
+  std::set<std::string> checked;
+  std::mt19937 rng(7);
+  int kernels = 0;
+  for (const std::string &path : plans) {
+    std::string error;
+    std::optional<Plan> plan = loadPlan(path, error);
+    if (!plan) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      return 1;
+    }
+    for (const auto &[name, entry] : plan->entries)
+      for (const PlanStep &step : entry.steps) {
+        if (!step.group)
+          continue;
+        cuda::GroupKernelSource k = cuda::groupKernelSource(*plan, step, error);
+        if (k.source.empty()) {
+          std::fprintf(stderr, "%s, %s: %s\n", name.c_str(), step.loc.c_str(),
+                       error.c_str());
+          return 1;
+        }
+        if (!checked.insert(k.source).second)
+          continue;
+        ++kernels;
+        const FusedGroup &g = *step.group;
+        std::vector<std::vector<uint8_t>> in, outKernel, outCpu;
+        std::vector<View> inViews, cpuViews;
+        for (int64_t id : step.operands) {
+          const PlanValue &v = plan->values[id];
+          in.push_back(randomBuffer(v.dtype, v.numElements(), rng));
+          inViews.push_back(View{in.back().data(), v.dtype, v.shape});
+        }
+        for (int64_t id : step.results) {
+          const PlanValue &v = plan->values[id];
+          outKernel.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
+          outCpu.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
+        }
+        for (size_t i = 0; i < outCpu.size(); ++i) {
+          const PlanValue &v = plan->values[step.results[i]];
+          cpuViews.push_back(View{outCpu[i].data(), v.dtype, v.shape});
+        }
+        if (std::string failure = launcher->launch(k, g, in, outKernel);
+            !failure.empty()) {
+          std::fprintf(stderr, "%s, %s: %s\n", name.c_str(), step.loc.c_str(),
+                       failure.c_str());
+          return 1;
+        }
+        if (std::string failure = runFusedGroup(g, inViews, cpuViews, false);
+            !failure.empty()) {
+          std::fprintf(stderr, "the CPU interpreter failed: %s\n",
+                       failure.c_str());
+          return 1;
+        }
+        for (size_t o = 0; o < outCpu.size(); ++o) {
+          const PlanValue &v = plan->values[step.results[o]];
+          for (int64_t i = 0, n = v.numElements(); i < n; ++i) {
+            float want = valueAt(v.dtype, outCpu[o], i);
+            float got = valueAt(v.dtype, outKernel[o], i);
+            if (matches(got, want, v.dtype, launcher->exact()))
+              continue;
+            std::fprintf(stderr,
+                         "%s, %s (fused group %s): result %zu element %lld: "
+                         "kernel %.9g, CPU backend %.9g\n--- source ---\n%s",
+                         name.c_str(), step.loc.c_str(),
+                         step.attrs.count("ops") ? step.str("ops").c_str() : "",
+                         o, static_cast<long long>(i), got, want,
+                         k.source.c_str());
+            return 1;
+          }
+        }
+      }
+  }
+  std::printf("%d generated group kernels on the %s match the CPU backend "
+              "(%s)\n",
+              kernels, deviceName.c_str(),
+              launcher->exact() ? "bit for bit" : "within the stated tolerance");
+  run(std::string("rm -rf ") + dir);
+  return 0;
+}
