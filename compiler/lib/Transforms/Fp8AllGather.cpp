@@ -39,10 +39,6 @@ using namespace kiln;
 
 namespace {
 
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
 /// One all-gather of a group whose views are all quantized to e4m3.
 struct Gather {
   AllGatherStartOp start;

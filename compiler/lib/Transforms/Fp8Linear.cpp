@@ -35,10 +35,6 @@ using namespace kiln;
 
 namespace {
 
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
 /// FP8 codes and the scale they were made with.
 struct Quantized {
   Value codes, scale;

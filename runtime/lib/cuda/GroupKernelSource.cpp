@@ -457,4 +457,25 @@ GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,
   return groupKernelSource(*step.group, operands, results, error);
 }
 
+std::optional<std::vector<PlanGroupKernel>>
+distinctGroupKernels(const Plan &plan, std::set<std::string> &seen,
+                     int &groups, std::string &error) {
+  std::vector<PlanGroupKernel> kernels;
+  groups = 0;
+  for (const auto &[name, entry] : plan.entries)
+    for (const PlanStep &step : entry.steps) {
+      if (!step.group)
+        continue;
+      ++groups;
+      GroupKernelSource k = groupKernelSource(plan, step, error);
+      if (k.source.empty()) {
+        error = name + ", " + step.loc + ": " + error;
+        return std::nullopt;
+      }
+      if (seen.insert(k.source).second)
+        kernels.push_back({name, &step, std::move(k)});
+    }
+  return kernels;
+}
+
 } // namespace kiln::runtime::cuda

@@ -383,6 +383,50 @@ bool matches(float got, float want, DType t, bool exact) {
   return diff <= 4 * ulp * std::fabs(want) || diff < smallest;
 }
 
+/// Runs `k` through `launcher` and the CPU interpreter on the same random
+/// inputs; empty when every output matches, else the first difference.
+std::string checkKernel(const Plan &plan, const cuda::PlanGroupKernel &k,
+                        Launcher &launcher, std::mt19937 &rng) {
+  const PlanStep &step = *k.step;
+  const FusedGroup &g = *step.group;
+  std::vector<std::vector<uint8_t>> in, outKernel, outCpu;
+  std::vector<View> inViews, cpuViews;
+  for (int64_t id : step.operands) {
+    const PlanValue &v = plan.values[id];
+    in.push_back(randomBuffer(v.dtype, v.numElements(), rng));
+    inViews.push_back(View{in.back().data(), v.dtype, v.shape});
+  }
+  for (int64_t id : step.results) {
+    const PlanValue &v = plan.values[id];
+    outKernel.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
+    outCpu.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
+    cpuViews.push_back(View{outCpu.back().data(), v.dtype, v.shape});
+  }
+  if (std::string failure = launcher.launch(k.kernel, g, in, outKernel);
+      !failure.empty())
+    return failure;
+  if (std::string failure = runFusedGroup(g, inViews, cpuViews, false);
+      !failure.empty())
+    return "the CPU interpreter failed: " + failure;
+  for (size_t o = 0; o < outCpu.size(); ++o) {
+    const PlanValue &v = plan.values[step.results[o]];
+    for (int64_t i = 0, n = v.numElements(); i < n; ++i) {
+      float want = valueAt(v.dtype, outCpu[o], i);
+      float got = valueAt(v.dtype, outKernel[o], i);
+      if (matches(got, want, v.dtype, launcher.exact()))
+        continue;
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "result %zu element %lld: kernel %.9g, CPU backend %.9g",
+                    o, static_cast<long long>(i), got, want);
+      return std::string("fused group ") +
+             (step.attrs.count("ops") ? step.str("ops") : "") + ", " + text +
+             "\n--- source ---\n" + k.kernel.source;
+    }
+  }
+  return "";
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -428,70 +472,23 @@ int main(int argc, char **argv) {
   for (const std::string &path : plans) {
     std::string error;
     std::optional<Plan> plan = loadPlan(path, error);
-    if (!plan) {
+    int groups = 0;
+    std::optional<std::vector<cuda::PlanGroupKernel>> fresh;
+    if (plan)
+      fresh = cuda::distinctGroupKernels(*plan, checked, groups, error);
+    if (!fresh) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
       return 1;
     }
-    for (const auto &[name, entry] : plan->entries)
-      for (const PlanStep &step : entry.steps) {
-        if (!step.group)
-          continue;
-        cuda::GroupKernelSource k = cuda::groupKernelSource(*plan, step, error);
-        if (k.source.empty()) {
-          std::fprintf(stderr, "%s, %s: %s\n", name.c_str(), step.loc.c_str(),
-                       error.c_str());
-          return 1;
-        }
-        if (!checked.insert(k.source).second)
-          continue;
-        ++kernels;
-        const FusedGroup &g = *step.group;
-        std::vector<std::vector<uint8_t>> in, outKernel, outCpu;
-        std::vector<View> inViews, cpuViews;
-        for (int64_t id : step.operands) {
-          const PlanValue &v = plan->values[id];
-          in.push_back(randomBuffer(v.dtype, v.numElements(), rng));
-          inViews.push_back(View{in.back().data(), v.dtype, v.shape});
-        }
-        for (int64_t id : step.results) {
-          const PlanValue &v = plan->values[id];
-          outKernel.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
-          outCpu.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
-        }
-        for (size_t i = 0; i < outCpu.size(); ++i) {
-          const PlanValue &v = plan->values[step.results[i]];
-          cpuViews.push_back(View{outCpu[i].data(), v.dtype, v.shape});
-        }
-        if (std::string failure = launcher->launch(k, g, in, outKernel);
-            !failure.empty()) {
-          std::fprintf(stderr, "%s, %s: %s\n", name.c_str(), step.loc.c_str(),
-                       failure.c_str());
-          return 1;
-        }
-        if (std::string failure = runFusedGroup(g, inViews, cpuViews, false);
-            !failure.empty()) {
-          std::fprintf(stderr, "the CPU interpreter failed: %s\n",
-                       failure.c_str());
-          return 1;
-        }
-        for (size_t o = 0; o < outCpu.size(); ++o) {
-          const PlanValue &v = plan->values[step.results[o]];
-          for (int64_t i = 0, n = v.numElements(); i < n; ++i) {
-            float want = valueAt(v.dtype, outCpu[o], i);
-            float got = valueAt(v.dtype, outKernel[o], i);
-            if (matches(got, want, v.dtype, launcher->exact()))
-              continue;
-            std::fprintf(stderr,
-                         "%s, %s (fused group %s): result %zu element %lld: "
-                         "kernel %.9g, CPU backend %.9g\n--- source ---\n%s",
-                         name.c_str(), step.loc.c_str(),
-                         step.attrs.count("ops") ? step.str("ops").c_str() : "",
-                         o, static_cast<long long>(i), got, want,
-                         k.source.c_str());
-            return 1;
-          }
-        }
+    for (const cuda::PlanGroupKernel &k : *fresh) {
+      ++kernels;
+      if (std::string failure = checkKernel(*plan, k, *launcher, rng);
+          !failure.empty()) {
+        std::fprintf(stderr, "%s, %s: %s\n", k.entry.c_str(),
+                     k.step->loc.c_str(), failure.c_str());
+        return 1;
       }
+    }
   }
   std::printf("%d generated group kernels on the %s match the CPU backend "
               "(%s)\n",

@@ -55,31 +55,25 @@ int main(int argc, char **argv) {
       return 1;
     }
     int groups = 0, fresh = 0, cached = 0;
-    for (const auto &[name, entry] : plan->entries)
-      for (const PlanStep &step : entry.steps) {
-        if (!step.group)
-          continue;
-        ++groups;
-        cuda::GroupKernelSource k = cuda::groupKernelSource(*plan, step, error);
-        if (k.source.empty()) {
-          std::fprintf(stderr, "%s: %s, %s: %s\n", path.c_str(), name.c_str(),
-                       step.loc.c_str(), error.c_str());
-          return 1;
-        }
-        if (!seen.insert(k.source).second)
-          continue;
-        std::optional<cuda::CompiledKernel> compiled =
-            cuda::compileKernel(k.source, arch, cacheDir, error);
-        if (!compiled) {
-          std::fprintf(stderr,
-                       "%s: %s, %s: the group kernel does not compile for "
-                       "%s: %s\n--- source ---\n%s",
-                       path.c_str(), name.c_str(), step.loc.c_str(),
-                       arch.c_str(), error.c_str(), k.source.c_str());
-          return 1;
-        }
-        ++(compiled->fromCache ? cached : fresh);
+    std::optional<std::vector<cuda::PlanGroupKernel>> kernels =
+        cuda::distinctGroupKernels(*plan, seen, groups, error);
+    if (!kernels) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      return 1;
+    }
+    for (const cuda::PlanGroupKernel &k : *kernels) {
+      std::optional<cuda::CompiledKernel> compiled =
+          cuda::compileKernel(k.kernel.source, arch, cacheDir, error);
+      if (!compiled) {
+        std::fprintf(stderr,
+                     "%s: %s, %s: the group kernel does not compile for %s: "
+                     "%s\n--- source ---\n%s",
+                     path.c_str(), k.entry.c_str(), k.step->loc.c_str(),
+                     arch.c_str(), error.c_str(), k.kernel.source.c_str());
+        return 1;
       }
+      ++(compiled->fromCache ? cached : fresh);
+    }
     std::printf("%s: %d fused groups, %d new kernels compiled for %s, %d "
                 "from the cache\n",
                 path.c_str(), groups, fresh, arch.c_str(), cached);

@@ -6,10 +6,6 @@ using namespace mlir;
 using namespace kiln;
 
 namespace {
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
 /// A rank-1 `small` whose element type `big` shares, `ranks` times shorter.
 LogicalResult checkShards(Operation *op, Value small, Value big,
                           int64_t ranks) {

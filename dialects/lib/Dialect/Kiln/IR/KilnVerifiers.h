@@ -8,6 +8,7 @@
 #ifndef KILN_DIALECT_KILN_IR_KILNVERIFIERS_H
 #define KILN_DIALECT_KILN_IR_KILNVERIFIERS_H
 
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
 #include "llvm/Support/raw_ostream.h"
@@ -23,9 +24,7 @@ inline std::string shapeStr(llvm::ArrayRef<int64_t> shape) {
   llvm::interleaveComma(shape, os);
   return out + "]";
 }
-inline mlir::RankedTensorType tensorOf(mlir::Value v) {
-  return llvm::cast<mlir::RankedTensorType>(v.getType());
-}
+using ::kiln::tensorOf;
 inline std::string shapeOf(mlir::Value v) {
   return shapeStr(tensorOf(v).getShape());
 }

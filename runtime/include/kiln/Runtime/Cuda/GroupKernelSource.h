@@ -26,6 +26,8 @@
 #include "kiln/Runtime/FusedGroup.h"
 #include "kiln/Runtime/Plan.h"
 
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,21 @@ GroupKernelSource groupKernelSource(const FusedGroup &group,
 /// values it reads and writes).
 GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,
                                     std::string &error);
+
+/// A fused step of a plan with its kernels.
+struct PlanGroupKernel {
+  std::string entry;
+  const PlanStep *step = nullptr;
+  GroupKernelSource kernel;
+};
+
+/// The fused steps of `plan` (their number in `groups`) and, in entry and
+/// step order, the kernels of those whose source is not in `seen` yet
+/// (which gains them). On an unsupported group returns nothing and says
+/// which step in `error`.
+std::optional<std::vector<PlanGroupKernel>>
+distinctGroupKernels(const Plan &plan, std::set<std::string> &seen,
+                     int &groups, std::string &error);
 
 } // namespace kiln::runtime::cuda
 

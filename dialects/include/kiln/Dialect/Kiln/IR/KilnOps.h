@@ -18,6 +18,11 @@
 #include "kiln/Dialect/Kiln/IR/KilnOps.h.inc"
 
 namespace kiln {
+/// The type of a kiln value: every one is a ranked tensor.
+inline mlir::RankedTensorType tensorOf(mlir::Value v) {
+  return llvm::cast<mlir::RankedTensorType>(v.getType());
+}
+
 /// The rows x cols iteration space of an op that can join a fused group
 /// (`kiln.fused_group`), or nothing for any other op.
 std::optional<std::pair<int64_t, int64_t>> fusionSpace(mlir::Operation *op);
