@@ -29,59 +29,62 @@ std::string mib(int64_t bytes) {
 } // namespace
 
 namespace {
-/// [float8] as kiln-fp8-linear would read it if enabled.
-Fp8Options fp8Options(const Float8Config &c) {
-  Fp8Options o;
-  o.recipe = c.recipe;
-  o.filterFqns = c.filter_fqns;
-  o.autoFilterSmallKN = c.auto_filter_small_kn;
-  o.forceOutputProjection = c.force_output_projection;
-  o.allGather = c.enable_fsdp_float8_all_gather;
-  return o;
-}
-
-/// Bytes one rank receives per training step from all-gathers (parameter
-/// groups, in whatever dtype they travel) and from the FP8 all-gather's
-/// amax all-reduce, with FP8 enabled and its all-gather on or off; nullopt
-/// when the model does not compile so.
-std::optional<int64_t> gatheredBytes(const ExplainCommand &command,
-                                     bool fp8AllGather) {
+/// `command`'s model with FP8 on and its all-gather as asked.
+bool loadWithFp8(const ExplainCommand &command, bool allGather,
+                 ModelSession &session) {
   std::vector<std::string> overrides = command.overrides;
   overrides.push_back("float8.enable=true");
   overrides.push_back(std::string("float8.enable_fsdp_float8_all_gather=") +
-                      (fp8AllGather ? "true" : "false"));
-  ModelSession session;
-  if (!session.load(command.model, overrides) ||
-      !session.setRanks(command.worldSize))
-    return std::nullopt;
+                      (allGather ? "true" : "false"));
+  return session.load(command.model, overrides) &&
+         session.setRanks(command.worldSize);
+}
+
+/// Bytes one rank receives per training step, measured on the compiled
+/// step (fp8 phase): every all-gather's result, in whatever dtype the group
+/// travels, and the FP8 all-gather's all-reduce of weight amaxes.
+std::optional<int64_t> gatheredBytes(ModelSession &session) {
   mlir::OwningOpRef<mlir::ModuleOp> module = session.compileThrough("fp8");
   if (!module)
     return std::nullopt;
-  auto step = module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc);
   auto bytes = [](mlir::Value v) {
     auto type = llvm::cast<mlir::RankedTensorType>(v.getType());
     return type.getNumElements() * type.getElementTypeBitWidth() / 8;
   };
+  auto ofWeightAmaxes = [](AllReduceStartOp r) {
+    auto flat = r.getInput().getDefiningOp<FlattenOp>();
+    return flat && llvm::all_of(flat.getParts(), [](mlir::Value part) {
+             return part.getDefiningOp<ShardAmaxOp>() != nullptr;
+           });
+  };
   int64_t total = 0;
-  step.walk([&](mlir::Operation *op) {
-    if (auto g = llvm::dyn_cast<AllGatherStartOp>(op))
-      total += bytes(g.getResult());
-    else if (auto r = llvm::dyn_cast<AllReduceStartOp>(op);
-             r && r.getReduction() == "max")
-      total += bytes(r.getResult());
-  });
+  module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc)
+      .walk([&](mlir::Operation *op) {
+        if (auto g = llvm::dyn_cast<AllGatherStartOp>(op))
+          total += bytes(g.getResult());
+        else if (auto r = llvm::dyn_cast<AllReduceStartOp>(op);
+                 r && ofWeightAmaxes(r))
+          total += bytes(r.getResult());
+      });
   return total;
 }
 
 int explainFp8(ModelSession &session, const ExplainCommand &command) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = session.compileThrough("shard");
+  // The decisions kiln-fp8-linear takes, from the options it reads, on the
+  // step it rewrites (after the shard phase), FP8 enabled.
+  ModelSession enabled;
+  if (!loadWithFp8(command, false, enabled))
+    return 1;
+  mlir::OwningOpRef<mlir::ModuleOp> module = enabled.compileThrough("shard");
   if (!module)
     return 1;
-  mlir::func::FuncOp step =
-      module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc);
+  mlir::FailureOr<std::optional<Fp8Options>> options =
+      Fp8Options::fromModule(*module);
+  if (mlir::failed(options) || !*options)
+    return 1;
+  std::vector<Fp8Decision> decisions = decideFp8Linears(
+      module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc), **options);
   const Float8Config &f8 = session.config->float8;
-  std::vector<Fp8Decision> decisions =
-      decideFp8Linears(step, fp8Options(f8));
   int64_t ranks = session.config->parallelism.data_parallel_shard_degree;
 
   llvm::raw_ostream &os = llvm::outs();
@@ -111,8 +114,7 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   }
   os << "FP8 linears: " << fp8Count << " of " << decisions.size() << "\n";
 
-  // Both from the compiled step (fp8 phase), FP8 on.
-  std::optional<int64_t> without = gatheredBytes(command, false);
+  std::optional<int64_t> without = gatheredBytes(enabled);
   if (!without)
     return 1;
   os << "all-gather per step and rank: " << mib(*without)
@@ -122,7 +124,10 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
           "tensorwise)\n";
     return 0;
   }
-  std::optional<int64_t> with = gatheredBytes(command, true);
+  ModelSession withAllGather;
+  if (!loadWithFp8(command, true, withAllGather))
+    return 1;
+  std::optional<int64_t> with = gatheredBytes(withAllGather);
   if (!with)
     return 1;
   os << "                              " << mib(*with)

@@ -66,28 +66,24 @@ bool ModelSession::setRanks(int64_t ranks) {
   return true;
 }
 
-OwningOpRef<ModuleOp> ModelSession::compileThrough(llvm::StringRef phase) {
+OwningOpRef<ModuleOp> ModelSession::compileThrough(llvm::StringRef phase,
+                                                   bool fuse) {
   OwningOpRef<ModuleOp> module = importModel(&context, *config);
   if (failed(verify(*module)))
     return nullptr;
   auto none = [](unsigned, const PhaseInfo &) { return success(); };
   auto configure = [](PassManager &) { return success(); };
-  if (failed(runPipeline(*module, *findPhase(phase), none, configure)))
+  auto skip = [&](const PhaseInfo &p) {
+    return !fuse && llvm::StringRef(p.name) == "fuse";
+  };
+  if (failed(runPipeline(*module, *findPhase(phase), none, configure, skip)))
     return nullptr;
   return module;
 }
 
 std::optional<std::string> ModelSession::compilePlan(bool fuse) {
-  OwningOpRef<ModuleOp> module = importModel(&context, *config);
-  if (failed(verify(*module)))
-    return std::nullopt;
-  const PhaseInfo *plan = findPhase("plan");
-  auto none = [](unsigned, const PhaseInfo &) { return success(); };
-  auto configure = [](PassManager &) { return success(); };
-  auto skip = [&](const PhaseInfo &phase) {
-    return !fuse && llvm::StringRef(phase.name) == "fuse";
-  };
-  if (failed(runPipeline(*module, *plan, none, configure, skip)))
+  OwningOpRef<ModuleOp> module = compileThrough("plan", fuse);
+  if (!module)
     return std::nullopt;
   FailureOr<llvm::json::Value> json = emitPlan(*module);
   if (failed(json))

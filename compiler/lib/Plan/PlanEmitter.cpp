@@ -28,11 +28,11 @@ namespace json = llvm::json;
 
 namespace {
 
-/// The FP8 all-gather's vector of weight amaxes (kiln-fp8-all-gather): a
-/// flatten of parameter statistics, not of gradients.
-bool isAmaxVector(FlattenOp flat) {
-  return llvm::all_of(flat.getParts(), [](Value part) {
-    return part.getDefiningOp<ShardAmaxOp>() != nullptr;
+/// A flatten of gradients: the buffer a reduce-scatter sends (other
+/// flattens pack amax vectors for an all-reduce).
+bool packsGradients(FlattenOp flat) {
+  return llvm::any_of(flat->getUsers(), [](Operation *user) {
+    return isa<ReduceScatterStartOp>(user);
   });
 }
 FailureOr<StringRef> dtypeName(Operation *at, Type type) {
@@ -225,16 +225,17 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
   for (Operation &op : body) {
     if (auto adamw = dyn_cast<AdamWOp>(op))
       markGradient(adamw.getGrad());
-    if (auto flat = dyn_cast<FlattenOp>(op); flat && !isAmaxVector(flat))
+    if (auto flat = dyn_cast<FlattenOp>(op); flat && packsGradients(flat))
       for (Value part : flat.getParts())
         markGradient(part);
   }
   auto categoryOf = [&](Operation &op, Value r) -> int {
     if (isa<AllGatherStartOp, UnflattenOp, ShardAmaxOp, ShardQuantizeOp>(op) ||
-        (isa<CastOp>(op) && isa<BlockArgument>(op.getOperand(0))) ||
-        (isa<FlattenOp>(op) && isAmaxVector(cast<FlattenOp>(op))))
+        (isa<CastOp>(op) && isa<BlockArgument>(op.getOperand(0))))
       return 0;
-    if (isa<FlattenOp, ReduceScatterStartOp>(op) || gradients.contains(r))
+    auto flat = dyn_cast<FlattenOp>(op);
+    if ((flat && packsGradients(flat)) || isa<ReduceScatterStartOp>(op) ||
+        gradients.contains(r))
       return 1;
     return 2;
   };

@@ -42,8 +42,10 @@ struct Quantized {
 
 class Fp8Rewriter {
 public:
-  Fp8Rewriter(func::FuncOp func, const Fp8Options &options)
-      : func(func), options(options), b(func.getContext()),
+  /// `warn`: say that a forced output projection runs in FP8 (once per
+  /// module, not per function).
+  Fp8Rewriter(func::FuncOp func, const Fp8Options &options, bool warn)
+      : func(func), options(options), warn(warn), b(func.getContext()),
         e4m3(Float8E4M3FNType::get(func.getContext())),
         e5m2(Float8E5M2Type::get(func.getContext())),
         delayed(options.recipe == "delayed" &&
@@ -81,6 +83,8 @@ private:
   Value transposed(Value codes);
   /// A bf16 2-D value transposed at `b`'s insertion point.
   Value transposedHere(Value v);
+  /// The same, made the first time only (a later reader reuses it).
+  Value transposedOnce(Value v);
 
   Value scaledMatmul(StringRef gemm, const Fp8Decision &d, Quantized a,
                      Quantized w, Type elementType, Location loc);
@@ -88,11 +92,13 @@ private:
   void replaceWith(Operation *op, Value v2d);
 
   void rewriteForward(const Fp8Decision &d);
+  /// `first`: whichever of `gi` and `gw` comes first.
   void rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
-                       LinearGradWeightOp gw);
+                       LinearGradWeightOp gw, Operation *first);
 
   func::FuncOp func;
   const Fp8Options &options;
+  bool warn;
   OpBuilder b;
   Type e4m3, e5m2;
   /// The delayed recipe (train_step and the calibration step: evaluation
@@ -245,6 +251,12 @@ Value Fp8Rewriter::transposed(Value codes) {
   return transposes[codes] = transposedHere(codes);
 }
 
+Value Fp8Rewriter::transposedOnce(Value v) {
+  if (Value t = transposes.lookup(v))
+    return t;
+  return transposes[v] = transposedHere(v);
+}
+
 Value Fp8Rewriter::transposedHere(Value v) {
   RankedTensorType t = tensorOf(v);
   return TransposeOp::create(
@@ -289,12 +301,9 @@ void Fp8Rewriter::rewriteForward(const Fp8Decision &d) {
 }
 
 void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
-                                  LinearGradWeightOp gw) {
+                                  LinearGradWeightOp gw, Operation *first) {
   Quantized xq = forwardInputs.lookup(d.param);
   Value dy = gi ? gi.getGrad() : gw.getGrad();
-  Operation *first = gi && (!gw || gi->isBeforeInBlock(gw))
-                         ? gi.getOperation()
-                         : gw.getOperation();
   Value dy2 = flat(dy);
   // Tensorwise: the gradient in e5m2 (range over precision), quantized
   // where it is made; rowwise: e4m3 throughout.
@@ -312,10 +321,10 @@ void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
   if (rowwise()) {
     b.setInsertionPoint(first);
     if (gi)
-      wt = quantize(transposedHere(gi.getWeight()), e4m3, "");
+      wt = quantize(transposedOnce(gi.getWeight()), e4m3, "");
     if (gw) {
-      dyt = quantize(transposedHere(dy2), e4m3, "");
-      xt = quantize(transposedHere(flat(gw.getInput())), e4m3, "");
+      dyt = quantize(transposedOnce(dy2), e4m3, "");
+      xt = quantize(transposedOnce(flat(gw.getInput())), e4m3, "");
     }
   } else {
     if (gi) {
@@ -372,7 +381,7 @@ LogicalResult Fp8Rewriter::run() {
   for (const Fp8Decision &d : decisions) {
     if (!d.fp8)
       continue;
-    if (d.role == LinearRole::output)
+    if (warn && d.role == LinearRole::output)
       d.linear->emitWarning("the output projection runs in FP8 "
                            "(float8.force_output_projection): its accuracy "
                            "matters most for the loss");
@@ -398,14 +407,31 @@ LogicalResult Fp8Rewriter::run() {
                                 tensorOf(l.getResult()).getElementType(),
                                 l.getLoc()));
   }
+  // Backward ops in program order, so that an operand shared by several
+  // linears (rowwise: q, k and v's transposed input) is made once, before
+  // the first op that reads it.
+  struct Backward {
+    const Fp8Decision *d;
+    LinearGradInputOp gi;
+    LinearGradWeightOp gw;
+    Operation *first;
+  };
+  SmallVector<Backward> backwards;
   for (const Fp8Decision &d : decisions) {
-    if (!d.fp8)
+    LinearGradInputOp gi = d.fp8 ? gis.lookup(d.param) : LinearGradInputOp();
+    LinearGradWeightOp gw = d.fp8 ? gws.lookup(d.param) : LinearGradWeightOp();
+    if (!gi && !gw)
       continue;
-    LinearGradInputOp gi = gis.lookup(d.param);
-    LinearGradWeightOp gw = gws.lookup(d.param);
-    if (gi || gw)
-      rewriteBackward(d, gi, gw);
+    Operation *first = gi && (!gw || gi->isBeforeInBlock(gw))
+                           ? gi.getOperation()
+                           : gw.getOperation();
+    backwards.push_back({&d, gi, gw, first});
   }
+  llvm::sort(backwards, [](const Backward &a, const Backward &b) {
+    return a.first->isBeforeInBlock(b.first);
+  });
+  for (const Backward &bw : backwards)
+    rewriteBackward(*bw.d, bw.gi, bw.gw, bw.first);
   if (delayed && !historyFailed)
     updateHistories();
   return failure(historyFailed);
@@ -456,9 +482,12 @@ struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
         module.getBody()->getOperations().insertAfter(Block::iterator(step),
                                                       calibration);
       }
-    for (auto func : module.getOps<func::FuncOp>())
-      if (failed(Fp8Rewriter(func, **options).run()))
+    bool first = true;
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (failed(Fp8Rewriter(func, **options, first).run()))
         return signalPassFailure();
+      first = false;
+    }
     if (calibration)
       keepOnlyHistories(calibration);
   }

@@ -430,12 +430,9 @@ FailureOr<llvm::StringSet<>> fp8GatheredWeights(ModuleOp module) {
       Fp8Options::fromModule(module);
   if (failed(options))
     return failure();
+  // (fromModule has checked that the FP8 all-gather is tensorwise.)
   if (!*options || !(*options)->allGather)
     return weights;
-  if ((*options)->recipe != "tensorwise")
-    return module.emitError("kiln-fsdp: the FP8 all-gather needs the "
-                            "tensorwise recipe, got '")
-           << (*options)->recipe << "'";
   auto f = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
   if (!f)
     f = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);

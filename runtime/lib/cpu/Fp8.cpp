@@ -138,9 +138,12 @@ void shardAmax(const float *shard, int64_t n, int64_t first,
                const FlatRange *weights, int64_t count, float *amax) {
   for (int64_t i = 0; i < count; ++i) {
     auto [begin, size] = within(weights[i], first, n);
+    // NaN wins, as in a fused group's amax store.
     float m = 0.0f;
-    for (int64_t j = begin; j < begin + size; ++j)
-      m = std::max(m, std::fabs(shard[j]));
+    for (int64_t j = begin; j < begin + size; ++j) {
+      float a = std::fabs(shard[j]);
+      m = std::isnan(a) || std::isnan(m) ? a + m : std::max(m, a);
+    }
     amax[i] = m;
   }
 }

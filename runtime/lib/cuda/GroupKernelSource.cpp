@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Cuda/GroupKernelSource.h"
+#include "kiln/Runtime/CpuFusedGroup.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -20,6 +21,9 @@
 namespace kiln::runtime::cuda {
 
 namespace {
+
+// Column sums add the same rows in the same order as the CPU backend's.
+static_assert(kKilnGroupBlockRows == kColSumBlockRows);
 
 using Op = GroupInstr::Op;
 using Store = GroupOutput::Store;

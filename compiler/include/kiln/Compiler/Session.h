@@ -48,9 +48,11 @@ struct ModelSession {
   /// diagnostics.
   std::optional<std::string> compilePlan(bool fuse = true);
 
-  /// The module after the built phases up to and including `phase`, or
-  /// null after printing the diagnostics.
-  mlir::OwningOpRef<mlir::ModuleOp> compileThrough(llvm::StringRef phase);
+  /// The module after the built phases up to and including `phase` (with
+  /// `fuse` false, not the fuse phase), or null after printing the
+  /// diagnostics.
+  mlir::OwningOpRef<mlir::ModuleOp> compileThrough(llvm::StringRef phase,
+                                                   bool fuse = true);
 
   /// compilePlan's result from the on-disk cache ($KILN_CACHE_DIR, else
   /// $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed by the model text, the

@@ -35,8 +35,8 @@ struct FlatRange {
 /// The FP8 all-gather's casts on one rank's shard, which holds the flat
 /// elements [first, first + n) (docs/plan.md, shard_amax and
 /// shard_quantize):
-/// amax[i] = max |x| over the elements of weights[i] in the shard, 0 when
-/// it has none;
+/// amax[i] = max |x| over the elements of weights[i] in the shard (NaN if
+/// any is NaN), 0 when it has none;
 void shardAmax(const float *shard, int64_t n, int64_t first,
                const FlatRange *weights, int64_t count, float *amax);
 /// scales[i] = 448 / max(amax[i], 1e-12) in f32, and each element of
