@@ -204,9 +204,13 @@ std::string checkFusedGroup(FusedGroup &group,
       return where + " writes " + std::to_string(n) + " elements to value " +
              std::to_string(r.id) + ", which has " +
              std::to_string(r.numElements());
-    bool reduces = out.store == Store::ColSum || out.store == Store::Amax;
-    if (reduces ? r.dtype != DType::F32 && r.dtype != DType::BF16
-                : r.dtype != in.type)
+    if (out.store == Store::Amax && r.dtype != DType::F32)
+      return where + " stores an amax into a " + dtypeName(r.dtype) +
+             " tensor (amaxes are f32)";
+    if (out.store == Store::ColSum ? r.dtype != DType::F32 &&
+                                         r.dtype != DType::BF16
+        : out.store == Store::Amax ? false
+                                   : r.dtype != in.type)
       return where + " stores a " + dtypeName(in.type) + " value into a " +
              dtypeName(r.dtype) + " tensor";
     if (out.store == Store::Transpose && r.shape.size() == 2 &&

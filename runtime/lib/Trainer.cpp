@@ -51,8 +51,6 @@ std::string formatDuration(double seconds) {
   return buf;
 }
 
-/// Optimizer moments are the states named exp_avg.<param> and
-/// exp_avg_sq.<param>; every other state is a parameter.
 /// Every core, shared among the ranks on this machine (Open MPI says how
 /// many there are), so that oversubscribed ranks do not fight for cores.
 int defaultThreads(comm::Communicator *c) {

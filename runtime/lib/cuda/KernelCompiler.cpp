@@ -2,20 +2,17 @@
 
 #include "kiln/Runtime/Cuda/KernelCompiler.h"
 #include "kiln/Runtime/Cache.h"
+#include "kiln/Runtime/Safetensors.h"
 
 #include <nvrtc.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <sstream>
 #include <vector>
 
-#ifndef KILN_CUDA_INCLUDE_DIR
-#define KILN_CUDA_INCLUDE_DIR "/usr/local/cuda/include"
-#endif
+// KILN_CUDA_INCLUDE_DIR: the toolkit's headers (cuda_fp8.h), set by CMake.
 
 namespace kiln::runtime::cuda {
 
@@ -91,18 +88,11 @@ std::optional<CompiledKernel> compileKernel(const std::string &source,
     return std::nullopt;
   }
   if (!cached.empty()) {
-    // Written aside and renamed: a reader never sees half a file.
+    // A reader never sees half a file; a cache that cannot be written only
+    // means compiling again next time.
     std::error_code ec;
     std::filesystem::create_directories(cached.parent_path(), ec);
-    std::filesystem::path partial = cached;
-    partial += ".partial." + std::to_string(::getpid());
-    {
-      std::ofstream out(partial, std::ios::binary);
-      out.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));
-    }
-    std::filesystem::rename(partial, cached, ec);
-    if (ec)
-      std::filesystem::remove(partial, ec);
+    (void)writeFileAtomically(cached.string(), cubin);
   }
   return CompiledKernel{std::move(cubin), false};
 }
