@@ -284,6 +284,41 @@ Plan parse(const std::string &text) {
   return plan;
 }
 
+/// shard_amax (shard -> amaxes) and shard_quantize (shard, amaxes -> codes,
+/// scales): one offset and one size per weight, each weight inside the
+/// flat buffer of `ranks` shards.
+void checkShardOp(const Plan &plan, const PlanStep &s,
+                  const std::string &where) {
+  bool quantize = s.op == "shard_quantize";
+  if (!quantize && s.op != "shard_amax")
+    return;
+  auto ints = [&](const char *key) -> const std::vector<int64_t> * {
+    auto it = s.attrs.find(key);
+    return it == s.attrs.end() ? nullptr
+                               : std::get_if<std::vector<int64_t>>(&it->second);
+  };
+  const std::vector<int64_t> *offsets = ints("offsets"), *sizes = ints("sizes");
+  auto ranks = s.attrs.find("ranks");
+  bool ok = offsets && sizes && offsets->size() == sizes->size() &&
+            ranks != s.attrs.end() &&
+            std::holds_alternative<int64_t>(ranks->second) &&
+            s.operands.size() == (quantize ? 2u : 1u) &&
+            s.results.size() == (quantize ? 2u : 1u) &&
+            plan.values[s.results.back()].numElements() ==
+                static_cast<int64_t>(offsets->size());
+  if (ok) {
+    int64_t total = std::get<int64_t>(ranks->second) *
+                    plan.values[s.operands[0]].numElements();
+    for (size_t w = 0; ok && w < offsets->size(); ++w)
+      ok = (*offsets)[w] >= 0 && (*sizes)[w] >= 0 &&
+           (*offsets)[w] + (*sizes)[w] <= total;
+  }
+  if (!ok)
+    throw PlanError{where + ": " + s.op +
+                    " needs one offset and one size per weight, inside the "
+                    "flat buffer of `ranks` shards"};
+}
+
 /// Ids in range, arena buffers inside the arena.
 void validate(const Plan &plan) {
   auto checkId = [&](int64_t id, const std::string &where) {
@@ -307,6 +342,7 @@ void validate(const Plan &plan) {
           (entry.steps[i].results.size() != 1 ||
            plan.values[entry.steps[i].results[0]].kind != PlanValue::State))
         throw PlanError{where + ": init must have one result, a state"};
+      checkShardOp(plan, entry.steps[i], where);
     }
     for (const auto &[out, id] : entry.outputs)
       checkId(id, name + " output " + out);

@@ -170,3 +170,27 @@ TEST(Plan, MissingFileIsAnError) {
   EXPECT_FALSE(loadPlan("/nonexistent/step.kplan", error));
   EXPECT_EQ(error, "cannot open plan '/nonexistent/step.kplan'");
 }
+
+TEST(Plan, ChecksTheShardOpsWeights) {
+  // shard_amax of the 16-element state, one weight per amax (value 2 has
+  // one element): offsets and sizes must be there, one each per weight, and
+  // inside the flat buffer of `ranks` shards.
+  std::string amax = replace(kValid, "\"op\": \"cast\", \"operands\": [1], \"results\": [3]",
+                             "\"op\": \"shard_amax\", \"operands\": [1], \"results\": [2]");
+  std::string error;
+  EXPECT_TRUE(parsePlan(replace(amax, "\"warmup_steps\": 10",
+                                "\"offsets\": [0], \"sizes\": [16], \"ranks\": 1"),
+                        error)
+                  .has_value())
+      << error;
+  std::string want = "eval_loss step 0: shard_amax needs one offset and one "
+                     "size per weight, inside the flat buffer of `ranks` "
+                     "shards";
+  EXPECT_EQ(errorOf(amax), want);
+  EXPECT_EQ(errorOf(replace(amax, "\"warmup_steps\": 10",
+                            "\"offsets\": [0], \"sizes\": [17], \"ranks\": 1")),
+            want);
+  EXPECT_EQ(errorOf(replace(amax, "\"warmup_steps\": 10",
+                            "\"offsets\": [0, 4], \"sizes\": [4, 4], \"ranks\": 1")),
+            want);
+}
