@@ -1,0 +1,1 @@
+# CudaExecutor: see runtime/CMakeLists.txt

@@ -1,0 +1,1 @@
+# Gemm: see runtime/CMakeLists.txt

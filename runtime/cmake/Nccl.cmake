@@ -1,0 +1,1 @@
+# Nccl: see runtime/CMakeLists.txt

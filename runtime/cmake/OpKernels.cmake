@@ -1,0 +1,1 @@
+# OpKernels: see runtime/CMakeLists.txt

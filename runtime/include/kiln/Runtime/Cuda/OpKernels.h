@@ -1,0 +1,94 @@
+//===- OpKernels.h - CUDA kernels for the plan's library ops ----*- C++ -*-===//
+//
+// The CUDA backend runs every library op of the plan that is not a GEMM, a
+// collective or a fused group (embedding, RoPE, attention, cross-entropy,
+// AdamW, the layout ops, the FP8 bookkeeping ops, ...) with kernels from one
+// CUDA C++ translation unit, opKernelLibrarySource(), that NVRTC compiles
+// once at load (KernelCompiler.h). Generating the source and the launches
+// needs no CUDA: the host check (runtime/tests/cuda/OpKernelCheck.cpp) runs
+// the very launches below against a shim of the CUDA built-ins and compares
+// them with the CPU backend's ops (CpuOps.h).
+//
+// Kernel ABI: every op kernel is `extern "C" __global__ void NAME(KilnOpArgs
+// a)`, where KilnOpArgs (defined in the source) holds kMaxOpKernelArgs
+// 8-byte slots: a device pointer, a signed 64-bit integer or a double, in
+// the order of OpKernelLaunch::args. So the executor launches any kernel
+// with one parameter, the slots packed back to back.
+//
+// Semantics: each op reads its operands in their plan dtypes (f32, bf16,
+// FP8 codes, i32/i64 indices), computes in f32 (or wider where the CPU
+// kernel does) and rounds each result once to its dtype, as the CPU backend
+// does after widening. docs/cuda.md states, per op, whether the result is
+// the CPU's bits or within what tolerance.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CUDA_OPKERNELS_H
+#define KILN_RUNTIME_CUDA_OPKERNELS_H
+
+#include "kiln/Runtime/Plan.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime::cuda {
+
+constexpr int kMaxOpKernelArgs = 16;
+
+/// Where one 8-byte kernel argument comes from at launch.
+struct OpKernelArg {
+  enum Kind {
+    Operand, // device address of the step's operand `index`
+    Result,  // device address of the step's result `index`
+    Scratch, // device scratch of the step + `index` bytes (256-aligned base)
+    Int,     // the integer `i`
+    Float,   // the double `f`
+  } kind = Int;
+  int64_t index = 0;
+  int64_t i = 0;
+  double f = 0;
+};
+
+/// One launch: a 1-D grid of `grid` blocks of `block` threads.
+struct OpKernelLaunch {
+  std::string kernel; // an extern "C" name of opKernelLibrarySource()
+  int64_t grid = 1;
+  int block = 128;
+  int sharedBytes = 0; // dynamic shared memory
+  std::vector<OpKernelArg> args;
+};
+
+/// How one library step runs: the results listed in `zeroResults` are set
+/// to zero bytes, `scratchBytes` of scratch are zeroed, then the launches run
+/// in order on one stream. The executor owns the scratch (it may reuse it
+/// between steps).
+struct OpLaunchPlan {
+  std::vector<int> zeroResults;
+  int64_t scratchBytes = 0;
+  std::vector<OpKernelLaunch> launches;
+};
+
+/// The CUDA C++ of every op kernel: one translation unit for NVRTC (it
+/// includes only <cuda_fp8.h>, as the group kernels do).
+const std::string &opKernelLibrarySource();
+
+/// Whether the CUDA backend runs `op` through opLaunchPlan.
+bool isKernelOp(const std::string &op);
+
+/// The launches of a library step of `plan` whose op isKernelOp. Nothing,
+/// with `error` saying why, for a shape or dtype the kernels do not take.
+std::optional<OpLaunchPlan> opLaunchPlan(const Plan &plan,
+                                         const PlanStep &step,
+                                         std::string &error);
+
+/// The division of a collective's sum by the rank count (reduction "mean"):
+/// result 0 (`n` elements of `dtype`, f32 or bf16) becomes, in place,
+/// round(x / divisor) in f32, then rounded to the dtype, as the CPU
+/// executor does.
+OpLaunchPlan meanDivideLaunch(DType dtype, int64_t n, int64_t divisor);
+
+} // namespace kiln::runtime::cuda
+
+#endif // KILN_RUNTIME_CUDA_OPKERNELS_H
