@@ -17,7 +17,8 @@ config.environment["LC_ALL"] = "C"
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 # Longest first: %kiln would otherwise eat the front of %kiln_run.
-for tool in ["kiln-group-kernel-check", "kiln-nvrtc-check", "kiln-run",
+for tool in ["kiln-group-kernel-check", "kiln-op-kernel-check",
+             "kiln-nvrtc-check", "kiln-run",
              "kiln-opt", "kiln"]:
     config.substitutions.append(
         ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))

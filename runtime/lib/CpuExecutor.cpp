@@ -6,7 +6,7 @@
 #include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/CpuFusedGroup.h"
 #include "kiln/Runtime/CpuOps.h"
-#include "kiln/Runtime/Init.h"
+#include "kiln/Runtime/Cpu/Common.h"
 
 #include <cmath>
 #include <cstring>
@@ -57,17 +57,16 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
               ")";
       return nullptr;
     }
-    if (v.kind == PlanValue::State) {
-      if (v.dtype != DType::F32) {
-        error = "state '" + v.name + "' is " + dtypeName(v.dtype) +
-                "; the CPU backend keeps state in f32";
-        return nullptr;
-      }
-      exec->states[v.id].assign(v.numElements(), 0.0f);
-    } else if (v.kind == PlanValue::Const) {
+    if (v.kind == PlanValue::State && v.dtype != DType::F32) {
+      error = "state '" + v.name + "' is " + dtypeName(v.dtype) +
+              "; the CPU backend keeps state in f32";
+      return nullptr;
+    }
+    if (v.kind == PlanValue::Const) {
       exec->consts[v.id] = static_cast<float>(v.constValue);
     }
   }
+  exec->states = zeroStates(plan);
   exec->arenaFloats = (plan.arenaBytes + 3) / 4;
   exec->arena.reset(new float[exec->arenaFloats]);
   return exec;
@@ -87,22 +86,6 @@ std::string CpuExecutor::setCommunicator(comm::Communicator *c) {
   return "";
 }
 
-namespace {
-/// [begin, end) of the flat buffer that rank `rank`'s shard of `v` holds.
-std::pair<int64_t, int64_t> shardRange(const PlanValue &v, int rank) {
-  int64_t n = v.numElements();
-  return {rank * n, (rank + 1) * n};
-}
-
-/// The part of `part` inside [lo, hi): its first element and the count.
-std::pair<int64_t, int64_t> overlap(const ShardPart &part, int64_t lo,
-                                    int64_t hi) {
-  int64_t begin = std::max(lo, part.offset);
-  int64_t end = std::min(hi, part.offset + part.numElements());
-  return {begin, std::max<int64_t>(0, end - begin)};
-}
-} // namespace
-
 int64_t CpuExecutor::allocatedBytes() const {
   int64_t bytes = arenaFloats * static_cast<int64_t>(sizeof(float));
   for (const auto &[id, data] : states)
@@ -110,97 +93,23 @@ int64_t CpuExecutor::allocatedBytes() const {
   return bytes;
 }
 
-void CpuExecutor::initialize(uint64_t seed) {
-  // The `init` entry: each step sets its result, a state, from the seed.
-  for (const PlanStep &step : planRef.entry("init")->steps) {
-    const PlanValue &v = planRef.values[step.results[0]];
-    std::vector<float> &data = states[v.id];
-    if (v.shardOf.empty()) {
-      runtime::initialize(v.init, seed, v.name, 0, v.numElements(),
-                          data.data());
-      continue;
-    }
-    std::fill(data.begin(), data.end(), 0.0f); // padding
-    auto [lo, hi] = shardRange(v, rankIndex);
-    for (const ShardPart &part : v.shardOf) {
-      auto [begin, count] = overlap(part, lo, hi);
-      if (count > 0)
-        runtime::initialize(part.init, seed, part.name, begin - part.offset,
-                            count, data.data() + (begin - lo));
-    }
-  }
+std::string CpuExecutor::describe() const {
+  return "CPU, " + std::to_string(cpu::cpuThreads()) + " threads";
+}
+
+std::string CpuExecutor::initialize(uint64_t seed) {
+  initializeStates(planRef, rankIndex, seed, states);
+  return "";
 }
 
 std::optional<std::vector<FloatTensor>>
 CpuExecutor::unshardedState(std::string &error) {
-  std::vector<FloatTensor> out;
-  for (const PlanValue &v : planRef.values) {
-    if (v.kind != PlanValue::State)
-      continue;
-    const std::vector<float> &data = states[v.id];
-    if (v.shardOf.empty()) {
-      out.push_back({v.name, v.shape, data});
-      continue;
-    }
-    std::vector<float> flat = data; // one rank: the shard is everything
-    if (planRef.ranks > 1) {
-      if (!communicator) {
-        error = "gathering '" + v.name + "' needs a communicator";
-        return std::nullopt;
-      }
-      flat.resize(data.size() * planRef.ranks);
-      comm::CommHandle h = communicator->startAllGather(
-          data.data(), flat.data(), static_cast<int64_t>(data.size()),
-          comm::ElementType::F32);
-      if (std::optional<std::string> failure = communicator->wait(h)) {
-        error = "gathering '" + v.name + "': " + *failure;
-        return std::nullopt;
-      }
-    }
-    for (const ShardPart &part : v.shardOf)
-      out.push_back({part.name, part.shape,
-                     std::vector<float>(flat.begin() + part.offset,
-                                        flat.begin() + part.offset +
-                                            part.numElements())});
-  }
-  return out;
+  return unshardedStates(planRef, states, communicator, error);
 }
 
 std::string CpuExecutor::setUnshardedState(
     const std::map<std::string, const FloatTensor *> &byName) {
-  auto find = [&](const std::string &name, const std::vector<int64_t> &shape,
-                  const FloatTensor *&t) -> std::string {
-    auto it = byName.find(name);
-    if (it == byName.end())
-      return "no tensor '" + name + "'";
-    if (it->second->shape != shape)
-      return "tensor '" + name + "' has another shape than the model's";
-    t = it->second;
-    return "";
-  };
-  for (const PlanValue &v : planRef.values) {
-    if (v.kind != PlanValue::State)
-      continue;
-    std::vector<float> &data = states[v.id];
-    const FloatTensor *t = nullptr;
-    if (v.shardOf.empty()) {
-      if (std::string problem = find(v.name, v.shape, t); !problem.empty())
-        return problem;
-      data = t->data;
-      continue;
-    }
-    std::fill(data.begin(), data.end(), 0.0f);
-    auto [lo, hi] = shardRange(v, rankIndex);
-    for (const ShardPart &part : v.shardOf) {
-      if (std::string problem = find(part.name, part.shape, t);
-          !problem.empty())
-        return problem;
-      auto [begin, count] = overlap(part, lo, hi);
-      std::copy_n(t->data.begin() + (begin - part.offset), count,
-                  data.begin() + (begin - lo));
-    }
-  }
-  return "";
+  return setUnshardedStates(planRef, rankIndex, byName, states);
 }
 
 std::string CpuExecutor::startCollective(const PlanStep &step) {
@@ -345,24 +254,6 @@ std::string firstNonFinite(const std::vector<View> &results) {
 }
 } // namespace
 
-/// The op, the first persistent tensor it reads, and its location (the
-/// model component and the model file's line): "linear at
-/// model.layers.0.mlp.down_proj at llama3-debug:8:1", "cast of
-/// model.norm.weight at llama3-debug:2:2".
-std::string CpuExecutor::describeStep(const PlanStep &step) const {
-  std::string text = step.op;
-  if (step.group && step.attrs.count("ops"))
-    text = "fused group (" + step.str("ops") + ")";
-  for (int64_t id : step.operands)
-    if (planRef.values[id].kind == PlanValue::State) {
-      text += " of " + planRef.values[id].name;
-      break;
-    }
-  if (!step.loc.empty())
-    text += " at " + step.loc;
-  return text;
-}
-
 /// One step: a collective, a fused group, or a library op on f32 views.
 std::string
 CpuExecutor::runStep(const PlanStep &s,
@@ -454,7 +345,7 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
 
   auto fail = [&](size_t i, const PlanStep &s, const std::string &failure) {
     error = "op " + std::to_string(i) + " of " + name + ", " +
-            describeStep(s) + ": " + failure;
+            describeStep(planRef, s) + ": " + failure;
     return std::nullopt;
   };
   std::vector<std::vector<float>> scratch;

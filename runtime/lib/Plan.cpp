@@ -427,4 +427,18 @@ std::optional<Plan> loadPlan(const std::string &path, std::string &error) {
   return plan;
 }
 
+std::string describeStep(const Plan &plan, const PlanStep &step) {
+  std::string text = step.op;
+  if (step.group && step.attrs.count("ops"))
+    text = "fused group (" + step.str("ops") + ")";
+  for (int64_t id : step.operands)
+    if (plan.values[id].kind == PlanValue::State) {
+      text += " of " + plan.values[id].name;
+      break;
+    }
+  if (!step.loc.empty())
+    text += " at " + step.loc;
+  return text;
+}
+
 } // namespace kiln::runtime

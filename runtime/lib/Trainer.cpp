@@ -9,7 +9,7 @@
 #include "kiln/Runtime/Trainer.h"
 #include "kiln/Runtime/Checkpoint.h"
 #include "kiln/Runtime/Cpu/Common.h"
-#include "kiln/Runtime/CpuExecutor.h"
+#include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Data.h"
 #include "kiln/Runtime/LossPlot.h"
 #include "kiln/Runtime/Trace.h"
@@ -83,7 +83,7 @@ void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
 }
 
 /// Mean loss over `batches` fixed validation batches.
-std::optional<double> validationLoss(CpuExecutor &exec,
+std::optional<double> validationLoss(Executor &exec,
                                      const std::vector<uint32_t> &tokens,
                                      const Split &split, int64_t batch,
                                      int64_t seq, uint64_t seed,
@@ -104,7 +104,7 @@ std::optional<double> validationLoss(CpuExecutor &exec,
 
 class Run {
 public:
-  Run(const Plan &plan, const TrainOptions &options, CpuExecutor &exec)
+  Run(const Plan &plan, const TrainOptions &options, Executor &exec)
       : plan(plan), options(options), exec(exec) {}
 
   std::optional<std::string> save(int64_t step);
@@ -113,7 +113,7 @@ public:
 private:
   const Plan &plan;
   const TrainOptions &options;
-  CpuExecutor &exec;
+  Executor &exec;
 };
 
 std::optional<std::string> Run::save(int64_t step) {
@@ -241,7 +241,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
 
   cpu::setCpuThreads(options.threads > 0 ? options.threads
                                          : defaultThreads(options.communicator));
-  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
+  std::unique_ptr<Executor> exec =
+      createExecutor(plan, options.backend, error,
+                     ExecutorOptions{options.cudaGraphs});
   if (!exec)
     return fail(error);
   exec->setCheckNumerics(options.checkNumerics);
@@ -254,7 +256,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     return fail("cannot silence the output of rank " +
                 std::to_string(exec->rank()));
   uint64_t seed = static_cast<uint64_t>(t.seed);
-  exec->initialize(seed);
+  if (std::string problem = exec->initialize(seed); !problem.empty())
+    return fail(problem);
 
   std::unique_ptr<Trace> trace;
   if (!options.tracePath.empty()) {
@@ -285,11 +288,12 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (!metrics)
     return fail("cannot write '" + metricsPath + "'");
 
-  std::printf("%s%lld steps of %lldx%lld tokens, %zu tokens of data, %d "
-              "threads, output in %s\n",
+  std::printf("%s%lld steps of %lldx%lld tokens, %zu tokens of data, %s, "
+              "output in %s\n",
               options.title.c_str(), static_cast<long long>(t.steps),
               static_cast<long long>(batch), static_cast<long long>(seq),
-              tokens->size(), cpu::cpuThreads(), options.outDir.c_str());
+              tokens->size(), exec->describe().c_str(),
+              options.outDir.c_str());
   std::fflush(stdout);
 
   interrupted = 0;
@@ -327,6 +331,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                   (std::isfinite(loss) ? "gradient norm" : "loss") +
                   " is not finite");
     double tokensPerSecond = plan.ranks * batch * seq / secondsSince(t0);
+    if (step == done + 1)
+      if (std::string memory = exec->memoryReport(); !memory.empty())
+        std::printf("%s\n", memory.c_str());
     metrics << "{\"step\": " << step << ", \"loss\": " << loss
             << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
             << ", \"tokens_per_s\": " << tokensPerSecond << "}\n";

@@ -73,5 +73,7 @@ int kiln::runTrain(const TrainCommand &command) {
                 compileSeconds);
   options.title = title;
   options.tracePath = command.trace;
+  options.backend = command.backend;
+  options.cudaGraphs = command.cudaGraphs;
   return runTrainingOnRanks(*plan, options, *ranks);
 }

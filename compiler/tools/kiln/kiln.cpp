@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Compiler/Driver.h"
+#include "kiln/Runtime/Executor.h"
 
 #include <CLI/CLI.hpp>
 
@@ -62,7 +63,7 @@ int main(int argc, char **argv) {
 
   kiln::TrainCommand train;
   CLI::App *trainCmd = app.add_subcommand(
-      "train", "Compile (cached) and run training steps on the CPU backend");
+      "train", "Compile (cached) and run training steps (CPU or CUDA backend)");
   trainCmd->add_option("MODEL", train.model,
                        "Model file or preset (default llama3-debug)");
   trainCmd->add_option("--steps", train.steps, "Steps (training.steps)")
@@ -83,6 +84,12 @@ int main(int argc, char **argv) {
   trainCmd->add_option("--trace", train.trace,
                        "Write a Chrome trace of every step (compute and "
                        "communication tracks) to FILE");
+  trainCmd->add_option("--backend", train.backend,
+                       "Where the step runs: cpu (default) or cuda")
+      ->check(CLI::IsMember(kiln::runtime::executorBackends()));
+  trainCmd->add_flag("!--no-cuda-graphs", train.cudaGraphs,
+                     "CUDA: launch every op of every step instead of "
+                     "replaying a CUDA graph");
   trainCmd->add_flag("!--no-check-numerics", train.checkNumerics,
                      "Check only the loss and gradient norm for NaN/Inf, "
                      "not every op's result (then a failure cannot name "

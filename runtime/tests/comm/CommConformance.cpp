@@ -14,6 +14,16 @@
 // bit-exact comparisons really pin the order down); hand-picked values
 // show the bf16 rounding happens once, after an f32 (not f64) fold.
 //
+// A backend whose exactRankOrderReduction() is false (NCCL: its library
+// picks the order, and adds bf16 in bf16) is held to a bound instead
+// wherever the result depends on the order (checkReduced): a sum within
+// N * u * sum|c_r| of the exact sum (u = 2^-24 for f32, 2^-8 for bf16:
+// N-1 additions in any order, each rounded once, and the last rounding),
+// a max equal in value to the largest contribution (+0 and -0 alike; a
+// NaN contribution to a max is not checked, NCCL's fmaxf drops it).
+// All-gathers, every rank getting the same bits, the failed state and the
+// special values under sum (exact in any order) stay exact.
+//
 // Progress: a large collective is started, the caller computes, and the
 // test requires it to complete without wait() ever being called, looking
 // only through test(), which never drives progress. This holds for any
@@ -27,6 +37,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -240,6 +251,79 @@ Bytes reference(ElementType type, ReduceOp op, uint32_t salt, int size,
   return b;
 }
 
+bool exactOrder() { return target().comm->exactRankOrderReduction(); }
+
+/// For a max in another order: "" when `got` equals `want` in value (+0 and
+/// -0 alike) wherever `want` is not NaN.
+std::string compareMaxValues(const Bytes &got, const Bytes &want,
+                             ElementType type) {
+  int64_t n = static_cast<int64_t>(want.size() / bytesOf(type));
+  if (got.size() != want.size())
+    return "size " + std::to_string(got.size()) + " bytes, expected " +
+           std::to_string(want.size());
+  auto valueAt = [&](const Bytes &b, int64_t i) {
+    uint32_t bits = bitsAt(b, type, i);
+    return type == ElementType::F32 ? floatOf(bits)
+                                    : widenBf16(static_cast<uint16_t>(bits));
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    float w = valueAt(want, i), g = valueAt(got, i);
+    if (!std::isnan(w) && g != w)
+      return "element " + std::to_string(i) + " is " + std::to_string(g) +
+             ", expected " + std::to_string(w);
+  }
+  return "";
+}
+
+/// "" when `got` is the reduction of elements first..first+n-1 over `size`
+/// ranks: bit for bit the reference, or within the bound of the file
+/// comment for a backend without exactRankOrderReduction().
+std::string checkReduced(const Bytes &got, ElementType type, ReduceOp op,
+                         uint32_t salt, int size, int64_t n,
+                         int64_t first = 0) {
+  if (exactOrder())
+    return compareBits(got, reference(type, op, salt, size, n, first), type);
+  if (got.size() != n * bytesOf(type))
+    return "size " + std::to_string(got.size()) + " bytes, expected " +
+           std::to_string(n * bytesOf(type));
+  // Sums of the contributions in f64 are exact: 24-bit significands over
+  // 2^-34..2^10 need at most 44 + log2(N) bits.
+  const double u = std::ldexp(1.0, type == ElementType::F32 ? -24 : -8);
+  int64_t bad = 0, firstBad = -1;
+  double gotFirst = 0, wantFirst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits = bitsAt(got, type, i);
+    double value = type == ElementType::F32
+                       ? floatOf(bits)
+                       : widenBf16(static_cast<uint16_t>(bits));
+    double want =
+        op == ReduceOp::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+    double magnitude = 0;
+    for (int r = 0; r < size; ++r) {
+      double c = contribution(type, salt, r, first + i);
+      want = op == ReduceOp::Max ? std::max(want, c) : want + c;
+      magnitude += std::fabs(c);
+    }
+    bool ok = op == ReduceOp::Max
+                  ? value == want
+                  : std::fabs(value - want) <= size * u * magnitude;
+    if (!ok && bad++ == 0) {
+      firstBad = i;
+      gotFirst = value;
+      wantFirst = want;
+    }
+  }
+  if (bad == 0)
+    return "";
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "%lld of %lld elements outside the bound of a reduction in "
+                "another order; first: element %lld is %.9g, expected %.9g",
+                static_cast<long long>(bad), static_cast<long long>(n),
+                static_cast<long long>(firstBad), gotFirst, wantFirst);
+  return line;
+}
+
 // --- Buffers in the backend's memory ----------------------------------------
 
 class Buffer {
@@ -304,8 +388,7 @@ protected:
     EXPECT_OK(comm().wait(
         comm().startAllReduce(send.get(), recv.get(), count, type, op)));
     Bytes got = recv.read();
-    EXPECT_EQ(compareBits(got, reference(type, op, salt, size(), count), type),
-              "");
+    EXPECT_EQ(checkReduced(got, type, op, salt, size(), count), "");
     return got;
   }
 };
@@ -353,11 +436,9 @@ TEST_F(CommConformance, ReduceScatter) {
         Buffer recv(count * bytesOf(type));
         EXPECT_OK(comm().wait(comm().startReduceScatter(send.get(), recv.get(),
                                                         count, type, op)));
-        EXPECT_EQ(
-            compareBits(recv.read(),
-                        reference(type, op, 2, size(), count, rank() * count),
-                        type),
-            "");
+        EXPECT_EQ(checkReduced(recv.read(), type, op, 2, size(), count,
+                               rank() * count),
+                  "");
       }
 }
 
@@ -380,10 +461,9 @@ TEST_F(CommConformance, AllReduceInPlace) {
       Buffer buffer(contributions(type, 4, rank(), count));
       EXPECT_OK(comm().wait(comm().startAllReduce(buffer.get(), buffer.get(),
                                                   count, type, ReduceOp::Sum)));
-      EXPECT_EQ(compareBits(buffer.read(),
-                            reference(type, ReduceOp::Sum, 4, size(), count),
-                            type),
-                "");
+      EXPECT_EQ(
+          checkReduced(buffer.read(), type, ReduceOp::Sum, 4, size(), count),
+          "");
     }
 }
 
@@ -490,6 +570,10 @@ TEST_F(CommConformance, Bf16SumsRoundOnceAfterAnF32Fold) {
     if (n >= 3 && e == 1) {
       EXPECT_NE(spec, refBf16FromDouble(inF64)) << "case does not tell apart";
     }
+    // In bf16 arithmetic (NCCL) the results differ from N = 3 on, as the
+    // cases are made to show; below that one addition rounds the same.
+    if (!exactOrder() && n >= 3)
+      continue;
     Bytes got = arRecv.read(), gotRs = rsRecv.read();
     EXPECT_EQ(bitsAt(got, bf16, e), expected[e]) << "all-reduce";
     EXPECT_EQ(bitsAt(gotRs, bf16, e), expected[e]) << "reduce-scatter";
@@ -550,15 +634,24 @@ TEST_F(CommConformance, SpecialValues) {
                                                 count, type, op);
       EXPECT_OK(comm().wait(rs));
       EXPECT_OK(comm().wait(ar));
-      EXPECT_EQ(compareBits(arRecv.read(), want, type, true), "")
+      // Sums of these are the same in any order; maxes are exact only
+      // under the specified max rule.
+      bool exact = exactOrder() || op == ReduceOp::Sum;
+      EXPECT_EQ(exact ? compareBits(arRecv.read(), want, type, true)
+                      : compareMaxValues(arRecv.read(), want, type),
+                "")
           << "all-reduce";
-      EXPECT_EQ(compareBits(rsRecv.read(), want, type, true), "")
+      EXPECT_EQ(exact ? compareBits(rsRecv.read(), want, type, true)
+                      : compareMaxValues(rsRecv.read(), want, type),
+                "")
           << "reduce-scatter";
       // Spelled out for the cases that do not depend on N.
       Bytes got = arRecv.read();
       uint32_t negZero = type == ElementType::F32 ? 0x80000000u : 0x8000u;
       EXPECT_EQ(bitsAt(got, type, 2), negZero) << "-0 everywhere";
-      EXPECT_TRUE(isNanBits(bitsAt(got, type, 1), type)) << "NaN propagates";
+      if (exact) {
+        EXPECT_TRUE(isNanBits(bitsAt(got, type, 1), type)) << "NaN propagates";
+      }
       EXPECT_EQ(bitsAt(got, type, 0), bitsAt(want, type, 0));
     }
 }
@@ -605,23 +698,17 @@ TEST_F(CommConformance, SeveralInFlightWaitedInAnotherOrder) {
       put(ag6Want, bf16, r * 3 + i, contribution(bf16, 16, r, i));
   }
   EXPECT_EQ(compareBits(ag1Recv.read(), ag1Want, f32), "") << "1";
-  EXPECT_EQ(
-      compareBits(rs2Recv.read(),
-                  reference(bf16, ReduceOp::Sum, 12, n, 1001, rank() * 1001),
-                  bf16),
-      "")
-      << "2";
-  EXPECT_EQ(compareBits(ar3Recv.read(),
-                        reference(f32, ReduceOp::Max, 13, n, 50000), f32),
+  EXPECT_EQ(checkReduced(rs2Recv.read(), bf16, ReduceOp::Sum, 12, n, 1001,
+                         rank() * 1001),
             "")
+      << "2";
+  EXPECT_EQ(checkReduced(ar3Recv.read(), f32, ReduceOp::Max, 13, n, 50000), "")
       << "3";
-  EXPECT_EQ(compareBits(ar4Recv.read(),
-                        reference(bf16, ReduceOp::Sum, 14, n, 1 << 18), bf16),
+  EXPECT_EQ(checkReduced(ar4Recv.read(), bf16, ReduceOp::Sum, 14, n, 1 << 18),
             "")
       << "4";
-  EXPECT_EQ(compareBits(rs5Recv.read(),
-                        reference(f32, ReduceOp::Sum, 15, n, 777, rank() * 777),
-                        f32),
+  EXPECT_EQ(checkReduced(rs5Recv.read(), f32, ReduceOp::Sum, 15, n, 777,
+                         rank() * 777),
             "")
       << "5";
   EXPECT_EQ(compareBits(ag6Recv.read(), ag6Want, bf16), "") << "6";
@@ -636,11 +723,9 @@ TEST_F(CommConformance, BarrierCompletesWhatWasIssuedBefore) {
   EXPECT_OK(comm().barrier());
   EXPECT_TRUE(comm().test(h));
   EXPECT_OK(comm().wait(h));
-  EXPECT_EQ(
-      compareBits(recv.read(),
-                  reference(ElementType::F32, ReduceOp::Sum, 21, size(), count),
-                  ElementType::F32),
-      "");
+  EXPECT_EQ(checkReduced(recv.read(), ElementType::F32, ReduceOp::Sum, 21,
+                         size(), count),
+            "");
   EXPECT_OK(comm().barrier());
 }
 
@@ -703,8 +788,7 @@ TEST_F(CommConformance, CollectivesProgressWhileTheCallerComputes) {
       << "the collectives did not complete in " << computed
       << " ms of the caller's compute without wait(): no progress on their "
          "own";
-  EXPECT_EQ(compareBits(recv.read(),
-                        reference(f32, ReduceOp::Sum, 31, size(), count), f32),
+  EXPECT_EQ(checkReduced(recv.read(), f32, ReduceOp::Sum, 31, size(), count),
             "");
   computeSink = sink;
   if (rank() == 0)
@@ -751,8 +835,7 @@ TEST(CommFailure, BadArgumentsFailTheCommunicatorWithoutHanging) {
   ASSERT_TRUE(later.has_value());
   EXPECT_NE(later->find("failed earlier"), std::string::npos) << *later;
   EXPECT_TRUE(comm.barrier().has_value());
-  EXPECT_EQ(compareBits(recv.read(),
-                        reference(f32, ReduceOp::Sum, 41, comm.size(), 5), f32),
+  EXPECT_EQ(checkReduced(recv.read(), f32, ReduceOp::Sum, 41, comm.size(), 5),
             "")
       << "the collective issued before the failure";
 }

@@ -9,10 +9,11 @@
 //
 // --device host (default; no GPU and no CUDA toolkit needed): the source is
 // compiled by the host C++ compiler against a shim of the CUDA built-ins it
-// uses (threads of a block are std::threads meeting at a std::barrier for
-// __syncthreads, blocks run one after another, FP8 conversions are the CPU
-// backend's, which match cuda_fp8.h bit for bit). Both sides use the host's
-// libm, so every output must agree bit for bit (NaN with NaN).
+// uses (HostShim.h: threads of a block are std::threads meeting at a
+// std::barrier for __syncthreads, blocks run one after another, FP8
+// conversions are the CPU backend's, which match cuda_fp8.h bit for bit).
+// Both sides use the host's libm, so every output must agree bit for bit
+// (NaN with NaN).
 //
 // --device gpu (builds with the CUDA backend): NVRTC compiles the source
 // for GPU 0 (KernelCompiler.h) and cudart launches it as the CUDA backend
@@ -23,6 +24,8 @@
 // usable GPU it prints why and exits 77 (ctest counts the test skipped).
 //
 //===----------------------------------------------------------------------===//
+
+#include "HostShim.h"
 
 #include "kiln/Runtime/Cpu/Bf16.h"
 #include "kiln/Runtime/Cpu/Fp8.h"
@@ -38,8 +41,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
@@ -51,57 +52,9 @@ using namespace kiln::runtime;
 
 namespace {
 
-// The CUDA built-ins the generated kernels use, for the host.
-const char *kShim = R"(#include <atomic>
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <mutex>
-#include <thread>
-#include <vector>
-using std::isinf;
-using std::isnan;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-#define __shared__ static
-struct kiln_dim3 { unsigned x = 0, y = 0, z = 0; };
-static thread_local kiln_dim3 threadIdx;
-static kiln_dim3 blockIdx, blockDim, gridDim;
-static std::barrier<> *kiln_barrier;
-#define __syncthreads() kiln_barrier->arrive_and_wait()
-static inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
-static inline float __uint_as_float(unsigned u) { float x; std::memcpy(&x, &u, 4); return x; }
-static inline float __int_as_float(int u) { float x; std::memcpy(&x, &u, 4); return x; }
-static inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
-static std::mutex kiln_atomic;
-static inline unsigned atomicMax(unsigned *p, unsigned v) {
-  std::lock_guard<std::mutex> lock(kiln_atomic);
-  unsigned old = *p;
-  if (v > old) *p = v;
-  return old;
-}
-enum { __NV_SATFINITE };
-enum kiln_fp8_kind { __NV_E4M3, __NV_E5M2 };
-static uint8_t (*kiln_to_e4m3)(float), (*kiln_to_e5m2)(float);
-static float (*kiln_of_e4m3)(uint8_t), (*kiln_of_e5m2)(uint8_t);
-struct __half { float f; };
-static inline uint8_t __nv_cvt_float_to_fp8(float x, int, kiln_fp8_kind k) {
-  return k == __NV_E4M3 ? kiln_to_e4m3(x) : kiln_to_e5m2(x);
-}
-static inline __half __nv_cvt_fp8_to_halfraw(uint8_t c, kiln_fp8_kind k) {
-  return {k == __NV_E4M3 ? kiln_of_e4m3(c) : kiln_of_e5m2(c)};
-}
-static inline float __half2float(__half h) { return h.f; }
-)";
-
+// The check's entry point, after the generated source (HostShim.h runs
+// the blocks).
 const char *kLauncher = R"(
-extern "C" void kiln_host_init(uint8_t (*e4)(float), uint8_t (*e5)(float),
-                               float (*d4)(uint8_t), float (*d5)(uint8_t)) {
-  kiln_to_e4m3 = e4; kiln_to_e5m2 = e5; kiln_of_e4m3 = d4; kiln_of_e5m2 = d5;
-}
 extern "C" void kiln_host_launch(const void *const *in, int nin,
                                  void *const *out, int nout, long long rows,
                                  long long cols, double *partials) {
@@ -110,16 +63,7 @@ extern "C" void kiln_host_launch(const void *const *in, int nin,
   for (int i = 0; i < nout; ++i) a.out[i] = out[i];
   a.rows = rows; a.cols = cols; a.partials = partials;
   int blocks = (int)((rows + KILN_BLOCK_ROWS - 1) / KILN_BLOCK_ROWS);
-  gridDim.x = blocks; blockDim.x = KILN_BLOCK_ROWS;
-  for (int b = 0; b < blocks; ++b) {
-    blockIdx.x = b;
-    std::barrier<> bar(KILN_BLOCK_ROWS);
-    kiln_barrier = &bar;
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < KILN_BLOCK_ROWS; ++t)
-      threads.emplace_back([&a, t] { threadIdx.x = t; kiln_group(a); });
-    for (auto &t : threads) t.join();
-  }
+  kiln_host_grid(blocks, KILN_BLOCK_ROWS, 0, [&a] { kiln_group(a); });
 #ifdef KILN_HAS_COL_SUM
   blockDim.x = 128;
   for (long long c = 0; c < cols; ++c) {
@@ -193,8 +137,6 @@ public:
   virtual bool exact() const = 0;
 };
 
-using InitFn = void (*)(uint8_t (*)(float), uint8_t (*)(float),
-                        float (*)(uint8_t), float (*)(uint8_t));
 using LaunchFn = void (*)(const void *const *, int, void *const *, int,
                           long long, long long, double *);
 
@@ -206,23 +148,13 @@ public:
                      std::vector<std::vector<uint8_t>> &in,
                      std::vector<std::vector<uint8_t>> &out) override {
     std::string base = dir + "/k" + std::to_string(count++);
-    std::string source = k.source;
-    source.replace(source.find("#include <cuda_fp8.h>"),
-                   std::strlen("#include <cuda_fp8.h>"), kShim);
-    {
-      std::ofstream f(base + ".cpp");
-      f << (k.hasColSum ? "#define KILN_HAS_COL_SUM 1\n" : "") << source
-        << kLauncher;
-    }
-    if (!run("c++ -std=c++20 -O1 -shared -fPIC -ffp-contract=off -pthread "
-             "-w -o " + base + ".so " + base + ".cpp"))
-      return "the host compiler rejects " + base + ".cpp";
-    void *lib = dlopen((base + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    std::string error;
+    std::unique_ptr<hostshim::HostLibrary> lib = hostshim::HostLibrary::compile(
+        (k.hasColSum ? "#define KILN_HAS_COL_SUM 1\n" : "") + k.source,
+        kLauncher, base, error);
     if (!lib)
-      return dlerror();
-    auto init = reinterpret_cast<InitFn>(dlsym(lib, "kiln_host_init"));
-    auto launchFn = reinterpret_cast<LaunchFn>(dlsym(lib, "kiln_host_launch"));
-    init(cpu::toE4m3, cpu::toE5m2, cpu::fromE4m3, cpu::fromE5m2);
+      return error;
+    auto launchFn = reinterpret_cast<LaunchFn>(lib->symbol("kiln_host_launch"));
     std::vector<const void *> inPtrs;
     std::vector<void *> outPtrs;
     for (auto &b : in)
@@ -236,7 +168,6 @@ public:
     launchFn(inPtrs.data(), static_cast<int>(inPtrs.size()), outPtrs.data(),
              static_cast<int>(outPtrs.size()), g.rows, g.cols,
              partials.data());
-    dlclose(lib);
     return "";
   }
 

@@ -7,12 +7,14 @@
 // NVRTC for the architecture, as the CUDA backend does at load
 // (KernelCompiler.h; with --cache, through its on-disk cache). Needs the
 // CUDA toolkit, not a GPU. Prints one line per plan and exits 1 if a
-// kernel does not compile, with NVRTC's log and the source.
+// kernel does not compile, with NVRTC's log and the source. Then compiles
+// the op kernel library (OpKernels.h), the same for every plan, once.
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Cuda/GroupKernelSource.h"
 #include "kiln/Runtime/Cuda/KernelCompiler.h"
+#include "kiln/Runtime/Cuda/OpKernels.h"
 #include "kiln/Runtime/Plan.h"
 
 #include <cstdio>
@@ -78,5 +80,16 @@ int main(int argc, char **argv) {
                 "from the cache\n",
                 path.c_str(), groups, fresh, arch.c_str(), cached);
   }
+  std::string error;
+  std::optional<cuda::CompiledKernel> ops = cuda::compileKernel(
+      cuda::opKernelLibrarySource(), arch, cacheDir, error);
+  if (!ops) {
+    std::fprintf(stderr,
+                 "the op kernel library does not compile for %s: %s\n",
+                 arch.c_str(), error.c_str());
+    return 1;
+  }
+  std::printf("op kernel library: compiled for %s%s\n", arch.c_str(),
+              ops->fromCache ? " (from the cache)" : "");
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/Devices.h"
+#include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Plan.h"
 #include "kiln/Runtime/Trainer.h"
 
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <vector>
 
 using namespace kiln::runtime;
 
@@ -63,7 +65,8 @@ constexpr const char *kUsage =
     "       kiln-run PLAN [--steps N] [--data PATH] [--out DIR] [--resume "
     "DIR]\n"
     "                     [--threads N] [--seed N] [--trace FILE]\n"
-    "                     [--no-check-numerics]\n"
+    "                     [--no-check-numerics] [--backend cpu|cuda]\n"
+    "                     [--no-cuda-graphs]\n"
     "                                   train with a compiled plan (defaults: "
     "the\n"
     "                                   plan's training section; --out "
@@ -93,9 +96,13 @@ int train(const Plan &plan, int argc, char **argv) {
       options.checkNumerics = false;
       continue;
     }
+    if (flag == "--no-cuda-graphs") {
+      options.cudaGraphs = false;
+      continue;
+    }
     static const char *withValue[] = {"--steps",   "--data", "--out",
                                       "--resume",  "--threads", "--seed",
-                                      "--trace"};
+                                      "--trace", "--backend"};
     if (std::find(std::begin(withValue), std::end(withValue), flag) ==
         std::end(withValue)) {
       std::cerr << "error: unknown option '" << flag << "' (see kiln-run --help)\n";
@@ -114,6 +121,16 @@ int train(const Plan &plan, int argc, char **argv) {
       options.resume = value;
     } else if (flag == "--trace") {
       options.tracePath = value;
+    } else if (flag == "--backend") {
+      std::vector<std::string> built = executorBackends();
+      if (std::find(built.begin(), built.end(), value) == built.end()) {
+        std::cerr << "error: --backend expects "
+                  << (built.size() > 1 ? "cpu or cuda" : "cpu (this build has "
+                                                        "no CUDA backend)")
+                  << ", got '" << value << "'\n";
+        return 1;
+      }
+      options.backend = value;
     } else {
       std::optional<int64_t> n = count(flag.c_str(), value);
       if (!n)

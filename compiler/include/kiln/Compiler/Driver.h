@@ -44,6 +44,8 @@ struct TrainCommand {
   int threads = 0;                    // 0: every core
   bool checkNumerics = true;          // name the op of a NaN/Inf
   std::string trace;                  // Chrome trace file; empty: none
+  std::string backend = "cpu";        // cpu or cuda
+  bool cudaGraphs = true;             // CUDA: replay steps as graphs
 };
 int runTrain(const TrainCommand &command);
 

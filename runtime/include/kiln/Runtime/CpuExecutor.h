@@ -9,10 +9,8 @@
 #ifndef KILN_RUNTIME_CPUEXECUTOR_H
 #define KILN_RUNTIME_CPUEXECUTOR_H
 
-#include "kiln/Runtime/Comm/Communicator.h"
-#include "kiln/Runtime/Plan.h"
-#include "kiln/Runtime/Safetensors.h"
-#include "kiln/Runtime/Trace.h"
+#include "kiln/Runtime/Executor.h"
+#include "kiln/Runtime/StateLayout.h"
 
 #include <cstdint>
 #include <map>
@@ -34,69 +32,48 @@ struct View {
   int64_t *i64() const { return static_cast<int64_t *>(data); }
 };
 
-class CpuExecutor {
+class CpuExecutor final : public Executor {
 public:
   /// Checks that every step's op is one this backend runs and that state is
   /// f32; on failure returns nothing and sets `error`.
   static std::unique_ptr<CpuExecutor> create(const Plan &plan,
                                              std::string &error);
 
-  /// The ranks a plan with `ranks` > 1 runs on (not owned; it must have
-  /// plan().ranks ranks). Without one the plan must have one rank.
-  std::string setCommunicator(comm::Communicator *communicator);
-  int rank() const { return rankIndex; }
-
-  /// Every state in the unsharded layout (a sharded state is all-gathered
-  /// and cut into its parts: every rank must call this, in step). Names are
-  /// parameter names and exp_avg.<param> / exp_avg_sq.<param>.
-  std::optional<std::vector<FloatTensor>> unshardedState(std::string &error);
-  /// Sets every state from tensors in the unsharded layout, each rank
-  /// keeping its shard. `byName` must hold every name unshardedState gives.
+  std::string setCommunicator(comm::Communicator *communicator) override;
+  int rank() const override { return rankIndex; }
+  std::string initialize(uint64_t seed) override;
+  std::optional<std::vector<FloatTensor>>
+  unshardedState(std::string &error) override;
   std::string setUnshardedState(
-      const std::map<std::string, const FloatTensor *> &byName);
-
-  /// Runs the `init` entry: every state value from its `init` and `seed`.
-  /// A sharded state gets the elements of its rank's piece of the flat
-  /// buffer, as if the whole buffer had been initialised.
-  void initialize(uint64_t seed);
+      const std::map<std::string, const FloatTensor *> &byName) override;
+  /// Fails on a token out of range, or a non-finite value when checking is
+  /// on (naming the op).
+  std::optional<std::map<std::string, std::vector<float>>>
+  run(const std::string &entry, const std::vector<int32_t> &tokens,
+      const std::vector<int32_t> &targets, int64_t step,
+      std::string &error) override;
+  void setTrace(Trace *t) override { trace = t; }
+  /// Off by default: one more pass over memory per step.
+  void setCheckNumerics(bool on) override { checkNumerics = on; }
+  const Plan &plan() const override { return planRef; }
+  /// Persistent state and the arena (what `kiln explain --memory`
+  /// predicts); per-op scratch for widening bf16 comes on top.
+  int64_t allocatedBytes() const override;
+  std::string describe() const override;
 
   /// The persistent tensor `name` (a parameter or an optimizer moment).
   std::vector<float> *state(const std::string &name);
 
-  /// Runs `entry` with `tokens` and `targets` ([batch, seq]) and the 1-based
-  /// step number. Returns the entry's outputs (loss, grad_norm, lr, or
-  /// grad:<param> flattened), or nothing with `error` naming the step and
-  /// the model component when an op fails (a token out of range, a
-  /// non-finite value when checking is on).
-  std::optional<std::map<std::string, std::vector<float>>>
-  run(const std::string &entry, const std::vector<int32_t> &tokens,
-      const std::vector<int32_t> &targets, int64_t step, std::string &error);
-
-  /// Record every step and collective of later runs into `trace` (not
-  /// owned; null stops recording).
-  void setTrace(Trace *t) { trace = t; }
-
-  /// Check every result for NaN and infinity (off by default: one more pass
-  /// over memory per step).
-  void setCheckNumerics(bool on) { checkNumerics = on; }
-
-  const Plan &plan() const { return planRef; }
-
-  /// Bytes held for persistent state and the arena (what `kiln explain
-  /// --memory` predicts); per-op scratch for widening bf16 comes on top.
-  int64_t allocatedBytes() const;
-
 private:
   explicit CpuExecutor(const Plan &plan);
   View view(int64_t id);
-  std::string describeStep(const PlanStep &step) const;
   std::string runShardOp(const PlanStep &step,
                          std::vector<std::vector<float>> &scratch);
   std::string runStep(const PlanStep &step,
                       std::vector<std::vector<float>> &scratch);
 
   const Plan &planRef;
-  std::map<int64_t, std::vector<float>> states;
+  HostStates states;
   std::vector<int32_t> tokensBuf, targetsBuf;
   int64_t stepValue = 0;
   std::map<int64_t, float> consts;

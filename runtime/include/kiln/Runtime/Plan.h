@@ -124,6 +124,13 @@ void unshardedShapes(const Plan &plan,
                      std::map<std::string, std::vector<int64_t>> &model,
                      std::map<std::string, std::vector<int64_t>> &optimizer);
 
+/// For messages: the op, the first persistent tensor it reads, and its
+/// location (the model component and the model file's line): "linear of
+/// model.layers.0.mlp.down_proj.weight at model.layers.0.mlp.down_proj at
+/// llama3-debug:8:1", "fused group (cast) of model.norm.weight at
+/// llama3-debug:2:2".
+std::string describeStep(const Plan &plan, const PlanStep &step);
+
 /// Reads and checks a plan file. On failure returns nothing and sets `error`
 /// to one line saying what is wrong and where.
 std::optional<Plan> loadPlan(const std::string &path, std::string &error);

@@ -32,6 +32,10 @@ struct TrainOptions {
   std::string configText;
   /// Printed in the first line.
   std::string title;
+  /// The backend that runs the plan: "cpu" or "cuda" (Executor.h).
+  std::string backend = "cpu";
+  /// CUDA: replay steps as CUDA graphs after the first.
+  bool cudaGraphs = true;
   /// Threads of the CPU backend; 0 keeps the default (every core).
   int threads = 0;
   /// Check every op's result for NaN and infinity, so a failure names the

@@ -27,7 +27,9 @@
 //   and for bf16 rounded to bf16 once at the end (RNE). So results are
 //   bit-identical across runs for a given world size, and an all-reduce
 //   gives every rank the same bits. The exact rules are in
-//   docs/communicator.md ("Reduction semantics").
+//   docs/communicator.md ("Reduction semantics"). NCCL does not keep this
+//   rule (exactRankOrderReduction() is false there); see
+//   NcclCommunicator.h for what it keeps.
 // - Errors are one-line messages, never exceptions or aborts. A failed
 //   collective (bad arguments, a transport error) puts the communicator in
 //   a failed state: that collective and every later one report the error
@@ -107,6 +109,12 @@ public:
 
   /// The first error of this communicator, if it has failed.
   virtual std::optional<std::string> failure() const = 0;
+
+  /// Whether reductions follow the rank-order f32 rule above bit for bit
+  /// (MPI, local). A backend that reduces in its library's own order
+  /// (NCCL) returns false and documents what it guarantees instead; the
+  /// conformance suite then checks its sums against an error bound.
+  virtual bool exactRankOrderReduction() const { return true; }
 };
 
 /// The communicator the launcher asks for: MPI when this process was

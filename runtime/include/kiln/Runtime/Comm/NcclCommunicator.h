@@ -10,17 +10,41 @@
 // Each collective is enqueued on the communicator's own stream after the
 // work queued so far on the producer stream (setProducerStream; an event
 // joins the two), and an event recorded after it completes its handle:
-// test() queries the event, wait() blocks on it, streamWait() makes another
+// test() queries the event, wait() polls it, streamWait() makes another
 // stream wait for it on the device without blocking the host (what the
 // CUDA backend uses, and what CUDA graph capture needs).
 //
-// A watchdog thread watches the collectives in flight: when one has not
-// completed after `watchdogSeconds`, or NCCL reports an asynchronous error
-// (a peer died, a network failure), it calls ncclCommAbort, prints one
-// line naming the collective and the rank, and exits the process with
-// code 1, so the launcher takes the other ranks down instead of hanging.
+// Reductions are NCCL's own (exactRankOrderReduction() is false): an
+// all-reduce gives every rank the same bits, but the order of the sum is
+// NCCL's (ring, tree or NVLS, chosen by size and topology), bf16 is added
+// in bf16 (every partial sum rounded), and max drops NaN (fmaxf) and may
+// return either zero for +0 against -0. docs/communicator.md ("NCCL
+// backend") has the details and their sources.
 //
-// NCCL refuses two ranks on one GPU; docs/cuda.md says which multi-GPU
+// CUDA graph capture. While the producer stream is being captured, the
+// start calls and streamWait() are captured too (the communicator's stream
+// joins the capture through the producer's event); the collectives run
+// when the graph is launched, and every rank must launch the same graphs
+// in the same order. During a capture test() and wait() never touch an
+// event (that would invalidate the capture): a collective issued in the
+// capture tests complete and waits with an error line (it is not the
+// communicator's failure), and an earlier one tests incomplete and waits
+// with an error line unless already seen complete. Before ending the
+// capture, streamWait() the last collective on the capturing stream, so
+// the communicator's stream is joined back. barrier() is not for capture.
+//
+// A watchdog thread watches the collectives in flight: when the oldest has
+// not completed `watchdogSeconds` after it became the oldest (so the time
+// includes the producer's work queued before it), or NCCL reports an
+// asynchronous error (a peer died, a network failure), it prints one line
+// ("error: NCCL: all-reduce #7 (...) on rank R: ..."), calls
+// ncclCommAbort and exits the process with code 1 (_exit), so the
+// launcher takes the other ranks down instead of hanging. Collectives
+// inside a graph are not timed (their events are not recorded when the
+// graph runs); asynchronous errors are still seen.
+//
+// NCCL refuses two ranks on one GPU, so more than one rank needs as many
+// GPUs; docs/communicator.md ("NCCL backend") and docs/cuda.md say which
 // paths have not run.
 //
 //===----------------------------------------------------------------------===//
@@ -46,7 +70,9 @@ public:
   /// (null: the legacy default stream).
   virtual void setProducerStream(cudaStream_t stream) = 0;
   /// Makes `stream` wait on the device for collective `h` (and every one
-  /// issued before it). Empty on success, else an error line.
+  /// issued before it). Empty on success, else an error line: an unknown
+  /// handle, a failed collective (its error), or a collective issued
+  /// outside the capture `stream` is in (wait() for it before capturing).
   virtual std::string streamWait(CommHandle h, cudaStream_t stream) = 0;
   /// The communicator's own stream (for tests and traces).
   virtual cudaStream_t stream() const = 0;
@@ -54,10 +80,22 @@ public:
 
 /// Sets the device (cudaSetDevice) and creates the NCCL communicator of the
 /// ranks of `bootstrap`, which it takes over. Null with a one-line `error`
-/// when there is no usable GPU or NCCL fails.
+/// when there is no usable GPU or NCCL fails. Collective over the ranks:
+/// they all-gather their readiness with the unique id, so a rank without a
+/// GPU makes every rank fail alike; a failure inside ncclCommInitRank
+/// (e.g. two ranks on one GPU) is NCCL's to report on each rank.
+/// `watchdogSeconds` <= 0 turns the timeout off; the check for
+/// asynchronous NCCL errors stays on.
 std::unique_ptr<NcclCommunicator>
 createNcclCommunicator(std::unique_ptr<Communicator> bootstrap,
                        double watchdogSeconds, std::string &error);
+
+/// The same over a bootstrap communicator the caller keeps (it must outlive
+/// the NCCL communicator): what the CUDA executor uses, as the Trainer owns
+/// the host communicator.
+std::unique_ptr<NcclCommunicator>
+createNcclCommunicator(Communicator &bootstrap, double watchdogSeconds,
+                       std::string &error);
 
 } // namespace kiln::runtime::comm
 

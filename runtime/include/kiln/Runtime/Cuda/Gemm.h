@@ -18,6 +18,11 @@
 // cached; nothing is allocated after that).
 //
 // Errors are one-line messages naming the cuBLASLt status; nothing aborts.
+// A first call of a shape inside a graph capture is an error (choosing the
+// algorithm allocates). Not thread-safe, and one stream at a time: calls
+// share the workspace, so calls on different streams must not overlap (use
+// one Gemms per concurrent stream). The layouts, the scale handling and the
+// checks: docs/cuda-gemm.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,8 +41,12 @@ namespace kiln::runtime::cuda {
 
 class Gemms {
 public:
-  /// A cuBLASLt handle and workspace on the current device.
-  static std::unique_ptr<Gemms> create(std::string &error);
+  /// A cuBLASLt handle and workspace on the current device. With
+  /// `forceScaleEpilogue` every scaled_matmul takes the fallback path below
+  /// (an unscaled FP8 GEMM into f32, then the wrapper's scaling epilogue),
+  /// even where cuBLASLt could apply the scales itself: for tests.
+  static std::unique_ptr<Gemms> create(std::string &error,
+                                       bool forceScaleEpilogue = false);
   virtual ~Gemms();
 
   /// x, w, y all of dtype `t` (bf16 or f32).
@@ -45,8 +54,8 @@ public:
                              int64_t m, int64_t k, int64_t n,
                              cudaStream_t stream) = 0;
   virtual std::string linearGradInput(DType t, const void *dy, const void *w,
-                                      void *dx, int64_t m, int64_t n,
-                                      int64_t k, cudaStream_t stream) = 0;
+                                      void *dx, int64_t m, int64_t n, int64_t k,
+                                      cudaStream_t stream) = 0;
   virtual std::string linearGradWeight(DType t, const void *dy, const void *x,
                                        void *dw, int64_t m, int64_t n,
                                        int64_t k, cudaStream_t stream) = 0;
@@ -54,8 +63,10 @@ public:
   /// `fastAccumulation`: Hopper's FP8 fast accumulation (fewer promotions
   /// to fp32), which the executor asks for only where the recipe allows it.
   /// A rowwise scale the device's cuBLASLt cannot take as a per-row vector
-  /// is applied by the wrapper's own epilogue instead (same result up to
-  /// rounding order; docs/cuda.md).
+  /// (it can on Hopper, sm_90) is applied by the wrapper's own epilogue
+  /// instead (same result up to rounding order; docs/cuda-gemm.md).
+  /// `aScale`/`bScale` point to device memory: 1 float (tensorwise) or m
+  /// (n) floats (rowwise); either operand may be rowwise alone.
   struct Scaled {
     DType aType = DType::F8E4M3, bType = DType::F8E4M3;
     const void *a = nullptr, *b = nullptr;
@@ -67,10 +78,17 @@ public:
   };
   virtual std::string scaledMatmul(const Scaled &g, cudaStream_t stream) = 0;
 
-  /// Device bytes held (workspace, scale buffers).
+  /// Device bytes held (workspace, scale buffers, the fallback's f32
+  /// scratch): 32 MiB after create, growing at each new problem's first
+  /// call (a few KiB of scale reciprocals; for a fallback problem larger
+  /// than any before, its m * n * 4 bytes of scratch).
   virtual int64_t deviceBytes() const = 0;
-  /// Distinct shapes whose algorithm has been chosen (for tests).
+  /// Distinct problems whose algorithm has been chosen (for tests): a
+  /// problem is the GEMM, its dtypes, m, n, k, fast accumulation, the scale
+  /// mode and the pointers' alignment (up to 256 bytes).
   virtual int cachedAlgorithms() const = 0;
+  /// Of those, the scaled ones that run the fallback epilogue.
+  virtual int scaleEpilogueProblems() const = 0;
 };
 
 } // namespace kiln::runtime::cuda

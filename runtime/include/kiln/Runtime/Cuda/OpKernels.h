@@ -18,8 +18,12 @@
 // Semantics: each op reads its operands in their plan dtypes (f32, bf16,
 // FP8 codes, i32/i64 indices), computes in f32 (or wider where the CPU
 // kernel does) and rounds each result once to its dtype, as the CPU backend
-// does after widening. docs/cuda.md states, per op, whether the result is
-// the CPU's bits or within what tolerance.
+// does after widening. docs/cuda-op-kernels.md states, per op, the kernel
+// design and whether the result is the CPU's bits or within what tolerance.
+//
+// Dynamic shared memory is declared through the source's
+// KILN_DYNAMIC_SHARED(T, name) macro (extern __shared__ under NVRTC), which
+// the host shim replaces; no kernel uses warp intrinsics.
 //
 //===----------------------------------------------------------------------===//
 
@@ -79,9 +83,13 @@ bool isKernelOp(const std::string &op);
 
 /// The launches of a library step of `plan` whose op isKernelOp. Nothing,
 /// with `error` saying why, for a shape or dtype the kernels do not take.
+/// `rank` is the executor's rank index: shard_amax and shard_quantize read
+/// the part of each weight inside elements [rank * n, (rank + 1) * n) of
+/// the flat buffer (n: the shard's elements); other ops ignore it. The
+/// launches of those two ops differ per rank, the others' do not.
 std::optional<OpLaunchPlan> opLaunchPlan(const Plan &plan,
                                          const PlanStep &step,
-                                         std::string &error);
+                                         std::string &error, int rank = 0);
 
 /// The division of a collective's sum by the rank count (reduction "mean"):
 /// result 0 (`n` elements of `dtype`, f32 or bf16) becomes, in place,

@@ -1,0 +1,80 @@
+//===- CudaExecutor.h - Runs a plan on one GPU per rank ---------*- C++ -*-===//
+//
+// The CUDA backend (docs/cuda.md). At load it checks the plan fits in the
+// device's free memory (MemoryCheck.h), allocates the arena and the state
+// once, compiles every distinct fused group and the op kernel library with
+// NVRTC for the device (through the on-disk cache), and turns each entry of
+// the plan into a fixed list of device actions with their addresses
+// resolved: group kernels, op kernels (OpKernels.h), cuBLASLt GEMMs
+// (Gemm.h), and, for a plan over several ranks, NCCL collectives
+// (NcclCommunicator.h) on a communication stream that an event joins to
+// the compute stream, as the plan's schedule orders them.
+//
+// An entry's first run launches its actions one by one (it also chooses
+// each GEMM's algorithm); its later runs replay a CUDA graph captured from
+// the second run, inputs and outputs included (they go through pinned host
+// buffers at fixed addresses), unless graphs are turned off.
+//
+// Numerics follow the CPU backend's semantics (every result rounded to its
+// dtype) but not its bits: GEMMs sum in cuBLASLt's order, attention in its
+// kernel's, exp/log are CUDA's. Per-op NaN checks are the CPU backend's
+// (setCheckNumerics is ignored here; the Trainer checks the loss and the
+// gradient norm of every step).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CUDA_CUDAEXECUTOR_H
+#define KILN_RUNTIME_CUDA_CUDAEXECUTOR_H
+
+#include "kiln/Runtime/Executor.h"
+
+#include <memory>
+
+namespace kiln::runtime::cuda {
+
+class CudaExecutor final : public Executor {
+public:
+  /// Checks that the backend runs every op of the plan and that a GPU is
+  /// usable; allocation and compilation wait for the rank to be known
+  /// (setCommunicator, or the first initialize/run).
+  static std::unique_ptr<CudaExecutor> create(const Plan &plan,
+                                              std::string &error);
+  ~CudaExecutor() override;
+
+  std::string setCommunicator(comm::Communicator *communicator) override;
+  int rank() const override;
+  std::string initialize(uint64_t seed) override;
+  std::optional<std::vector<FloatTensor>>
+  unshardedState(std::string &error) override;
+  std::string setUnshardedState(
+      const std::map<std::string, const FloatTensor *> &byName) override;
+  std::optional<std::map<std::string, std::vector<float>>>
+  run(const std::string &entry, const std::vector<int32_t> &tokens,
+      const std::vector<int32_t> &targets, int64_t step,
+      std::string &error) override;
+  void setTrace(Trace *trace) override;
+  void setCheckNumerics(bool) override {}
+  const Plan &plan() const override;
+  int64_t allocatedBytes() const override;
+  std::string describe() const override;
+  std::string memoryReport() const override;
+
+  /// Replay entries as CUDA graphs after their first run (default on).
+  void setGraphs(bool on);
+  /// Predicted device bytes, what the backend allocated, and the device's
+  /// used memory at its highest seen (cudaMemGetInfo after each run).
+  struct Memory {
+    int64_t predicted = 0, allocated = 0, deviceUsedPeak = 0;
+  };
+  Memory memory() const;
+
+  struct State;
+
+private:
+  explicit CudaExecutor(std::unique_ptr<State> state);
+  std::unique_ptr<State> s;
+};
+
+} // namespace kiln::runtime::cuda
+
+#endif // KILN_RUNTIME_CUDA_CUDAEXECUTOR_H

@@ -1,0 +1,245 @@
+//===- NcclBootstrap.cpp - NCCL set-up over a host communicator, watchdog -===//
+//
+// Set-up. Every rank picks its GPU first, rank 0 also makes the NCCL
+// unique id, and then all ranks all-gather one record each over the host
+// communicator: a byte saying whether that rank is ready, and (from rank
+// 0) the id. All-gathering the readiness too means a rank without a GPU
+// makes every rank give up with an error line, instead of leaving the
+// others blocked in the host all-gather or in ncclCommInitRank.
+//
+// The watchdog thread wakes every 100 ms (or a quarter of the timeout if
+// that is shorter): it asks NCCL for an asynchronous error, retires the
+// completed collectives, and times the oldest one in flight. Either
+// trouble ends the process: one line on stderr, ncclCommAbort (given 10 s,
+// it could itself hang on a broken network), _exit(1). Aborting first lets
+// the peers' NCCL see the connections close rather than wait on them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NcclCommunicatorImpl.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace kiln::runtime::comm {
+
+namespace {
+
+/// The rank on this node, from the launcher; `fallback` without one.
+int localRank(int fallback) {
+  for (const char *name :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
+    const char *value = std::getenv(name);
+    if (!value || !*value)
+      continue;
+    char *end = nullptr;
+    long v = std::strtol(value, &end, 10);
+    if (*end == '\0' && v >= 0)
+      return static_cast<int>(v);
+  }
+  return fallback;
+}
+
+/// Picks and sets this rank's GPU; why not, if it cannot.
+std::optional<std::string> chooseDevice(int hostRank, int &device) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return "no usable GPU: " + cudaText(err);
+  }
+  if (count == 0)
+    return std::string("no usable GPU: no CUDA device is visible");
+  device = localRank(hostRank) % count;
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return "no usable GPU: cannot use GPU " + std::to_string(device) + ": " +
+           cudaText(err);
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+void NcclCommunicatorImpl::watchdogMain() {
+  cudaSetDevice(device_);
+  // This thread never captures; in the thread-local mode another thread's
+  // global-mode capture does not forbid its event queries.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  using namespace std::chrono;
+  const bool timed = watchdogSeconds_ > 0;
+  const auto timeout = duration_cast<Clock::duration>(
+      duration<double>(timed ? watchdogSeconds_ : 0.0));
+  auto tick = Clock::duration(milliseconds(100));
+  if (timed)
+    tick =
+        std::max(std::min(tick, timeout / 4), Clock::duration(milliseconds(1)));
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(watchdogMu_);
+      if (watchdogCv_.wait_for(lock, tick, [this] { return stopping_; }))
+        return;
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t rc = ncclCommGetAsyncError(comm_, &async);
+    std::string what, why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (rc != ncclSuccess ||
+          (async != ncclSuccess && async != ncclInProgress))
+        why = "asynchronous error: " +
+              ncclText(rc != ncclSuccess ? rc : async, comm_);
+      if (why.empty() && capturingNowLocked()) {
+        // No queries during a capture; its time does not count.
+        oldestSince_ = Clock::now();
+        continue;
+      }
+      if (why.empty())
+        retireCompletedLocked();
+      if (why.empty() && timed && !inFlight_.empty() &&
+          Clock::now() - oldestSince_ > timeout) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%g", watchdogSeconds_);
+        why = std::string("not complete after ") + seconds +
+              " s (a rank is stuck or died, or the ranks' collectives no "
+              "longer match)";
+      }
+      if (why.empty())
+        continue;
+      what = inFlight_.empty() ? "no collective in flight"
+                               : inFlight_.front().what;
+    }
+    fire(what, why);
+  }
+}
+
+void NcclCommunicatorImpl::fire(const std::string &what,
+                                const std::string &why) {
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "error: NCCL: %s on rank %d: %s; aborting the NCCL "
+               "communicator and exiting\n",
+               what.c_str(), rank_, oneLine(why).c_str());
+  std::fflush(stderr);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool aborted = false;
+  ncclComm_t comm = comm_;
+  std::thread aborter([&] {
+    ncclCommAbort(comm);
+    std::lock_guard<std::mutex> lock(mu);
+    aborted = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return aborted; });
+  }
+  _exit(1); // the aborter thread may still be inside NCCL: no destructors
+}
+
+std::unique_ptr<NcclCommunicator>
+createNcclCommunicator(std::unique_ptr<Communicator> bootstrap,
+                       double watchdogSeconds, std::string &error) {
+  if (!bootstrap) {
+    error = "nccl: no bootstrap communicator";
+    return nullptr;
+  }
+  const int rank = bootstrap->rank(), size = bootstrap->size();
+  int device = 0;
+  std::optional<std::string> why = chooseDevice(rank, device);
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (!why && rank == 0)
+    if (ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess)
+      why = "ncclGetUniqueId failed: " + ncclText(rc, nullptr);
+
+  // One record per rank: [ready][unique id].
+  const int64_t recordBytes = 1 + sizeof(ncclUniqueId);
+  std::vector<unsigned char> mine(recordBytes), all(size * recordBytes);
+  mine[0] = why ? 0 : 1;
+  std::memcpy(mine.data() + 1, &id, sizeof id);
+  if (auto failed = bootstrap->wait(bootstrap->startAllGather(
+          mine.data(), all.data(), recordBytes, ElementType::U8))) {
+    error = "nccl: sharing the NCCL unique id over the " +
+            std::string(bootstrap->backendName()) +
+            " communicator failed: " + *failed;
+    return nullptr;
+  }
+  std::string notReady;
+  for (int r = 0; r < size; ++r)
+    if (!all[r * recordBytes])
+      notReady += (notReady.empty() ? "" : ", ") + std::to_string(r);
+  if (why || !notReady.empty()) {
+    error = "nccl: rank " + std::to_string(rank) + ": " +
+            (why ? *why : "rank(s) " + notReady + " could not set up a GPU");
+    return nullptr;
+  }
+  std::memcpy(&id, all.data() + 1, sizeof id);
+
+  auto comm = std::make_unique<NcclCommunicatorImpl>(std::move(bootstrap),
+                                                     device, watchdogSeconds);
+  ncclComm_t nccl = nullptr;
+  if (ncclResult_t rc = ncclCommInitRank(&nccl, size, id, rank);
+      rc != ncclSuccess) {
+    error = "nccl: ncclCommInitRank on rank " + std::to_string(rank) +
+            " (GPU " + std::to_string(device) +
+            ") failed: " + ncclText(rc, nccl);
+    return nullptr;
+  }
+  if (auto failed = comm->setUp(nccl)) {
+    error = *failed;
+    return nullptr;
+  }
+  return comm;
+}
+
+namespace {
+/// A communicator someone else owns, seen through a unique_ptr: what the
+/// non-owning createNcclCommunicator hands to the owning one.
+class BorrowedCommunicator final : public Communicator {
+public:
+  explicit BorrowedCommunicator(Communicator &c) : c(c) {}
+  int rank() const override { return c.rank(); }
+  int size() const override { return c.size(); }
+  const char *backendName() const override { return c.backendName(); }
+  CommHandle startAllGather(const void *send, void *recv, int64_t count,
+                            ElementType type) override {
+    return c.startAllGather(send, recv, count, type);
+  }
+  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
+                                ElementType type, ReduceOp op) override {
+    return c.startReduceScatter(send, recv, count, type, op);
+  }
+  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
+                            ElementType type, ReduceOp op) override {
+    return c.startAllReduce(send, recv, count, type, op);
+  }
+  std::optional<std::string> wait(CommHandle h) override { return c.wait(h); }
+  bool test(CommHandle h) override { return c.test(h); }
+  std::optional<std::string> barrier() override { return c.barrier(); }
+  std::optional<std::string> failure() const override { return c.failure(); }
+  bool exactRankOrderReduction() const override {
+    return c.exactRankOrderReduction();
+  }
+
+private:
+  Communicator &c;
+};
+} // namespace
+
+std::unique_ptr<NcclCommunicator>
+createNcclCommunicator(Communicator &bootstrap, double watchdogSeconds,
+                       std::string &error) {
+  return createNcclCommunicator(
+      std::make_unique<BorrowedCommunicator>(bootstrap), watchdogSeconds,
+      error);
+}
+
+} // namespace kiln::runtime::comm

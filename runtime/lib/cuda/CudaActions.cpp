@@ -1,0 +1,475 @@
+//===- CudaActions.cpp - A plan entry as a list of device actions ---------===//
+
+#include "CudaActions.h"
+
+#include "kiln/Runtime/Cuda/GroupKernelSource.h"
+#include "kiln/Runtime/Cuda/KernelCompiler.h"
+#include "kiln/Runtime/Cuda/OpKernels.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kiln::runtime::cuda {
+
+std::string cudaProblem(const std::string &what, cudaError_t e) {
+  return "CUDA error: " + what + " (" + cudaGetErrorString(e) + ")";
+}
+
+std::unique_ptr<LoadedModule> LoadedModule::load(const std::string &cubin,
+                                                 std::string &error) {
+  std::unique_ptr<LoadedModule> m(new LoadedModule);
+  if (cudaError_t e = cudaLibraryLoadData(&m->library, cubin.data(), nullptr,
+                                          nullptr, 0, nullptr, nullptr, 0);
+      e != cudaSuccess) {
+    error = cudaProblem("loading a CUBIN", e);
+    return nullptr;
+  }
+  return m;
+}
+
+LoadedModule::~LoadedModule() {
+  if (library)
+    cudaLibraryUnload(library);
+}
+
+cudaKernel_t LoadedModule::kernel(const std::string &name,
+                                  std::string &error) {
+  auto it = kernels.find(name);
+  if (it != kernels.end())
+    return it->second;
+  cudaKernel_t k = nullptr;
+  if (cudaError_t e = cudaLibraryGetKernel(&k, library, name.c_str());
+      e != cudaSuccess) {
+    error = cudaProblem("kernel '" + name + "'", e);
+    return nullptr;
+  }
+  kernels[name] = k;
+  return k;
+}
+
+namespace {
+
+int64_t lastDim(const PlanValue &v) { return v.shape.empty() ? 1 : v.shape.back(); }
+int64_t rowsOf(const PlanValue &v) { return v.numElements() / lastDim(v); }
+
+bool isCollectiveStart(const std::string &op) {
+  return op == "all_gather_start" || op == "reduce_scatter_start" ||
+         op == "all_reduce_start";
+}
+
+bool isGemm(const std::string &op) {
+  return op == "linear" || op == "linear_grad_input" ||
+         op == "linear_grad_weight" || op == "scaled_matmul";
+}
+
+/// Bytes of column-sum partials a fused group needs (blocks x cols per
+/// col_sum output).
+int64_t partialBytes(const FusedGroup &g) {
+  int64_t sums = std::count_if(g.outputs.begin(), g.outputs.end(),
+                               [](const GroupOutput &o) {
+                                 return o.store == GroupOutput::Store::ColSum;
+                               });
+  int64_t blocks = (g.rows + kKilnGroupBlockRows - 1) / kKilnGroupBlockRows;
+  return sums * blocks * g.cols * static_cast<int64_t>(sizeof(double));
+}
+
+uint64_t bitsOf(const void *p) { return reinterpret_cast<uint64_t>(p); }
+
+/// Rounds scratch offsets up so that every use starts 256-byte aligned.
+int64_t alignUp(int64_t n) { return (n + 255) / 256 * 256; }
+
+class Builder {
+public:
+  Builder(const ActionContext &ctx, std::vector<Action> &out)
+      : ctx(ctx), plan(*ctx.plan), out(out) {}
+
+  std::string step(size_t index, const PlanStep &s);
+
+private:
+  void *addr(int64_t id) const { return ctx.values->address(id); }
+  const PlanValue &value(int64_t id) const { return plan.values[id]; }
+  std::string fused(const PlanStep &s);
+  std::string gemm(const PlanStep &s);
+  std::string kernelOp(const OpLaunchPlan &launches, const PlanStep &s);
+  std::string collective(const PlanStep &s);
+  std::string wait(const PlanStep &s);
+  std::string layout(const PlanStep &s);
+
+  Action &add(Action::Kind kind) {
+    out.emplace_back();
+    out.back().kind = kind;
+    out.back().step = current;
+    return out.back();
+  }
+
+  const ActionContext &ctx;
+  const Plan &plan;
+  std::vector<Action> &out;
+  size_t current = 0;
+  /// Collectives started but not yet waited for: their mean divisor.
+  std::map<int64_t, int64_t> divisors;
+};
+
+std::string Builder::step(size_t index, const PlanStep &s) {
+  current = index;
+  if (s.group)
+    return fused(s);
+  if (isGemm(s.op))
+    return gemm(s);
+  if (isCollectiveStart(s.op))
+    return collective(s);
+  if (s.op == "wait")
+    return wait(s);
+  if (s.op == "reshape" || s.op == "unflatten")
+    return layout(s);
+  if (!isKernelOp(s.op))
+    return "the CUDA backend cannot run op '" + s.op + "'";
+  std::string error;
+  std::optional<OpLaunchPlan> launches =
+      opLaunchPlan(plan, s, error, ctx.values->rank());
+  if (!launches)
+    return error;
+  return kernelOp(*launches, s);
+}
+
+std::string Builder::fused(const PlanStep &s) {
+  std::string error;
+  GroupKernelSource source = groupKernelSource(plan, s, error);
+  if (source.source.empty())
+    return error;
+  std::unique_ptr<LoadedModule> &module = (*ctx.groups)[source.source];
+  if (!module) {
+    std::optional<CompiledKernel> cubin =
+        compileKernel(source.source, ctx.arch, ctx.cacheDir, error);
+    if (!cubin)
+      return "NVRTC: " + error;
+    module = LoadedModule::load(cubin->cubin, error);
+    if (!module)
+      return error;
+  }
+  const FusedGroup &g = *s.group;
+  // An amax output collects with atomicMax from zero.
+  for (size_t o = 0; o < g.outputs.size(); ++o)
+    if (g.outputs[o].store == GroupOutput::Store::Amax) {
+      Action &z = add(Action::Memset);
+      z.dst = addr(s.results[o]);
+      z.bytes = value(s.results[o]).bytes();
+    }
+  // KilnArgs: the input pointers (at least one slot), the output pointers,
+  // rows, cols, the column sums' partials; all 8-byte fields.
+  std::vector<uint64_t> args;
+  for (int64_t id : s.operands)
+    args.push_back(bitsOf(addr(id)));
+  if (s.operands.empty())
+    args.push_back(0);
+  for (int64_t id : s.results)
+    args.push_back(bitsOf(addr(id)));
+  args.push_back(static_cast<uint64_t>(g.rows));
+  args.push_back(static_cast<uint64_t>(g.cols));
+  args.push_back(bitsOf(ctx.scratch));
+  int blocks =
+      static_cast<int>((g.rows + kKilnGroupBlockRows - 1) / kKilnGroupBlockRows);
+  Action &launch = add(Action::Launch);
+  launch.kernel = module->kernel("kiln_group", error);
+  if (!launch.kernel)
+    return error;
+  launch.grid = static_cast<unsigned>(std::max(blocks, 1));
+  launch.block = kKilnGroupBlockRows;
+  launch.args = args;
+  if (source.hasColSum) {
+    Action &sum = add(Action::Launch);
+    sum.kernel = module->kernel("kiln_group_col_sum", error);
+    if (!sum.kernel)
+      return error;
+    sum.grid = static_cast<unsigned>((g.cols + 127) / 128);
+    sum.block = 128;
+    sum.args = args;
+    sum.hasExtra = true;
+    sum.extra = blocks;
+  }
+  return "";
+}
+
+std::string Builder::gemm(const PlanStep &s) {
+  if (s.op == "scaled_matmul") {
+    // Operands: a [m, k], a_scale, b [n, k], b_scale (rank-0 or per row).
+    const PlanValue &a = value(s.operands[0]), &b = value(s.operands[2]);
+    Action &act = add(Action::Scaled);
+    Gemms::Scaled &g = act.scaled;
+    g.aType = a.dtype;
+    g.bType = b.dtype;
+    g.a = addr(a.id);
+    g.b = addr(b.id);
+    g.aScale = static_cast<const float *>(addr(s.operands[1]));
+    g.bScale = static_cast<const float *>(addr(s.operands[3]));
+    g.aRowwise = value(s.operands[1]).shape.size() == 1;
+    g.bRowwise = value(s.operands[3]).shape.size() == 1;
+    g.out = addr(s.results[0]);
+    g.m = a.shape[0];
+    g.k = a.shape[1];
+    g.n = b.shape[0];
+    // torchao's recipes use Hopper's fast accumulation for the forward GEMM
+    // only; the gradients accumulate with full promotion.
+    g.fastAccumulation = s.attrs.count("gemm") && s.str("gemm") == "output";
+    return "";
+  }
+  const PlanValue &in0 = value(s.operands[0]), &in1 = value(s.operands[1]);
+  const PlanValue &res = value(s.results[0]);
+  if (in0.dtype != in1.dtype || in0.dtype != res.dtype ||
+      (res.dtype != DType::BF16 && res.dtype != DType::F32))
+    return std::string("the CUDA backend runs ") + s.op +
+           " on bf16 or f32 operands of one dtype, not " +
+           dtypeName(in0.dtype) + " x " + dtypeName(in1.dtype) + " -> " +
+           dtypeName(res.dtype);
+  Action &act = add(Action::Linear);
+  act.dtype = res.dtype;
+  act.a = addr(in0.id);
+  act.b = addr(in1.id);
+  act.c = addr(res.id);
+  act.m = rowsOf(in0);
+  if (s.op == "linear") {
+    // y [m, n] = x [m, k] W^T.
+    act.gemm = Action::Gemm::Forward;
+    act.k = lastDim(in0);
+    act.n = in1.shape[0];
+  } else if (s.op == "linear_grad_input") {
+    // dx [m, k] = dy [m, n] W [n, k].
+    act.gemm = Action::Gemm::GradInput;
+    act.n = lastDim(in0);
+    act.k = in1.shape[1];
+  } else {
+    // dW [n, k] = dy [m, n]^T x [m, k].
+    act.gemm = Action::Gemm::GradWeight;
+    act.n = lastDim(in0);
+    act.k = lastDim(in1);
+  }
+  return "";
+}
+
+std::string Builder::kernelOp(const OpLaunchPlan &p, const PlanStep &s) {
+  if (p.scratchBytes > ctx.scratchBytes)
+    return "needs " + std::to_string(p.scratchBytes) +
+           " bytes of scratch, more than was allocated";
+  for (int r : p.zeroResults) {
+    Action &z = add(Action::Memset);
+    z.dst = addr(s.results[r]);
+    z.bytes = value(s.results[r]).bytes();
+  }
+  if (p.scratchBytes > 0) {
+    Action &z = add(Action::Memset);
+    z.dst = ctx.scratch;
+    z.bytes = p.scratchBytes;
+  }
+  std::string error;
+  for (const OpKernelLaunch &l : p.launches) {
+    Action &act = add(Action::Launch);
+    act.kernel = ctx.ops->kernel(l.kernel, error);
+    if (!act.kernel)
+      return error;
+    act.grid = static_cast<unsigned>(l.grid);
+    act.block = static_cast<unsigned>(l.block);
+    act.shared = static_cast<unsigned>(l.sharedBytes);
+    act.args.assign(kMaxOpKernelArgs, 0);
+    if (l.args.size() > kMaxOpKernelArgs)
+      return "an op kernel with more than 16 arguments";
+    for (size_t i = 0; i < l.args.size(); ++i) {
+      const OpKernelArg &arg = l.args[i];
+      uint64_t &slot = act.args[i];
+      switch (arg.kind) {
+      case OpKernelArg::Operand:
+        slot = bitsOf(addr(s.operands[arg.index]));
+        break;
+      case OpKernelArg::Result:
+        slot = bitsOf(addr(s.results[arg.index]));
+        break;
+      case OpKernelArg::Scratch:
+        slot = bitsOf(static_cast<char *>(ctx.scratch) + arg.index);
+        break;
+      case OpKernelArg::Int:
+        slot = static_cast<uint64_t>(arg.i);
+        break;
+      case OpKernelArg::Float:
+        static_assert(sizeof(double) == sizeof(uint64_t));
+        std::memcpy(&slot, &arg.f, sizeof slot);
+        break;
+      }
+    }
+  }
+  return "";
+}
+
+/// reshape and unflatten move bytes only: a copy, or nothing when the
+/// result is the operand's own memory.
+std::string Builder::layout(const PlanStep &s) {
+  const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
+  if (in.dtype != res.dtype)
+    return std::string("a ") + s.op + " from " + dtypeName(in.dtype) +
+           " to " + dtypeName(res.dtype);
+  int64_t offset = s.op == "unflatten" ? s.i64("offset") : 0;
+  const char *from = static_cast<const char *>(addr(in.id)) +
+                     offset * dtypeBytes(in.dtype);
+  if (from == addr(res.id))
+    return "";
+  Action &act = add(Action::Copy);
+  act.dst = addr(res.id);
+  act.src = from;
+  act.bytes = res.bytes();
+  return "";
+}
+
+std::string Builder::collective(const PlanStep &s) {
+  const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
+  Action &act = add(Action::Collective);
+  act.collective = s.op.substr(0, s.op.size() - 6); // drop "_start"
+  act.resultId = res.id;
+  act.src = addr(in.id);
+  act.dst = addr(res.id);
+  act.element = in.dtype == DType::BF16 ? comm::ElementType::BF16
+                : isFp8(in.dtype)      ? comm::ElementType::U8
+                                       : comm::ElementType::F32;
+  std::string reduction = s.attrs.count("reduction") ? s.str("reduction") : "";
+  act.reduce = reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
+  act.count = act.collective == "reduce_scatter" ? res.numElements()
+                                                  : in.numElements();
+  divisors[res.id] = reduction == "mean" ? plan.ranks : 1;
+  return "";
+}
+
+std::string Builder::wait(const PlanStep &s) {
+  auto it = divisors.find(s.operands[0]);
+  if (it == divisors.end())
+    return "waits for a collective that was not started";
+  int64_t divisor = it->second;
+  divisors.erase(it);
+  Action &act = add(Action::Wait);
+  act.resultId = s.operands[0];
+  if (divisor == 1)
+    return "";
+  // A mean: the sum divided by the rank count, in place in the result
+  // (the wait's result is the collective's buffer).
+  const PlanValue &res = value(s.results[0]);
+  return kernelOp(meanDivideLaunch(res.dtype, res.numElements(), divisor), s);
+}
+
+} // namespace
+
+int64_t scratchBytesNeeded(const Plan &plan, int rank, std::string &error) {
+  int64_t most = 0;
+  for (const auto &[name, entry] : plan.entries)
+    for (const PlanStep &s : entry.steps) {
+      if (s.group) {
+        most = std::max(most, alignUp(partialBytes(*s.group)));
+      } else if (isKernelOp(s.op) && s.op != "reshape" &&
+                 s.op != "unflatten") {
+        std::optional<OpLaunchPlan> p = opLaunchPlan(plan, s, error, rank);
+        if (!p) {
+          error = name + ", " + describeStep(plan, s) + ": " + error;
+          return -1;
+        }
+        most = std::max(most, alignUp(p->scratchBytes));
+      }
+    }
+  return most;
+}
+
+std::optional<std::vector<Action>>
+buildActions(const ActionContext &ctx, const std::string &entry,
+             std::string &error) {
+  const PlanEntry *e = ctx.plan->entry(entry);
+  std::vector<Action> actions;
+  Builder builder(ctx, actions);
+  for (size_t i = 0; i < e->steps.size(); ++i) {
+    const PlanStep &s = e->steps[i];
+    if (s.op == "init")
+      continue;
+    if (std::string problem = builder.step(i, s); !problem.empty()) {
+      error = "op " + std::to_string(i) + " of " + entry + ", " +
+              describeStep(*ctx.plan, s) + ": " + problem;
+      return std::nullopt;
+    }
+  }
+  return actions;
+}
+
+namespace {
+std::string enqueue(const Action &a, Gemms &gemms,
+                    comm::NcclCommunicator *comm, cudaStream_t stream,
+                    std::map<int64_t, comm::CommHandle> &pending) {
+  switch (a.kind) {
+  case Action::Launch: {
+    void *params[2] = {const_cast<uint64_t *>(a.args.data()),
+                       const_cast<int *>(&a.extra)};
+    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void *>(a.kernel),
+                                         dim3(a.grid), dim3(a.block), params,
+                                         a.shared, stream);
+        e != cudaSuccess)
+      return cudaProblem("launching a kernel", e);
+    return "";
+  }
+  case Action::Memset:
+    if (cudaError_t e = cudaMemsetAsync(a.dst, 0, a.bytes, stream);
+        e != cudaSuccess)
+      return cudaProblem("cudaMemsetAsync", e);
+    return "";
+  case Action::Copy:
+    if (cudaError_t e = cudaMemcpyAsync(a.dst, a.src, a.bytes,
+                                        cudaMemcpyDefault, stream);
+        e != cudaSuccess)
+      return cudaProblem("cudaMemcpyAsync", e);
+    return "";
+  case Action::Linear:
+    switch (a.gemm) {
+    case Action::Gemm::Forward:
+      return gemms.linear(a.dtype, a.a, a.b, a.c, a.m, a.k, a.n, stream);
+    case Action::Gemm::GradInput:
+      return gemms.linearGradInput(a.dtype, a.a, a.b, a.c, a.m, a.n, a.k,
+                                   stream);
+    case Action::Gemm::GradWeight:
+      return gemms.linearGradWeight(a.dtype, a.a, a.b, a.c, a.m, a.n, a.k,
+                                    stream);
+    }
+    return "";
+  case Action::Scaled:
+    return gemms.scaledMatmul(a.scaled, stream);
+  case Action::Collective: {
+    if (!comm)
+      return "a collective in a plan run without a communicator";
+    comm::CommHandle h;
+    if (a.collective == "all_gather")
+      h = comm->startAllGather(a.src, a.dst, a.count, a.element);
+    else if (a.collective == "reduce_scatter")
+      h = comm->startReduceScatter(a.src, a.dst, a.count, a.element, a.reduce);
+    else
+      h = comm->startAllReduce(a.src, a.dst, a.count, a.element, a.reduce);
+    pending[a.resultId] = h;
+    return "";
+  }
+  case Action::Wait: {
+    auto it = pending.find(a.resultId);
+    if (it == pending.end() || !comm)
+      return "waits for a collective that was not started";
+    std::string problem = comm->streamWait(it->second, stream);
+    pending.erase(it);
+    return problem;
+  }
+  }
+  return "";
+}
+} // namespace
+
+std::string enqueueActions(const Plan &plan, const std::string &entry,
+                           const std::vector<Action> &actions, Gemms &gemms,
+                           comm::NcclCommunicator *comm, cudaStream_t stream) {
+  const PlanEntry *e = plan.entry(entry);
+  std::map<int64_t, comm::CommHandle> pending;
+  if (comm)
+    comm->setProducerStream(stream);
+  for (const Action &a : actions)
+    if (std::string problem = enqueue(a, gemms, comm, stream, pending);
+        !problem.empty())
+      return "op " + std::to_string(a.step) + " of " + entry + ", " +
+             describeStep(plan, e->steps[a.step]) + ": " + problem;
+  return "";
+}
+
+} // namespace kiln::runtime::cuda

@@ -1,0 +1,131 @@
+//===- CudaActions.h - A plan entry as a list of device actions -*- C++ -*-===//
+//
+// Internal to the CUDA backend. An entry of the plan becomes, once at load,
+// a list of actions whose device addresses are all resolved (the arena and
+// the state never move), so running the entry is enqueueing the list, and
+// capturing that enqueueing once gives the CUDA graph later runs replay.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CUDA_CUDAACTIONS_H
+#define KILN_RUNTIME_CUDA_CUDAACTIONS_H
+
+#include "kiln/Runtime/Comm/NcclCommunicator.h"
+#include "kiln/Runtime/Cuda/Gemm.h"
+#include "kiln/Runtime/Plan.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime::cuda {
+
+/// A loaded CUBIN and the kernels taken from it by name.
+class LoadedModule {
+public:
+  /// Loads `cubin`; null with `error` on failure.
+  static std::unique_ptr<LoadedModule> load(const std::string &cubin,
+                                            std::string &error);
+  ~LoadedModule();
+  /// The kernel `name`; null with `error` when the module lacks it.
+  cudaKernel_t kernel(const std::string &name, std::string &error);
+
+private:
+  cudaLibrary_t library = nullptr;
+  std::map<std::string, cudaKernel_t> kernels;
+};
+
+struct Action {
+  enum Kind {
+    Launch,     // a kernel: params point into `args` (and `extra`)
+    Memset,     // dst, bytes
+    Copy,       // dst <- src, bytes (device to device, or pinned host)
+    Linear,     // gemm: op, dtype, a, b, c, m, k, n
+    Scaled,     // scaled: an FP8 GEMM
+    Collective, // start on the communication stream
+    Wait,       // the compute stream waits for a collective
+  } kind = Launch;
+  size_t step = 0; // the plan step it comes from (for messages)
+
+  // Launch
+  cudaKernel_t kernel = nullptr;
+  unsigned grid = 1, block = 1, shared = 0;
+  std::vector<uint64_t> args; // the one by-value struct parameter
+  bool hasExtra = false;      // a second parameter, an int
+  int extra = 0;
+
+  // Memset / Copy
+  void *dst = nullptr;
+  const void *src = nullptr;
+  int64_t bytes = 0;
+
+  // Linear
+  enum class Gemm { Forward, GradInput, GradWeight } gemm = Gemm::Forward;
+  DType dtype = DType::BF16;
+  const void *a = nullptr, *b = nullptr;
+  void *c = nullptr;
+  int64_t m = 0, k = 0, n = 0;
+
+  // Scaled
+  Gemms::Scaled scaled;
+
+  // Collective / Wait: the collective is named by its result's value id.
+  std::string collective; // all_gather, reduce_scatter, all_reduce
+  int64_t resultId = 0;
+  comm::ElementType element = comm::ElementType::F32;
+  comm::ReduceOp reduce = comm::ReduceOp::Sum;
+  int64_t count = 0;
+};
+
+/// Where the executor keeps each value on the device.
+class DeviceValues {
+public:
+  virtual ~DeviceValues() = default;
+  virtual void *address(int64_t valueId) const = 0;
+  virtual int rank() const = 0;
+};
+
+/// What building actions needs from the executor: addresses, the loaded
+/// kernels, the step scratch.
+struct ActionContext {
+  const Plan *plan = nullptr;
+  const DeviceValues *values = nullptr;
+  /// The op kernel library.
+  LoadedModule *ops = nullptr;
+  /// A fused step's loaded kernels (by its group's source).
+  std::map<std::string, std::unique_ptr<LoadedModule>> *groups = nullptr;
+  std::string arch;
+  std::string cacheDir;
+  void *scratch = nullptr; // shared by every step (they run in order)
+  int64_t scratchBytes = 0;
+};
+
+/// The scratch bytes `plan`'s steps need at most on rank `rank` (op
+/// kernels' scratch, column-sum partials), so it can be allocated before
+/// building actions.
+int64_t scratchBytesNeeded(const Plan &plan, int rank, std::string &error);
+
+/// The actions of `entry`. Compiles and loads group kernels it meets for
+/// the first time into ctx.groups. Nothing with `error` naming the step on
+/// failure.
+std::optional<std::vector<Action>>
+buildActions(const ActionContext &ctx, const std::string &entry,
+             std::string &error);
+
+/// Enqueues `actions` on `stream`; collectives go through `comm` (null for
+/// a one-rank plan, which has none). Empty on success, else the first
+/// error, naming the step.
+std::string enqueueActions(const Plan &plan, const std::string &entry,
+                           const std::vector<Action> &actions, Gemms &gemms,
+                           comm::NcclCommunicator *comm, cudaStream_t stream);
+
+/// "CUDA error: <what> (<name>)".
+std::string cudaProblem(const std::string &what, cudaError_t e);
+
+} // namespace kiln::runtime::cuda
+
+#endif // KILN_RUNTIME_CUDA_CUDAACTIONS_H

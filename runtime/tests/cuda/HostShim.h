@@ -1,0 +1,53 @@
+//===- HostShim.h - Generated CUDA C++ run on the host ----------*- C++ -*-===//
+//
+// The checks of the generated kernels (GroupKernelCheck.cpp,
+// OpKernelCheck.cpp) run them without a GPU: the source's
+// `#include <cuda_fp8.h>` is replaced by a shim of the CUDA built-ins the
+// kernels use, the host C++ compiler builds it into a shared library, and
+// the check calls it through dlsym.
+//
+// The shim's model of a launch (kiln_host_grid in the shim's text): the
+// `block` threads of a block are std::threads meeting at one std::barrier
+// for __syncthreads; the same threads then run the next block, so blocks
+// run one after another. `__shared__` variables are statics (one copy,
+// shared by the block's threads); dynamic shared memory is the
+// KILN_DYNAMIC_SHARED(T, name) macro of the source, here a buffer of the
+// launch's size filled with 0xff bytes (NaN floats), so a read of shared
+// memory no thread wrote shows up. atomicMax (unsigned) takes a lock; FP8
+// conversions are the CPU backend's, which match cuda_fp8.h bit for bit;
+// math functions are the host's libm. Warp intrinsics are not provided.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_TESTS_CUDA_HOSTSHIM_H
+#define KILN_RUNTIME_TESTS_CUDA_HOSTSHIM_H
+
+#include <memory>
+#include <string>
+
+namespace kiln::runtime::hostshim {
+
+/// A generated source compiled for the host and loaded.
+class HostLibrary {
+public:
+  /// Compiles `source`, its `#include <cuda_fp8.h>` replaced by the shim,
+  /// followed by `epilogue` (the check's extern "C" entry points), into
+  /// `base`.so (keeping `base`.cpp) and opens it. Nothing, with `error`
+  /// saying why, when the compiler or dlopen fails.
+  static std::unique_ptr<HostLibrary> compile(const std::string &source,
+                                              const std::string &epilogue,
+                                              const std::string &base,
+                                              std::string &error);
+  ~HostLibrary();
+
+  /// The address of an extern "C" symbol, or nullptr.
+  void *symbol(const std::string &name) const;
+
+private:
+  explicit HostLibrary(void *handle) : handle(handle) {}
+  void *handle;
+};
+
+} // namespace kiln::runtime::hostshim
+
+#endif // KILN_RUNTIME_TESTS_CUDA_HOSTSHIM_H

@@ -1,0 +1,735 @@
+//===- OpKernelCheck.cpp - The op kernels against the CPU backend ---------===//
+//
+//   kiln-op-kernel-check [--device host|gpu] [--stats] PLAN...
+//
+// For every distinct library step of the plans that the CUDA backend runs
+// with its op kernels (OpKernels.h; the op, its operands' and results'
+// shapes and dtypes, its attributes, and for the shard ops each rank), runs
+// the step's launches exactly as the executor does (the listed results and
+// the scratch zeroed, each argument slot resolved, the launches in order)
+// on random inputs, runs the CPU backend's op on the same inputs (widened
+// to f32, results rounded to their dtypes), and compares. Exits 1 on the
+// first difference beyond the op's tolerance (toleranceOf), naming the op,
+// its location, the element and both values. A synthetic transpose step
+// and meanDivideLaunch are checked too. --stats prints, per op, the
+// largest difference seen in units in the last place of the result dtype.
+//
+// --device host: through the host shim (HostShim.h). --device gpu (builds
+// with the CUDA backend): NVRTC compiles the library for GPU 0 and cudart
+// launches it; with no usable GPU it prints why and exits 77.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostShim.h"
+
+#include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/Cpu/Fp8.h"
+#include "kiln/Runtime/CpuOps.h"
+#include "kiln/Runtime/Cuda/OpKernels.h"
+#ifdef KILN_HAVE_CUDA
+#include "kiln/Runtime/Cuda/KernelCompiler.h"
+#include <cuda_runtime.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <unistd.h>
+
+using namespace kiln::runtime;
+
+namespace {
+
+/// A step's buffers as the executor sees them: each operand and result is
+/// one of `storage` (a result in place of its operand shares it).
+struct Buffers {
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<int> operands, results;
+};
+
+/// Runs a step's launches on buffers, as the CUDA executor will.
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual bool onGpu() const = 0;
+  /// Empty on success, else why not.
+  virtual std::string run(const cuda::OpLaunchPlan &p, Buffers &b) = 0;
+};
+
+float valueAt(DType t, const std::vector<uint8_t> &b, int64_t i) {
+  switch (t) {
+  case DType::F32: {
+    float x;
+    std::memcpy(&x, b.data() + 4 * i, 4);
+    return x;
+  }
+  case DType::BF16: {
+    uint16_t bits;
+    std::memcpy(&bits, b.data() + 2 * i, 2);
+    return cpu::fromBf16Bits(bits);
+  }
+  case DType::F8E4M3:
+    return cpu::fromE4m3(b[i]);
+  default:
+    return cpu::fromE5m2(b[i]);
+  }
+}
+
+void setValue(DType t, std::vector<uint8_t> &b, int64_t i, float x) {
+  if (t == DType::F32) {
+    std::memcpy(b.data() + 4 * i, &x, 4);
+  } else if (t == DType::BF16) {
+    uint16_t bits = cpu::toBf16Bits(x);
+    std::memcpy(b.data() + 2 * i, &bits, 2);
+  } else {
+    b[i] = t == DType::F8E4M3 ? cpu::toE4m3(x) : cpu::toE5m2(x);
+  }
+}
+
+bool isFloat(DType t) { return t != DType::I32 && t != DType::I64; }
+
+/// The spacing of `t`'s values at |x| (its subnormal spacing near zero).
+double ulpOf(DType t, float x) {
+  int bits = t == DType::F32 ? 23 : t == DType::BF16 ? 7
+             : t == DType::F8E4M3                    ? 3
+                                                     : 2;
+  int minExp = t == DType::F8E4M3 ? -6 : t == DType::F8E5M2 ? -14 : -126;
+  int e = 0;
+  std::frexp(std::fabs(static_cast<double>(x)), &e);
+  int lead = x == 0 ? minExp : std::max(e - 1, minExp);
+  return std::ldexp(1.0, lead - bits);
+}
+
+/// How far a kernel's result may be from the CPU backend's: `ulps` units
+/// in the last place of the result dtype at the CPU's value, plus `ofMax`
+/// times the largest magnitude in that result. Zero: the same bits.
+struct Tolerance {
+  double ulps = 0, ofMax = 0;
+};
+
+/// The stated tolerance of `op` (docs/cuda-op-kernels.md). On the host
+/// only attention's forward (online softmax: another order of exp and
+/// sums), cross-entropy and the gradient norm (double sums as trees) are
+/// not bit for bit; on a GPU, CUDA's expf, logf, pow, sin and cos are not
+/// the host's libm either.
+Tolerance toleranceOf(const std::string &op, bool gpu) {
+  if (op == "attention")
+    return {2, 1e-6};
+  if (op == "cross_entropy" || op == "grad_norm")
+    return {gpu ? 4.0 : 2.0, 0};
+  if (op == "cross_entropy_grad")
+    return {gpu ? 2.0 : 1.0, 0};
+  if (gpu && (op == "rope" || op == "rope_grad" || op == "lr_schedule"))
+    return {1, 0};
+  if (gpu && op == "adamw")
+    return {4, 0};
+  return {};
+}
+
+std::string toleranceText(const std::string &op, bool gpu) {
+  Tolerance t = toleranceOf(op, gpu);
+  if (t.ulps == 0 && t.ofMax == 0)
+    return "bit for bit";
+  char text[96];
+  std::snprintf(text, sizeof text, "tolerance %g ulp%s", t.ulps,
+                t.ofMax > 0 ? " + 1e-6 of the largest magnitude" : "");
+  return text;
+}
+
+struct Stats {
+  int steps = 0;
+  double maxUlps = 0, maxOfLargest = 0;
+};
+
+/// Random operand values: normal floats, ids inside the table, and where
+/// an op expects it, positive amaxes and norms, sensible AdamW state.
+std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
+                                   size_t index, std::mt19937 &rng) {
+  const PlanValue &v = plan.values[step.operands[index]];
+  int64_t n = v.numElements();
+  std::vector<uint8_t> b(n * dtypeBytes(v.dtype));
+  const std::string &op = step.op;
+  if (v.dtype == DType::I32) {
+    const PlanValue &table =
+        op == "embedding_grad" ? plan.values[step.results[0]]
+        : op == "embedding"    ? plan.values[step.operands[0]]
+                               : plan.values[step.operands[index - 1]];
+    int64_t range = op.rfind("embedding", 0) == 0 ? table.shape[0]
+                                                  : table.shape.back();
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(range - 1));
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t x = id(rng);
+      std::memcpy(b.data() + 4 * i, &x, 4);
+    }
+    return b;
+  }
+  if (v.dtype == DType::I64) {
+    int64_t most = op == "lr_schedule" ? step.i64("total_steps") + 100 : 200;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t x = 1 + static_cast<int64_t>(rng() % most);
+      std::memcpy(b.data() + 8 * i, &x, 8);
+    }
+    return b;
+  }
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    float x = normal(rng);
+    if (op == "delayed_amax" || op == "amax_history_update")
+      x = std::fabs(x) * 4;
+    else if (op == "adamw" && index == 2)
+      x *= 0.1f;
+    else if (op == "adamw" && index == 3)
+      x = std::fabs(x) * 0.01f;
+    else if (op == "adamw" && index == 4)
+      x = 0.5f + std::fabs(x); // the norm: clipping or not
+    else if (op == "adamw" && index == 5)
+      x = 1e-3f;
+    else if (op == "shard_quantize" && index == 1)
+      x = 0.5f + 3 * std::fabs(x);
+    else if (op == "cross_entropy_grad" && index == 0)
+      x = 0.5f + std::fabs(x);
+    else if (op.rfind("cross_entropy", 0) == 0)
+      x *= 3; // logits with a spread
+    setValue(v.dtype, b, i, x);
+  }
+  return b;
+}
+
+/// out and lse of attention_grad's operands: the CPU forward of its q, k,
+/// v, rounded to their dtypes, so that the backward sees a real softmax.
+std::string consistentAttention(const Plan &plan, const PlanStep &step,
+                                std::vector<std::vector<uint8_t>> &in) {
+  std::vector<std::vector<float>> wide(3);
+  std::vector<View> operands;
+  for (int k = 1; k <= 3; ++k) {
+    const PlanValue &v = plan.values[step.operands[k]];
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      wide[k - 1].push_back(valueAt(v.dtype, in[k], i));
+    operands.push_back(View{wide[k - 1].data(), DType::F32, v.shape});
+  }
+  const PlanValue &out = plan.values[step.operands[4]],
+                  &lse = plan.values[step.operands[5]];
+  std::vector<float> o(out.numElements()), l(lse.numElements());
+  std::vector<View> results = {View{o.data(), DType::F32, out.shape},
+                               View{l.data(), DType::F32, lse.shape}};
+  PlanStep forward = step;
+  forward.op = "attention";
+  if (std::string failure =
+          findCpuOp("attention")(forward, operands, results);
+      !failure.empty())
+    return failure;
+  for (int64_t i = 0; i < out.numElements(); ++i)
+    setValue(out.dtype, in[4], i, o[i]);
+  for (int64_t i = 0; i < lse.numElements(); ++i)
+    setValue(lse.dtype, in[5], i, l[i]);
+  return "";
+}
+
+/// Whether two values are one buffer (a result written in place).
+bool sameStorage(const PlanValue &a, const PlanValue &b) {
+  return a.id == b.id || (a.kind == PlanValue::Arena &&
+                          b.kind == PlanValue::Arena && a.offset == b.offset &&
+                          a.bytes() == b.bytes());
+}
+
+/// The CPU backend's results of the step on `in`, each in its dtype.
+std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
+                       std::vector<std::vector<uint8_t>> &in,
+                       std::vector<std::vector<uint8_t>> &out) {
+  std::vector<std::vector<float>> wide(step.operands.size()),
+      res(step.results.size());
+  std::vector<View> operands, results;
+  for (size_t k = 0; k < step.operands.size(); ++k) {
+    const PlanValue &v = plan.values[step.operands[k]];
+    if (!isFloat(v.dtype)) {
+      operands.push_back(View{in[k].data(), v.dtype, v.shape});
+      continue;
+    }
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      wide[k].push_back(valueAt(v.dtype, in[k], i));
+    operands.push_back(View{wide[k].data(), DType::F32, v.shape});
+  }
+  for (size_t k = 0; k < step.results.size(); ++k) {
+    const PlanValue &v = plan.values[step.results[k]];
+    res[k].assign(v.numElements(), 0.0f);
+    results.push_back(View{res[k].data(), DType::F32, v.shape});
+  }
+  out.clear();
+  if (step.op == "shard_amax" || step.op == "shard_quantize") {
+    // As CpuExecutor::runShardOp: the rank's part of each weight.
+    const auto &offsets = std::get<std::vector<int64_t>>(step.attrs.at("offsets"));
+    const auto &sizes = std::get<std::vector<int64_t>>(step.attrs.at("sizes"));
+    std::vector<cpu::FlatRange> weights;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      weights.push_back({offsets[i], sizes[i]});
+    int64_t n = operands[0].numElements();
+    int64_t count = static_cast<int64_t>(weights.size());
+    if (step.op == "shard_amax") {
+      cpu::shardAmax(operands[0].f32(), n, rank * n, weights.data(), count,
+                     res[0].data());
+    } else {
+      out.emplace_back(n);
+      cpu::shardQuantizeE4m3(operands[0].f32(), n, rank * n, weights.data(),
+                             count, operands[1].f32(), out[0].data(),
+                             res[1].data());
+    }
+  } else if (std::string failure =
+                 findCpuOp(step.op)(step, operands, results);
+             !failure.empty()) {
+    return "the CPU backend fails: " + failure;
+  }
+  for (size_t k = out.size(); k < step.results.size(); ++k) {
+    const PlanValue &v = plan.values[step.results[k]];
+    out.emplace_back(v.bytes());
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      setValue(v.dtype, out[k], i, res[k][i]);
+  }
+  return "";
+}
+
+/// Checks one step's launches against the CPU backend; empty when every
+/// result is within the op's tolerance, else the first difference.
+std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
+                      Device &device, std::mt19937 &rng, Stats &stats) {
+  std::string error;
+  std::optional<cuda::OpLaunchPlan> p = cuda::opLaunchPlan(plan, step, error,
+                                                           rank);
+  if (!p)
+    return "no launches: " + error;
+  for (const cuda::OpKernelLaunch &l : p->launches)
+    if (l.args.size() > cuda::kMaxOpKernelArgs || l.grid < 1 ||
+        l.block < 1 || l.block > 1024 || l.sharedBytes > 48 * 1024)
+      return "launch of " + l.kernel + " exceeds what a launch takes";
+  std::vector<std::vector<uint8_t>> in;
+  for (size_t k = 0; k < step.operands.size(); ++k)
+    in.push_back(randomOperand(plan, step, k, rng));
+  if (step.op == "attention_grad")
+    if (std::string failure = consistentAttention(plan, step, in);
+        !failure.empty())
+      return "the CPU forward fails: " + failure;
+
+  Buffers b;
+  b.storage = in; // the kernels may write operands in place
+  for (size_t k = 0; k < in.size(); ++k)
+    b.operands.push_back(static_cast<int>(k));
+  for (int64_t id : step.results) {
+    const PlanValue &v = plan.values[id];
+    int shared = -1;
+    for (size_t k = 0; k < step.operands.size(); ++k)
+      if (sameStorage(v, plan.values[step.operands[k]]))
+        shared = static_cast<int>(k);
+    if (shared < 0) {
+      // Garbage, so that a result the launches do not write shows up.
+      b.storage.emplace_back(v.bytes(), 0xa5);
+      shared = static_cast<int>(b.storage.size() - 1);
+    }
+    b.results.push_back(shared);
+  }
+  if (std::string failure = device.run(*p, b); !failure.empty())
+    return failure;
+
+  std::vector<std::vector<uint8_t>> want;
+  if (std::string failure = cpuResults(plan, step, rank, in, want);
+      !failure.empty())
+    return failure;
+  Tolerance tol = toleranceOf(step.op, device.onGpu());
+  ++stats.steps;
+  for (size_t k = 0; k < step.results.size(); ++k) {
+    const PlanValue &v = plan.values[step.results[k]];
+    const std::vector<uint8_t> &got = b.storage[b.results[k]];
+    double largest = 0;
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      largest = std::max(largest, std::fabs(double(valueAt(v.dtype, want[k], i))));
+    for (int64_t i = 0; i < v.numElements(); ++i) {
+      float w = valueAt(v.dtype, want[k], i), g = valueAt(v.dtype, got, i);
+      if ((std::isnan(w) && std::isnan(g)) || std::memcmp(&w, &g, 4) == 0)
+        continue;
+      double diff = std::fabs(double(g) - double(w));
+      stats.maxUlps = std::max(stats.maxUlps, diff / ulpOf(v.dtype, w));
+      stats.maxOfLargest = std::max(stats.maxOfLargest, diff / largest);
+      if (diff <= tol.ulps * ulpOf(v.dtype, w) + tol.ofMax * largest)
+        continue;
+      char text[200];
+      std::snprintf(text, sizeof text,
+                    "result %zu element %lld: kernel %.9g, CPU backend %.9g "
+                    "(%s)",
+                    k, static_cast<long long>(i), g, w,
+                    toleranceText(step.op, device.onGpu()).c_str());
+      return step.op + " " + text;
+    }
+  }
+  return "";
+}
+
+/// A plan of one transpose step (no preset's plan has one outside a fused
+/// group): x [3, 5, 7] of `t` permuted by [2, 0, 1].
+Plan transposePlan(DType t) {
+  Plan plan;
+  PlanValue x, y;
+  x.id = 0;
+  x.shape = {3, 5, 7};
+  x.dtype = t;
+  y.id = 1;
+  y.shape = {7, 3, 5};
+  y.dtype = t;
+  y.offset = 4096;
+  plan.values = {x, y};
+  PlanStep step;
+  step.op = "transpose";
+  step.operands = {0};
+  step.results = {1};
+  step.attrs["permutation"] = std::vector<int64_t>{2, 0, 1};
+  step.loc = "a synthetic plan";
+  plan.entries["transpose"].steps.push_back(step);
+  return plan;
+}
+
+/// meanDivideLaunch against the CPU executor's division of a mean.
+std::string checkMeanDivide(DType t, Device &device, std::mt19937 &rng) {
+  const int64_t n = 3000, divisor = 3;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Buffers b;
+  b.storage.emplace_back(n * dtypeBytes(t));
+  for (int64_t i = 0; i < n; ++i)
+    setValue(t, b.storage[0], i, normal(rng));
+  std::vector<uint8_t> before = b.storage[0];
+  b.results = {0};
+  if (std::string failure =
+          device.run(cuda::meanDivideLaunch(t, n, divisor), b);
+      !failure.empty())
+    return failure;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<uint8_t> want(dtypeBytes(t));
+    setValue(t, want, 0, valueAt(t, before, i) / static_cast<float>(divisor));
+    if (std::memcmp(want.data(), b.storage[0].data() + i * dtypeBytes(t),
+                    dtypeBytes(t)) != 0)
+      return std::string(dtypeName(t)) + " element " + std::to_string(i) +
+             ": kernel " + std::to_string(valueAt(t, b.storage[0], i)) +
+             ", CPU backend " + std::to_string(valueAt(t, want, 0));
+  }
+  return "";
+}
+
+/// Resolves a launch's slots against the step's buffers.
+std::vector<uint64_t> slotsOf(const cuda::OpKernelLaunch &l,
+                              const std::vector<void *> &operands,
+                              const std::vector<void *> &results,
+                              char *scratch) {
+  std::vector<uint64_t> slots(cuda::kMaxOpKernelArgs, 0);
+  for (size_t i = 0; i < l.args.size(); ++i) {
+    const cuda::OpKernelArg &a = l.args[i];
+    switch (a.kind) {
+    case cuda::OpKernelArg::Operand:
+      slots[i] = reinterpret_cast<uint64_t>(operands[a.index]);
+      break;
+    case cuda::OpKernelArg::Result:
+      slots[i] = reinterpret_cast<uint64_t>(results[a.index]);
+      break;
+    case cuda::OpKernelArg::Scratch:
+      slots[i] = reinterpret_cast<uint64_t>(scratch + a.index);
+      break;
+    case cuda::OpKernelArg::Int:
+      slots[i] = static_cast<uint64_t>(a.i);
+      break;
+    case cuda::OpKernelArg::Float:
+      std::memcpy(&slots[i], &a.f, 8);
+      break;
+    }
+  }
+  return slots;
+}
+
+using HostLaunchFn = void (*)(void *, unsigned, unsigned, size_t,
+                              const uint64_t *);
+
+// The check's entry point, after the library's source.
+const char *kHostLaunch = R"(
+extern "C" void kiln_host_launch_op(void *kernel, unsigned grid,
+                                    unsigned block, size_t shared,
+                                    const unsigned long long *slots) {
+  KilnOpArgs a;
+  std::memcpy(&a, slots, sizeof a);
+  void (*fn)(KilnOpArgs) = (void (*)(KilnOpArgs))kernel;
+  kiln_host_grid(grid, block, shared, [&a, fn] { fn(a); });
+}
+)";
+
+class HostDevice final : public Device {
+public:
+  std::string open(const std::string &dir) {
+    std::string error;
+    lib = hostshim::HostLibrary::compile(cuda::opKernelLibrarySource(),
+                                         kHostLaunch, dir + "/ops", error);
+    if (lib)
+      launchFn = reinterpret_cast<HostLaunchFn>(
+          lib->symbol("kiln_host_launch_op"));
+    return error;
+  }
+  bool onGpu() const override { return false; }
+  std::string run(const cuda::OpLaunchPlan &p, Buffers &b) override {
+    std::vector<void *> ops, res;
+    for (int i : b.operands)
+      ops.push_back(b.storage[i].data());
+    for (int i : b.results)
+      res.push_back(b.storage[i].data());
+    for (int r : p.zeroResults)
+      std::fill(b.storage[b.results[r]].begin(),
+                b.storage[b.results[r]].end(), 0);
+    std::vector<double> scratch((p.scratchBytes + 7) / 8 + 1, 0.0);
+    for (const cuda::OpKernelLaunch &l : p.launches) {
+      void *kernel = lib->symbol(l.kernel);
+      if (!kernel)
+        return "no kernel '" + l.kernel + "' in the library";
+      std::vector<uint64_t> slots =
+          slotsOf(l, ops, res, reinterpret_cast<char *>(scratch.data()));
+      launchFn(kernel, static_cast<unsigned>(l.grid),
+               static_cast<unsigned>(l.block), l.sharedBytes, slots.data());
+    }
+    return "";
+  }
+
+private:
+  std::unique_ptr<hostshim::HostLibrary> lib;
+  HostLaunchFn launchFn = nullptr;
+};
+
+#ifdef KILN_HAVE_CUDA
+std::string cudaText(cudaError_t e) { return cudaGetErrorString(e); }
+
+class GpuDevice final : public Device {
+public:
+  /// Empty when GPU 0 runs the compiled library, else why not.
+  std::string open(bool &skip) {
+    skip = true;
+    int n = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess)
+      return "no usable CUDA device (" + cudaText(e) + ")";
+    if (n == 0)
+      return "no CUDA device";
+    cudaDeviceProp p;
+    if (cudaError_t e = cudaGetDeviceProperties(&p, 0); e != cudaSuccess)
+      return cudaText(e);
+    skip = false;
+    std::string arch = "sm_" + std::to_string(p.major * 10 + p.minor) +
+                       (p.major == 9 ? "a" : ""),
+                error;
+    std::optional<cuda::CompiledKernel> cubin =
+        cuda::compileKernel(cuda::opKernelLibrarySource(), arch,
+                            cuda::defaultKernelCacheDir(), error);
+    if (!cubin)
+      return "the op kernels do not compile for " + arch + ": " + error;
+    if (cudaError_t e = cudaLibraryLoadData(&lib, cubin->cubin.data(), nullptr,
+                                            nullptr, 0, nullptr, nullptr, 0);
+        e != cudaSuccess)
+      return "loading the CUBIN: " + cudaText(e);
+    return "";
+  }
+  bool onGpu() const override { return true; }
+  std::string run(const cuda::OpLaunchPlan &p, Buffers &b) override {
+    std::vector<void *> device(b.storage.size(), nullptr);
+    void *scratch = nullptr;
+    auto release = [&] {
+      for (void *d : device)
+        cudaFree(d);
+      cudaFree(scratch);
+    };
+    auto fail = [&](const std::string &what, cudaError_t e) {
+      release();
+      return what + ": " + cudaText(e);
+    };
+    for (size_t i = 0; i < b.storage.size(); ++i) {
+      if (cudaError_t e = cudaMalloc(&device[i], b.storage[i].size() + 1);
+          e != cudaSuccess)
+        return fail("cudaMalloc", e);
+      cudaMemcpy(device[i], b.storage[i].data(), b.storage[i].size(),
+                 cudaMemcpyHostToDevice);
+    }
+    if (cudaError_t e = cudaMalloc(&scratch, p.scratchBytes + 1);
+        e != cudaSuccess)
+      return fail("cudaMalloc", e);
+    cudaMemset(scratch, 0, p.scratchBytes + 1);
+    std::vector<void *> ops, res;
+    for (int i : b.operands)
+      ops.push_back(device[i]);
+    for (int i : b.results)
+      res.push_back(device[i]);
+    for (int r : p.zeroResults)
+      cudaMemset(res[r], 0, b.storage[b.results[r]].size());
+    for (const cuda::OpKernelLaunch &l : p.launches) {
+      cudaKernel_t kernel;
+      if (cudaError_t e =
+              cudaLibraryGetKernel(&kernel, lib, l.kernel.c_str());
+          e != cudaSuccess)
+        return fail(l.kernel, e);
+      std::vector<uint64_t> slots =
+          slotsOf(l, ops, res, static_cast<char *>(scratch));
+      void *params[] = {slots.data()};
+      if (cudaError_t e = cudaLaunchKernel(
+              reinterpret_cast<const void *>(kernel),
+              dim3(static_cast<unsigned>(l.grid)), dim3(l.block), params,
+              l.sharedBytes, nullptr);
+          e != cudaSuccess)
+        return fail("launching " + l.kernel, e);
+    }
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+      return fail("running the kernels", e);
+    for (size_t i = 0; i < b.storage.size(); ++i)
+      cudaMemcpy(b.storage[i].data(), device[i], b.storage[i].size(),
+                 cudaMemcpyDeviceToHost);
+    release();
+    return "";
+  }
+
+private:
+  cudaLibrary_t lib = nullptr;
+};
+#endif
+
+/// "op [shapes and dtypes] {attrs} rank r": what makes two steps the same
+/// check.
+std::string signature(const Plan &plan, const PlanStep &step, int rank) {
+  std::string s = step.op;
+  for (const auto *ids : {&step.operands, &step.results}) {
+    s += " |";
+    for (int64_t id : *ids) {
+      const PlanValue &v = plan.values[id];
+      s += std::string(" ") + dtypeName(v.dtype) + "[";
+      for (int64_t d : v.shape)
+        s += std::to_string(d) + ",";
+      s += "]";
+    }
+  }
+  for (const auto &[name, value] : step.attrs) {
+    if (name == "param")
+      continue;
+    s += " " + name + "=";
+    if (const auto *list = std::get_if<std::vector<int64_t>>(&value))
+      for (int64_t x : *list)
+        s += std::to_string(x) + ",";
+    else if (const auto *text = std::get_if<std::string>(&value))
+      s += *text;
+    else if (const auto *d = std::get_if<double>(&value))
+      s += std::to_string(*d);
+    else if (const auto *i = std::get_if<int64_t>(&value))
+      s += std::to_string(*i);
+    else
+      s += std::get<bool>(value) ? "true" : "false";
+  }
+  return s + " rank " + std::to_string(rank);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string deviceName = "host";
+  bool stats = false;
+  std::vector<std::string> plans;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+      deviceName = argv[++i];
+    else if (std::strcmp(argv[i], "--stats") == 0)
+      stats = true;
+    else
+      plans.push_back(argv[i]);
+  }
+  if (plans.empty() || (deviceName != "host" && deviceName != "gpu")) {
+    std::fprintf(stderr, "usage: kiln-op-kernel-check [--device host|gpu] "
+                         "[--stats] PLAN...\n");
+    return 1;
+  }
+  char dirTemplate[] = "/tmp/kiln-op-kernels-XXXXXX";
+  const char *dir = mkdtemp(dirTemplate);
+  if (!dir) {
+    std::fprintf(stderr, "cannot make a temporary folder\n");
+    return 1;
+  }
+  std::unique_ptr<Device> device;
+  if (deviceName == "host") {
+    auto host = std::make_unique<HostDevice>();
+    if (std::string why = host->open(dir); !why.empty()) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      return 1;
+    }
+    device = std::move(host);
+  } else {
+#ifdef KILN_HAVE_CUDA
+    auto gpu = std::make_unique<GpuDevice>();
+    bool skip = false;
+    if (std::string why = gpu->open(skip); !why.empty()) {
+      std::printf("%s%s\n", skip ? "skipped: " : "", why.c_str());
+      return skip ? 77 : 1;
+    }
+    device = std::move(gpu);
+#else
+    std::printf("skipped: this build has no CUDA backend\n");
+    return 77;
+#endif
+  }
+
+  std::set<std::string> checked;
+  std::map<std::string, Stats> perOp;
+  std::mt19937 rng(11);
+  int count = 0;
+  for (const std::string &path : plans) {
+    std::string error;
+    std::optional<Plan> plan = loadPlan(path, error);
+    if (!plan) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      return 1;
+    }
+    for (const auto &[name, entry] : plan->entries)
+      for (const PlanStep &step : entry.steps) {
+        if (step.group || !cuda::isKernelOp(step.op))
+          continue;
+        bool shard = step.op == "shard_amax" || step.op == "shard_quantize";
+        for (int rank = 0; rank < (shard ? plan->ranks : 1); ++rank) {
+          if (!checked.insert(signature(*plan, step, rank)).second)
+            continue;
+          ++count;
+          std::string failure = checkStep(*plan, step, rank, *device, rng,
+                                          perOp[step.op]);
+          if (!failure.empty()) {
+            std::fprintf(stderr, "%s: %s, %s (rank %d): %s\n", path.c_str(),
+                         name.c_str(), step.loc.c_str(), rank,
+                         failure.c_str());
+            return 1;
+          }
+        }
+      }
+  }
+  for (DType t : {DType::F32, DType::BF16}) {
+    Plan plan = transposePlan(t);
+    ++count;
+    if (std::string failure =
+            checkStep(plan, plan.entries["transpose"].steps[0], 0, *device,
+                      rng, perOp["transpose"]);
+        !failure.empty()) {
+      std::fprintf(stderr, "transpose: %s\n", failure.c_str());
+      return 1;
+    }
+  }
+  for (DType t : {DType::F32, DType::BF16}) {
+    ++count;
+    if (std::string failure = checkMeanDivide(t, *device, rng);
+        !failure.empty()) {
+      std::fprintf(stderr, "mean divide: %s\n", failure.c_str());
+      return 1;
+    }
+  }
+  if (stats)
+    for (const auto &[op, s] : perOp)
+      std::printf("%-20s %3d steps, largest difference %.3g ulp, %.3g of the "
+                  "largest magnitude (%s)\n",
+                  op.c_str(), s.steps, s.maxUlps, s.maxOfLargest,
+                  toleranceText(op, device->onGpu()).c_str());
+  std::printf("%d op kernels on the %s match the CPU backend\n", count,
+              deviceName.c_str());
+  std::system((std::string("rm -rf ") + dir).c_str());
+  return 0;
+}
