@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Runtime/Cuda/OpKernels.h"
+#include "OpLaunchArgs.h"
 
 #include <algorithm>
 
@@ -15,14 +15,7 @@ namespace kiln::runtime::cuda {
 
 namespace {
 
-using Arg = OpKernelArg;
-
-Arg operand(int64_t i) { return {Arg::Operand, i, 0, 0}; }
-Arg result(int64_t i) { return {Arg::Result, i, 0, 0}; }
-Arg scratch(int64_t offset) { return {Arg::Scratch, offset, 0, 0}; }
-Arg integer(int64_t v) { return {Arg::Int, 0, v, 0}; }
-Arg real(double v) { return {Arg::Float, 0, 0, v}; }
-Arg code(DType t) { return integer(static_cast<int>(t)); }
+using namespace launch;
 
 constexpr int64_t kSumSquaresChunk = 16384; // KILN_SUMSQ_CHUNK
 constexpr size_t kSumSquaresTensors = 6;     // (pointer, n) pairs per launch

@@ -49,6 +49,7 @@
 #include <vector>
 
 using namespace kiln::runtime;
+using hostshim::valueAt;
 
 namespace {
 
@@ -102,25 +103,6 @@ std::vector<uint8_t> randomBuffer(DType t, int64_t n, bool scalar,
   return b;
 }
 
-/// Element `i` of a buffer of `t` as a float (FP8 decoded).
-float valueAt(DType t, const std::vector<uint8_t> &b, int64_t i) {
-  switch (t) {
-  case DType::F32: {
-    float x;
-    std::memcpy(&x, b.data() + 4 * i, 4);
-    return x;
-  }
-  case DType::BF16: {
-    uint16_t bits;
-    std::memcpy(&bits, b.data() + 2 * i, 2);
-    return cpu::fromBf16Bits(bits);
-  }
-  case DType::F8E4M3:
-    return cpu::fromE4m3(b[i]);
-  default:
-    return cpu::fromE5m2(b[i]);
-  }
-}
 
 bool run(const std::string &command) { return std::system(command.c_str()) == 0; }
 

@@ -2,6 +2,7 @@
 
 #include "HostShim.h"
 
+#include "kiln/Runtime/Cpu/Bf16.h"
 #include "kiln/Runtime/Cpu/Fp8.h"
 
 #include <cstdint>
@@ -135,6 +136,25 @@ HostLibrary::~HostLibrary() { dlclose(handle); }
 
 void *HostLibrary::symbol(const std::string &name) const {
   return dlsym(handle, name.c_str());
+}
+
+float valueAt(DType t, const std::vector<uint8_t> &b, int64_t i) {
+  switch (t) {
+  case DType::F32: {
+    float x;
+    std::memcpy(&x, b.data() + 4 * i, 4);
+    return x;
+  }
+  case DType::BF16: {
+    uint16_t bits;
+    std::memcpy(&bits, b.data() + 2 * i, 2);
+    return cpu::fromBf16Bits(bits);
+  }
+  case DType::F8E4M3:
+    return cpu::fromE4m3(b[i]);
+  default:
+    return cpu::fromE5m2(b[i]);
+  }
 }
 
 } // namespace kiln::runtime::hostshim

@@ -22,8 +22,12 @@
 #ifndef KILN_RUNTIME_TESTS_CUDA_HOSTSHIM_H
 #define KILN_RUNTIME_TESTS_CUDA_HOSTSHIM_H
 
+#include "kiln/Runtime/DType.h"
+
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln::runtime::hostshim {
 
@@ -47,6 +51,9 @@ private:
   explicit HostLibrary(void *handle) : handle(handle) {}
   void *handle;
 };
+
+/// Element `i` of a buffer of `t` (f32, bf16 or FP8 codes) as a float.
+float valueAt(DType t, const std::vector<uint8_t> &b, int64_t i);
 
 } // namespace kiln::runtime::hostshim
 

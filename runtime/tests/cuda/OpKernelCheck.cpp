@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 using namespace kiln::runtime;
+using hostshim::valueAt;
 
 namespace {
 
@@ -62,24 +63,6 @@ public:
   virtual std::string run(const cuda::OpLaunchPlan &p, Buffers &b) = 0;
 };
 
-float valueAt(DType t, const std::vector<uint8_t> &b, int64_t i) {
-  switch (t) {
-  case DType::F32: {
-    float x;
-    std::memcpy(&x, b.data() + 4 * i, 4);
-    return x;
-  }
-  case DType::BF16: {
-    uint16_t bits;
-    std::memcpy(&bits, b.data() + 2 * i, 2);
-    return cpu::fromBf16Bits(bits);
-  }
-  case DType::F8E4M3:
-    return cpu::fromE4m3(b[i]);
-  default:
-    return cpu::fromE5m2(b[i]);
-  }
-}
 
 void setValue(DType t, std::vector<uint8_t> &b, int64_t i, float x) {
   if (t == DType::F32) {
