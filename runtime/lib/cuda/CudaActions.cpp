@@ -62,17 +62,6 @@ bool isGemm(const std::string &op) {
          op == "linear_grad_weight" || op == "scaled_matmul";
 }
 
-/// Bytes of column-sum partials a fused group needs (blocks x cols per
-/// col_sum output).
-int64_t partialBytes(const FusedGroup &g) {
-  int64_t sums = std::count_if(g.outputs.begin(), g.outputs.end(),
-                               [](const GroupOutput &o) {
-                                 return o.store == GroupOutput::Store::ColSum;
-                               });
-  int64_t blocks = (g.rows + kKilnGroupBlockRows - 1) / kKilnGroupBlockRows;
-  return sums * blocks * g.cols * static_cast<int64_t>(sizeof(double));
-}
-
 uint64_t bitsOf(const void *p) { return reinterpret_cast<uint64_t>(p); }
 
 /// Rounds scratch offsets up so that every use starts 256-byte aligned.
@@ -84,13 +73,21 @@ public:
       : ctx(ctx), plan(*ctx.plan), out(out) {}
 
   std::string step(size_t index, const PlanStep &s);
+  /// Adamw steps that share one launch (adamwJoins), the first at `index`.
+  std::string adamwList(size_t index,
+                        const std::vector<const PlanStep *> &steps);
 
 private:
   void *addr(int64_t id) const { return ctx.values->address(id); }
   const PlanValue &value(int64_t id) const { return plan.values[id]; }
   std::string fused(const PlanStep &s);
   std::string gemm(const PlanStep &s);
-  std::string kernelOp(const OpLaunchPlan &launches, const PlanStep &s);
+  std::string kernelOp(const OpLaunchPlan &launches, const PlanStep &s) {
+    return kernelOp(launches, std::vector<const PlanStep *>{&s});
+  }
+  /// The launches of a plan made for `steps` (one, but for adamwList).
+  std::string kernelOp(const OpLaunchPlan &launches,
+                       const std::vector<const PlanStep *> &steps);
   std::string collective(const PlanStep &s);
   std::string wait(const PlanStep &s);
   std::string layout(const PlanStep &s);
@@ -167,25 +164,26 @@ std::string Builder::fused(const PlanStep &s) {
   args.push_back(static_cast<uint64_t>(g.rows));
   args.push_back(static_cast<uint64_t>(g.cols));
   args.push_back(bitsOf(ctx.scratch));
-  int blocks =
-      static_cast<int>((g.rows + kKilnGroupBlockRows - 1) / kKilnGroupBlockRows);
+  std::optional<GroupLaunch> geometry = groupLaunch(g, error);
+  if (!geometry)
+    return error;
   Action &launch = add(Action::Launch);
   launch.kernel = module->kernel("kiln_group", error);
   if (!launch.kernel)
     return error;
-  launch.grid = static_cast<unsigned>(std::max(blocks, 1));
-  launch.block = kKilnGroupBlockRows;
+  launch.grid = {geometry->grid[0], geometry->grid[1], 1};
+  launch.block = {geometry->block[0], geometry->block[1], 1};
   launch.args = args;
   if (source.hasColSum) {
     Action &sum = add(Action::Launch);
     sum.kernel = module->kernel("kiln_group_col_sum", error);
     if (!sum.kernel)
       return error;
-    sum.grid = static_cast<unsigned>((g.cols + 127) / 128);
-    sum.block = 128;
+    sum.grid = {geometry->sumGrid, 1, 1};
+    sum.block = {geometry->sumBlock, 1, 1};
     sum.args = args;
     sum.hasExtra = true;
-    sum.extra = blocks;
+    sum.extra = geometry->partialBlocks;
   }
   return "";
 }
@@ -246,7 +244,20 @@ std::string Builder::gemm(const PlanStep &s) {
   return "";
 }
 
-std::string Builder::kernelOp(const OpLaunchPlan &p, const PlanStep &s) {
+std::string Builder::adamwList(size_t index,
+                               const std::vector<const PlanStep *> &steps) {
+  current = index;
+  std::string error;
+  std::optional<OpLaunchPlan> launches =
+      adamwListLaunchPlan(plan, steps, error);
+  if (!launches)
+    return error;
+  return kernelOp(*launches, steps);
+}
+
+std::string Builder::kernelOp(const OpLaunchPlan &p,
+                              const std::vector<const PlanStep *> &steps) {
+  const PlanStep &s = *steps.front();
   if (p.scratchBytes > ctx.scratchBytes)
     return "needs " + std::to_string(p.scratchBytes) +
            " bytes of scratch, more than was allocated";
@@ -266,21 +277,21 @@ std::string Builder::kernelOp(const OpLaunchPlan &p, const PlanStep &s) {
     act.kernel = ctx.ops->kernel(l.kernel, error);
     if (!act.kernel)
       return error;
-    act.grid = static_cast<unsigned>(l.grid);
-    act.block = static_cast<unsigned>(l.block);
+    act.grid = {static_cast<unsigned>(l.grid), 1, 1};
+    act.block = {static_cast<unsigned>(l.block), 1, 1};
     act.shared = static_cast<unsigned>(l.sharedBytes);
-    act.args.assign(kMaxOpKernelArgs, 0);
-    if (l.args.size() > kMaxOpKernelArgs)
-      return "an op kernel with more than 16 arguments";
+    act.args.assign(l.slots, 0);
+    if (l.args.size() > static_cast<size_t>(l.slots))
+      return "an op kernel with more arguments than its slots";
     for (size_t i = 0; i < l.args.size(); ++i) {
       const OpKernelArg &arg = l.args[i];
       uint64_t &slot = act.args[i];
       switch (arg.kind) {
       case OpKernelArg::Operand:
-        slot = bitsOf(addr(s.operands[arg.index]));
+        slot = bitsOf(addr(steps.at(arg.step)->operands[arg.index]));
         break;
       case OpKernelArg::Result:
-        slot = bitsOf(addr(s.results[arg.index]));
+        slot = bitsOf(addr(steps.at(arg.step)->results[arg.index]));
         break;
       case OpKernelArg::Scratch:
         slot = bitsOf(static_cast<char *>(ctx.scratch) + arg.index);
@@ -358,7 +369,12 @@ int64_t scratchBytesNeeded(const Plan &plan, int rank, std::string &error) {
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &s : entry.steps) {
       if (s.group) {
-        most = std::max(most, alignUp(partialBytes(*s.group)));
+        std::optional<GroupLaunch> geometry = groupLaunch(*s.group, error);
+        if (!geometry) {
+          error = name + ", " + describeStep(plan, s) + ": " + error;
+          return -1;
+        }
+        most = std::max(most, alignUp(geometry->partialBytes));
       } else if (isKernelOp(s.op) && s.op != "reshape" &&
                  s.op != "unflatten") {
         std::optional<OpLaunchPlan> p = opLaunchPlan(plan, s, error, rank);
@@ -382,11 +398,19 @@ buildActions(const ActionContext &ctx, const std::string &entry,
     const PlanStep &s = e->steps[i];
     if (s.op == "init")
       continue;
-    if (std::string problem = builder.step(i, s); !problem.empty()) {
+    // AdamW over all the parameters whose updates follow one another.
+    std::vector<const PlanStep *> run = {&s};
+    while (i + run.size() < e->steps.size() &&
+           adamwJoins(*ctx.plan, s, e->steps[i + run.size()]))
+      run.push_back(&e->steps[i + run.size()]);
+    std::string problem =
+        run.size() > 1 ? builder.adamwList(i, run) : builder.step(i, s);
+    if (!problem.empty()) {
       error = "op " + std::to_string(i) + " of " + entry + ", " +
               describeStep(*ctx.plan, s) + ": " + problem;
       return std::nullopt;
     }
+    i += run.size() - 1;
   }
   return actions;
 }
@@ -400,7 +424,7 @@ std::string enqueue(const Action &a, Gemms &gemms,
     void *params[2] = {const_cast<uint64_t *>(a.args.data()),
                        const_cast<int *>(&a.extra)};
     if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void *>(a.kernel),
-                                         dim3(a.grid), dim3(a.block), params,
+                                         a.grid, a.block, params,
                                          a.shared, stream);
         e != cudaSuccess)
       return cudaProblem("launching a kernel", e);

@@ -53,7 +53,8 @@ struct Action {
 
   // Launch
   cudaKernel_t kernel = nullptr;
-  unsigned grid = 1, block = 1, shared = 0;
+  dim3 grid = {1, 1, 1}, block = {1, 1, 1};
+  unsigned shared = 0;
   std::vector<uint64_t> args; // the one by-value struct parameter
   bool hasExtra = false;      // a second parameter, an int
   int extra = 0;

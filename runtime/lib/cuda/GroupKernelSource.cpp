@@ -1,11 +1,16 @@
 //===- GroupKernelSource.cpp - CUDA C++ for a fused group -----------------===//
 //
-// One thread per row. Instructions whose values are the same for the whole
-// row (scalars, row values, row reductions) are computed once per thread,
-// in list order; column and element values are computed inside column
-// loops, each loop computing only what it needs (the "cone" of the values
-// it reduces or stores). A row reduction is one column loop; the stores of
-// element values share one final column loop. Element values are pure, so
+// Two mappings (GroupKernelSource.h). Tiles: a group without row or column
+// reductions has a value at each point that needs nothing from other
+// points, so each thread computes its points' cone of instructions in list
+// order, whatever their kind (a row or scalar value is computed again at
+// each point: pure, so the same bits). Rows: one thread per row.
+// Instructions whose values are the same for the whole row (scalars, row
+// values, row reductions) are computed once per thread, in list order;
+// column and element values are computed inside column loops, each loop
+// computing only what it needs (the "cone" of the values it reduces or
+// stores). A row reduction is one column loop; the stores of element
+// values share one final column loop. Element values are pure, so
 // computing one again in a later loop gives the same bits.
 //
 //===----------------------------------------------------------------------===//
@@ -15,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -148,6 +154,18 @@ bool perColumn(GroupKind k) {
   return k == GroupKind::Elem || k == GroupKind::Col;
 }
 
+/// Whether every point of `g` can be computed on its own: no row sum or
+/// maximum, no column sum.
+bool pointwise(const FusedGroup &g) {
+  for (const GroupInstr &ins : g.body)
+    if (ins.op == GroupInstr::Op::RowSum || ins.op == GroupInstr::Op::RowMax)
+      return false;
+  for (const GroupOutput &o : g.outputs)
+    if (o.store == GroupOutput::Store::ColSum)
+      return false;
+  return true;
+}
+
 class Writer {
 public:
   Writer(const FusedGroup &g, const std::vector<DType> &in,
@@ -156,14 +174,20 @@ public:
 
   bool write(std::string &error);
   std::string text() const { return os.str(); }
+  bool tiled = false;
   bool hasColSum = false;
 
 private:
   std::string v(int32_t i) const { return "v" + std::to_string(i); }
   /// The f32 expression of instruction `i` (its args are variables).
   std::string expression(int32_t i);
-  /// The per-column instructions `target` needs, in list order.
-  std::set<int32_t> cone(int32_t target) const;
+  /// The instructions `target` needs, in list order: per-column ones
+  /// only, or (`everyKind`) all of them.
+  std::set<int32_t> cone(int32_t target, bool everyKind = false) const;
+  /// The union of the cones of the outputs whose store is one of `stores`.
+  std::set<int32_t> outputCone(std::initializer_list<Store> stores) const;
+  void writeTiles();
+  void writeRows(const std::vector<size_t> &colSums);
   void emitColumnValues(const std::set<int32_t> &values,
                         const std::string &indent);
 
@@ -242,18 +266,29 @@ std::string Writer::expression(int32_t i) {
   return rounded(ins.type, "(" + e + ")");
 }
 
-std::set<int32_t> Writer::cone(int32_t target) const {
+std::set<int32_t> Writer::cone(int32_t target, bool everyKind) const {
   std::set<int32_t> seen;
   std::vector<int32_t> work = {target};
   while (!work.empty()) {
     int32_t i = work.back();
     work.pop_back();
-    if (!perColumn(g.body[i].kind) || !seen.insert(i).second)
+    if ((!everyKind && !perColumn(g.body[i].kind)) || !seen.insert(i).second)
       continue;
     for (int32_t a : g.body[i].args)
       work.push_back(a);
   }
   return seen;
+}
+
+std::set<int32_t>
+Writer::outputCone(std::initializer_list<Store> stores) const {
+  std::set<int32_t> values;
+  for (const GroupOutput &o : g.outputs)
+    if (std::find(stores.begin(), stores.end(), o.store) != stores.end()) {
+      std::set<int32_t> c = cone(o.value, /*everyKind=*/true);
+      values.insert(c.begin(), c.end());
+    }
+  return values;
 }
 
 void Writer::emitColumnValues(const std::set<int32_t> &values,
@@ -283,11 +318,137 @@ bool Writer::write(std::string &error) {
     }
   }
   hasColSum = !colSums.empty();
+  tiled = pointwise(g);
 
-  os << kPrelude << "#define KILN_BLOCK_ROWS " << kKilnGroupBlockRows << "\n";
+  os << kPrelude;
   os << "struct KilnArgs {\n  const void *in[" << std::max<size_t>(in.size(), 1)
      << "];\n  void *out[" << out.size()
      << "];\n  long long rows, cols;\n  double *partials;\n};\n";
+  if (tiled)
+    writeTiles();
+  else
+    writeRows(colSums);
+  return true;
+}
+
+void Writer::writeTiles() {
+  os << "#define KILN_TILE " << kKilnGroupTile << "\n#define KILN_TILE_ROWS "
+     << kKilnGroupTileThreadRows << "\n";
+  os << "extern \"C\" __global__ void __launch_bounds__(KILN_TILE * "
+        "KILN_TILE_ROWS)\n"
+        "kiln_group(KilnArgs a) {\n"
+        "  const long long rows = a.rows, cols = a.cols;\n"
+        "  const long long r0 = (long long)blockIdx.x * KILN_TILE;\n"
+        "  const long long c0 = (long long)blockIdx.y * KILN_TILE;\n";
+  bool anyTranspose = false, anyAmax = false;
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    if (g.outputs[o].store == Store::Transpose) {
+      anyTranspose = true;
+      os << "  __shared__ float kiln_t" << o
+         << "[KILN_TILE][KILN_TILE + 1];\n";
+    }
+    if (g.outputs[o].store == Store::Amax) {
+      anyAmax = true;
+      os << "  float kiln_amax" << o << " = 0.0f;\n";
+    }
+  }
+  std::set<int32_t> pointValues =
+      outputCone({Store::Elem, Store::Transpose, Store::Amax});
+  std::set<int32_t> rowValues = outputCone({Store::Row, Store::Scalar});
+
+  // Each thread: column c0 + threadIdx.x of four rows of the tile.
+  os << "  for (int k = 0; k < KILN_TILE; k += KILN_TILE_ROWS) {\n"
+        "    const long long r = r0 + threadIdx.y + k, c = c0 + threadIdx.x;\n";
+  if (!pointValues.empty()) {
+    os << "    if (r < rows && c < cols) {\n";
+    for (int32_t i : pointValues)
+      os << "      const float " << v(i) << " = " << expression(i) << ";\n";
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      std::string buf = "a.out[" + std::to_string(o) + "]";
+      std::string x = v(g.outputs[o].value);
+      switch (g.outputs[o].store) {
+      case Store::Elem:
+        os << "      " << stored(out[o], buf, "r * cols + c", x) << "\n";
+        break;
+      case Store::Transpose:
+        os << "      kiln_t" << o << "[threadIdx.y + k][threadIdx.x] = " << x
+           << ";\n";
+        break;
+      case Store::Amax:
+        os << "      kiln_amax" << o << " = kiln_nan_or(kiln_amax" << o << ", "
+           << x << ", fabsf(" << x << ") > kiln_amax" << o << " ? fabsf("
+           << x << ") : kiln_amax" << o << ");\n";
+        break;
+      default:
+        break;
+      }
+    }
+    os << "    }\n";
+  }
+  // Row and scalar stores: the tile column's first thread of each row.
+  if (!rowValues.empty()) {
+    os << "    if (r < rows && blockIdx.y == 0 && threadIdx.x == 0) {\n";
+    for (int32_t i : rowValues)
+      os << "      const float " << v(i) << " = " << expression(i) << ";\n";
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      std::string buf = "a.out[" + std::to_string(o) + "]";
+      std::string x = v(g.outputs[o].value);
+      if (g.outputs[o].store == Store::Row)
+        os << "      " << stored(out[o], buf, "r", x) << "\n";
+      else if (g.outputs[o].store == Store::Scalar)
+        os << "      if (r == 0)\n        " << stored(out[o], buf, "0", x)
+           << "\n";
+    }
+    os << "    }\n";
+  }
+  os << "  }\n";
+
+  // Transposed stores: the tile read down its columns, so a warp writes
+  // consecutive rows of the result.
+  if (anyTranspose) {
+    os << "  __syncthreads();\n"
+          "  for (int k = 0; k < KILN_TILE; k += KILN_TILE_ROWS) {\n"
+          "    const long long r = r0 + threadIdx.x, c = c0 + threadIdx.y + "
+          "k;\n"
+          "    if (r < rows && c < cols) {\n";
+    for (size_t o = 0; o < g.outputs.size(); ++o)
+      if (g.outputs[o].store == Store::Transpose)
+        os << "      "
+           << stored(out[o], "a.out[" + std::to_string(o) + "]",
+                     "c * rows + r",
+                     "kiln_t" + std::to_string(o) +
+                         "[threadIdx.x][threadIdx.y + k]")
+           << "\n";
+    os << "    }\n  }\n";
+  }
+
+  // Amaxes: the block's largest bits (non-negative floats order as their
+  // bits; a NaN's bits exceed infinity's), then one atomicMax.
+  if (anyAmax) {
+    os << "  __shared__ unsigned kiln_am[KILN_TILE * KILN_TILE_ROWS];\n"
+          "  const int kiln_tid = threadIdx.y * KILN_TILE + threadIdx.x;\n";
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      if (g.outputs[o].store != Store::Amax)
+        continue;
+      os << "  __syncthreads();\n"
+            "  kiln_am[kiln_tid] = __float_as_uint(kiln_amax"
+         << o
+         << ");\n"
+            "  for (int s = KILN_TILE * KILN_TILE_ROWS / 2; s > 0; s /= 2) {\n"
+            "    __syncthreads();\n"
+            "    if (kiln_tid < s && kiln_am[kiln_tid + s] > kiln_am[kiln_tid])\n"
+            "      kiln_am[kiln_tid] = kiln_am[kiln_tid + s];\n"
+            "  }\n"
+            "  if (kiln_tid == 0)\n"
+            "    atomicMax((unsigned *)a.out["
+         << o << "], kiln_am[0]);\n";
+    }
+  }
+  os << "}\n";
+}
+
+void Writer::writeRows(const std::vector<size_t> &colSums) {
+  os << "#define KILN_BLOCK_ROWS " << kKilnGroupBlockRows << "\n";
   os << "extern \"C\" __global__ void __launch_bounds__(KILN_BLOCK_ROWS)\n"
         "kiln_group(KilnArgs a) {\n"
         "  const long long rows = a.rows, cols = a.cols;\n"
@@ -427,7 +588,6 @@ bool Writer::write(std::string &error) {
     }
     os << "}\n";
   }
-  return true;
 }
 
 } // namespace
@@ -447,8 +607,49 @@ GroupKernelSource groupKernelSource(const FusedGroup &group,
   if (!w.write(error))
     return k;
   k.source = w.text();
+  k.tiled = w.tiled;
   k.hasColSum = w.hasColSum;
   return k;
+}
+
+std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
+                                       std::string &error) {
+  auto parts = [](int64_t n, int64_t per) {
+    return std::max<int64_t>(1, (n + per - 1) / per);
+  };
+  auto tooLarge = [&] {
+    error = "a fused group of " + std::to_string(group.rows) + " x " +
+            std::to_string(group.cols) + " is too large for one launch";
+    return std::nullopt;
+  };
+  GroupLaunch l;
+  if (pointwise(group)) {
+    int64_t x = parts(group.rows, kKilnGroupTile),
+            y = parts(group.cols, kKilnGroupTile);
+    if (x > std::numeric_limits<int32_t>::max() || y > 65535)
+      return tooLarge();
+    l.grid[0] = static_cast<unsigned>(x);
+    l.grid[1] = static_cast<unsigned>(y);
+    l.block[0] = kKilnGroupTile;
+    l.block[1] = kKilnGroupTileThreadRows;
+    return l;
+  }
+  int64_t blocks = parts(group.rows, kKilnGroupBlockRows);
+  if (blocks > std::numeric_limits<int32_t>::max())
+    return tooLarge();
+  l.grid[0] = static_cast<unsigned>(blocks);
+  l.block[0] = kKilnGroupBlockRows;
+  int64_t sums = std::count_if(
+      group.outputs.begin(), group.outputs.end(),
+      [](const GroupOutput &o) { return o.store == Store::ColSum; });
+  if (sums > 0) {
+    l.partialBlocks = static_cast<int>(blocks);
+    l.sumBlock = 128;
+    l.sumGrid = static_cast<unsigned>(parts(group.cols, 128));
+    l.partialBytes = static_cast<int64_t>(sizeof(double)) * blocks *
+                     group.cols * sums;
+  }
+  return l;
 }
 
 GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,

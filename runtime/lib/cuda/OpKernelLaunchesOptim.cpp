@@ -19,6 +19,7 @@ using namespace launch;
 
 constexpr int64_t kSumSquaresChunk = 16384; // KILN_SUMSQ_CHUNK
 constexpr size_t kSumSquaresTensors = 6;     // (pointer, n) pairs per launch
+constexpr int64_t kAdamWChunk = 4096;        // KILN_ADAMW_CHUNK
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -143,6 +144,20 @@ Result gradNorm(const Step &s) {
   return p;
 }
 
+/// The attributes AdamW reads.
+constexpr const char *kAdamWAttrs[] = {"beta1", "beta2", "eps", "weight_decay",
+                                       "max_norm"};
+
+/// The launch of the step's scalars: operands 4 (grad norm), 5 (lr), 6
+/// (step) of `s`, into 8 floats of scratch.
+OpKernelLaunch adamwScalars(const PlanStep &s) {
+  return oneThread(
+      "kiln_adamw_scalars",
+      {operand(4), operand(5), operand(6), scratch(0), real(s.f64("beta1")),
+       real(s.f64("beta2")), real(s.f64("eps")), real(s.f64("weight_decay")),
+       real(s.f64("max_norm"))});
+}
+
 Result adamw(const Step &s) {
   // Operands: param, grad, exp_avg, exp_avg_sq, grad_norm, lr, step;
   // results: param, exp_avg, exp_avg_sq (maybe the operands' buffers).
@@ -161,12 +176,7 @@ Result adamw(const Step &s) {
                     " has another size than the parameter");
   OpLaunchPlan p;
   p.scratchBytes = 8 * 4; // the step's scalars
-  p.launches.push_back(oneThread(
-      "kiln_adamw_scalars",
-      {operand(4), operand(5), operand(6), scratch(0),
-       real(s.step.f64("beta1")), real(s.step.f64("beta2")),
-       real(s.step.f64("eps")), real(s.step.f64("weight_decay")),
-       real(s.step.f64("max_norm"))}));
+  p.launches.push_back(adamwScalars(s.step));
   if (n > 0)
     p.launches.push_back(gridStride(
         "kiln_adamw", n, 4096,
@@ -295,6 +305,75 @@ std::optional<OpLaunchPlan> optimLaunchPlan(const Plan &plan,
   }
   error = "the CUDA op kernels do not run '" + op + "'";
   return std::nullopt;
+}
+
+bool adamwJoins(const Plan &plan, const PlanStep &first,
+                const PlanStep &next) {
+  if (first.op != "adamw" || next.op != "adamw" ||
+      first.operands.size() != 7 || next.operands.size() != 7 ||
+      first.results.size() != 3 || next.results.size() != 3)
+    return false;
+  for (int i : {4, 5, 6})
+    if (first.operands[i] != next.operands[i])
+      return false;
+  for (const char *name : kAdamWAttrs)
+    if (!first.attrs.count(name) || !next.attrs.count(name) ||
+        first.attrs.at(name) != next.attrs.at(name))
+      return false;
+  // In place: param, exp_avg and exp_avg_sq are their results' memory.
+  auto inPlace = [&](const PlanStep &s) {
+    for (auto [operand, result] : {std::pair{0, 0}, {2, 1}, {3, 2}}) {
+      const PlanValue &a = plan.values[s.operands[operand]],
+                      &b = plan.values[s.results[result]];
+      bool same = a.id == b.id || (a.kind == b.kind &&
+                                   a.kind == PlanValue::Arena &&
+                                   a.offset == b.offset);
+      if (!same)
+        return false;
+    }
+    return true;
+  };
+  return inPlace(first) && inPlace(next);
+}
+
+std::optional<OpLaunchPlan>
+adamwListLaunchPlan(const Plan &plan, const std::vector<const PlanStep *> &steps,
+                    std::string &error, int perLaunch) {
+  if (steps.empty() || perLaunch < 1 || perLaunch > kMaxAdamWListTensors) {
+    error = "adamw: a list of no steps, or too many per launch";
+    return std::nullopt;
+  }
+  OpLaunchPlan p;
+  p.scratchBytes = 8 * 4; // the step's scalars
+  for (const PlanStep *s : steps) {
+    if (!adamwJoins(plan, *steps.front(), *s)) {
+      error = "adamw: the steps cannot share one launch";
+      return std::nullopt;
+    }
+    // The checks of the single-step launch (shapes, dtypes).
+    if (!opLaunchPlan(plan, *s, error))
+      return std::nullopt;
+  }
+  p.launches.push_back(adamwScalars(*steps.front()));
+  for (size_t first = 0; first < steps.size(); first += perLaunch) {
+    size_t last = std::min(steps.size(), first + perLaunch);
+    OpKernelLaunch l{"kiln_adamw_list", 0, 256, 0,
+                     {scratch(0), integer(static_cast<int64_t>(last - first))}};
+    l.slots = kMaxOpKernelListArgs;
+    for (size_t k = first; k < last; ++k) {
+      const PlanStep &s = *steps[k];
+      int64_t n = plan.values[s.operands[0]].numElements();
+      for (Arg a : {operand(0), operand(1), code(plan.values[s.operands[1]].dtype),
+                    operand(2), operand(3), integer(n)}) {
+        a.step = static_cast<int32_t>(k);
+        l.args.push_back(a);
+      }
+      l.grid += ceilDiv(n, kAdamWChunk);
+    }
+    if (l.grid > 0)
+      p.launches.push_back(std::move(l));
+  }
+  return p;
 }
 
 } // namespace kiln::runtime::cuda

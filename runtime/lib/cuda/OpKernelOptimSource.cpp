@@ -105,30 +105,64 @@ extern "C" __global__ void kiln_adamw_scalars(KilnOpArgs a) {
   c[7] = (float)a.s[6].f;
 }
 
+// One AdamW step of element i (the CPU's loop body); the results may be
+// the operands' buffers. c: the step's scalars (kiln_adamw_scalars).
+__device__ __forceinline__ void kiln_adamw_element(
+    const float *c, const float *param, const void *grad, int gradType,
+    const float *expAvg, const float *expAvgSq, float *paramOut,
+    float *expAvgOut, float *expAvgSqOut, kiln_i64 i) {
+  const float clip = c[0], decay = c[1], w = c[2], beta2 = c[3],
+              oneMinusBeta2 = c[4], negStepSize = c[5], bc2Sqrt = c[6],
+              eps = c[7];
+  float g = kiln_load(grad, gradType, i) * clip;
+  float p = param[i] * decay;
+  float mi = expAvg[i];
+  mi = fabsf(w) < 0.5f ? mi + w * (g - mi) : g - (g - mi) * (1.0f - w);
+  float vi = expAvgSq[i] * beta2;
+  vi = vi + oneMinusBeta2 * g * g;
+  float denom = sqrtf(vi) / bc2Sqrt + eps;
+  p = p + negStepSize * mi / denom;
+  expAvgOut[i] = mi;
+  expAvgSqOut[i] = vi;
+  paramOut[i] = p;
+}
+
 // One AdamW step per element; the results may be the operands' buffers.
 // 0 param, 1 grad, 2 grad dtype, 3 exp_avg, 4 exp_avg_sq, 5 param out,
 // 6 exp_avg out, 7 exp_avg_sq out, 8 scalars, 9 n.
 extern "C" __global__ void kiln_adamw(KilnOpArgs a) {
-  const float *c = (const float *)a.s[8].p;
-  const float clip = c[0], decay = c[1], w = c[2], beta2 = c[3],
-              oneMinusBeta2 = c[4], negStepSize = c[5], bc2Sqrt = c[6],
-              eps = c[7];
-  const bool smallWeight = fabsf(w) < 0.5f;
-  int gt = (int)a.s[2].i;
   kiln_i64 n = a.s[9].i;
-  for (kiln_i64 i = kiln_thread(); i < n; i += kiln_threads()) {
-    float g = kiln_load(a.s[1].p, gt, i) * clip;
-    float p = ((const float *)a.s[0].p)[i] * decay;
-    float mi = ((const float *)a.s[3].p)[i];
-    mi = smallWeight ? mi + w * (g - mi) : g - (g - mi) * (1.0f - w);
-    float vi = ((const float *)a.s[4].p)[i] * beta2;
-    vi = vi + oneMinusBeta2 * g * g;
-    float denom = sqrtf(vi) / bc2Sqrt + eps;
-    p = p + negStepSize * mi / denom;
-    ((float *)a.s[6].p)[i] = mi;
-    ((float *)a.s[7].p)[i] = vi;
-    ((float *)a.s[5].p)[i] = p;
+  for (kiln_i64 i = kiln_thread(); i < n; i += kiln_threads())
+    kiln_adamw_element((const float *)a.s[8].p, (const float *)a.s[0].p,
+                       a.s[1].p, (int)a.s[2].i, (const float *)a.s[3].p,
+                       (const float *)a.s[4].p, (float *)a.s[5].p,
+                       (float *)a.s[6].p, (float *)a.s[7].p, i);
+}
+
+// AdamW over many parameters in one launch, each updated in place: block b
+// takes chunk b of the concatenated chunk list (KILN_ADAMW_CHUNK elements
+// each; the grid is their count). 0 scalars, 1 count, then per parameter
+// (param, grad, grad dtype, exp_avg, exp_avg_sq, n). Blocks of 256.
+#define KILN_ADAMW_CHUNK 4096
+extern "C" __global__ void kiln_adamw_list(KilnOpListArgs a) {
+  kiln_i64 b = blockIdx.x;
+  int count = (int)a.s[1].i, k = 0;
+  for (; k < count; ++k) {
+    kiln_i64 chunks = (a.s[7 + 6 * k].i + KILN_ADAMW_CHUNK - 1) / KILN_ADAMW_CHUNK;
+    if (b < chunks)
+      break;
+    b -= chunks;
   }
+  if (k == count) // past the chunks (not launched so): nothing to do
+    return;
+  const KilnSlot *t = a.s + 2 + 6 * k;
+  kiln_i64 n = t[5].i, lo = b * KILN_ADAMW_CHUNK;
+  kiln_i64 hi = lo + KILN_ADAMW_CHUNK < n ? lo + KILN_ADAMW_CHUNK : n;
+  for (kiln_i64 i = lo + threadIdx.x; i < hi; i += blockDim.x)
+    kiln_adamw_element((const float *)a.s[0].p, (const float *)t[0].p, t[1].p,
+                       (int)t[2].i, (const float *)t[3].p,
+                       (const float *)t[4].p, (float *)t[0].p, (float *)t[3].p,
+                       (float *)t[4].p, i);
 }
 
 // The history's maximum (or its newest entry); with a current amax, that

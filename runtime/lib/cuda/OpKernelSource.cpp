@@ -29,6 +29,7 @@ typedef unsigned char kiln_u8;
 typedef long long kiln_i64;
 union KilnSlot { void *p; kiln_i64 i; double f; };
 struct KilnOpArgs { KilnSlot s[16]; };
+struct KilnOpListArgs { KilnSlot s[KILN_LIST_SLOTS]; };
 #ifndef KILN_DYNAMIC_SHARED
 #define KILN_DYNAMIC_SHARED(T, name) extern __shared__ __align__(16) T name[]
 #endif
@@ -331,7 +332,9 @@ extern "C" __global__ void kiln_cross_entropy_grad(KilnOpArgs a) {
 const char *opKernelOptimSource();
 
 const std::string &opKernelLibrarySource() {
-  static const std::string source = std::string(kPrelude) + kLayout + kLoss +
+  static const std::string source =
+      "#define KILN_LIST_SLOTS " + std::to_string(kMaxOpKernelListArgs) +
+      "\n" + kPrelude + kLayout + kLoss +
                                     opKernelOptimSource() +
                                     opKernelAttentionSource();
   return source;

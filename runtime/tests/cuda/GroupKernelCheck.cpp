@@ -58,19 +58,17 @@ namespace {
 const char *kLauncher = R"(
 extern "C" void kiln_host_launch(const void *const *in, int nin,
                                  void *const *out, int nout, long long rows,
-                                 long long cols, double *partials) {
+                                 long long cols, double *partials,
+                                 const unsigned *geometry) {
   KilnArgs a;
   for (int i = 0; i < nin; ++i) a.in[i] = in[i];
   for (int i = 0; i < nout; ++i) a.out[i] = out[i];
   a.rows = rows; a.cols = cols; a.partials = partials;
-  int blocks = (int)((rows + KILN_BLOCK_ROWS - 1) / KILN_BLOCK_ROWS);
-  kiln_host_grid(blocks, KILN_BLOCK_ROWS, 0, [&a] { kiln_group(a); });
+  kiln_host_grid2(geometry[0], geometry[1], geometry[2], geometry[3], 0,
+                  [&a] { kiln_group(a); });
 #ifdef KILN_HAS_COL_SUM
-  blockDim.x = 128;
-  for (long long c = 0; c < cols; ++c) {
-    blockIdx.x = (unsigned)(c / 128); threadIdx.x = (unsigned)(c % 128);
-    kiln_group_col_sum(a, blocks);
-  }
+  kiln_host_grid(geometry[4], geometry[5], 0,
+                 [&a, geometry] { kiln_group_col_sum(a, (int)geometry[6]); });
 #endif
 }
 )";
@@ -120,7 +118,7 @@ public:
 };
 
 using LaunchFn = void (*)(const void *const *, int, void *const *, int,
-                          long long, long long, double *);
+                          long long, long long, double *, const unsigned *);
 
 class HostLauncher final : public Launcher {
 public:
@@ -143,13 +141,17 @@ public:
       inPtrs.push_back(b.data());
     for (auto &b : out)
       outPtrs.push_back(b.data());
-    int64_t blocks =
-        (g.rows + cuda::kKilnGroupBlockRows - 1) / cuda::kKilnGroupBlockRows;
+    std::optional<cuda::GroupLaunch> l = cuda::groupLaunch(g, error);
+    if (!l)
+      return error;
     std::vector<double> partials(
-        std::max<int64_t>(1, blocks * g.cols * g.outputs.size()));
+        std::max<int64_t>(1, l->partialBytes / sizeof(double)));
+    unsigned geometry[] = {l->grid[0],  l->grid[1],   l->block[0],
+                           l->block[1], l->sumGrid,   l->sumBlock,
+                           static_cast<unsigned>(l->partialBlocks)};
     launchFn(inPtrs.data(), static_cast<int>(inPtrs.size()), outPtrs.data(),
              static_cast<int>(outPtrs.size()), g.rows, g.cols,
-             partials.data());
+             partials.data(), geometry);
     return "";
   }
 
@@ -225,13 +227,14 @@ public:
       cudaMemset(p, 0, b.size()); // amax outputs start at 0
       args.push_back(reinterpret_cast<uint64_t>(p));
     }
-    int blocks = static_cast<int>((g.rows + cuda::kKilnGroupBlockRows - 1) /
-                                  cuda::kKilnGroupBlockRows);
+    std::optional<cuda::GroupLaunch> l = cuda::groupLaunch(g, error);
+    if (!l)
+      return error;
+    int blocks = l->partialBlocks;
     void *partials = nullptr;
-    size_t partialBytes = sizeof(double) *
-                          std::max<int64_t>(1, blocks * g.cols *
-                                                   g.outputs.size());
-    if (cudaError_t e = cudaMalloc(&partials, partialBytes); e != cudaSuccess)
+    if (cudaError_t e =
+            cudaMalloc(&partials, std::max<int64_t>(8, l->partialBytes));
+        e != cudaSuccess)
       return fail("cudaMalloc", e);
     device.push_back(partials);
     args.push_back(static_cast<uint64_t>(g.rows));
@@ -244,8 +247,9 @@ public:
       return fail("kiln_group", e);
     void *params[] = {args.data()};
     if (cudaError_t e = cudaLaunchKernel(
-            reinterpret_cast<const void *>(kernel), dim3(blocks),
-            dim3(cuda::kKilnGroupBlockRows), params, 0, nullptr);
+            reinterpret_cast<const void *>(kernel),
+            dim3(l->grid[0], l->grid[1]), dim3(l->block[0], l->block[1]),
+            params, 0, nullptr);
         e != cudaSuccess)
       return fail("launching kiln_group", e);
     if (k.hasColSum) {
@@ -255,9 +259,8 @@ public:
         return fail("kiln_group_col_sum", e);
       void *sumParams[] = {args.data(), &blocks};
       if (cudaError_t e = cudaLaunchKernel(
-              reinterpret_cast<const void *>(sum),
-              dim3(static_cast<unsigned>((g.cols + 127) / 128)), dim3(128),
-              sumParams, 0, nullptr);
+              reinterpret_cast<const void *>(sum), dim3(l->sumGrid),
+              dim3(l->sumBlock), sumParams, 0, nullptr);
           e != cudaSuccess)
         return fail("launching kiln_group_col_sum", e);
     }
@@ -401,7 +404,7 @@ int main(int argc, char **argv) {
 
   std::set<std::string> checked;
   std::mt19937 rng(7);
-  int kernels = 0;
+  int kernels = 0, tiled = 0;
   for (const std::string &path : plans) {
     std::string error;
     std::optional<Plan> plan = loadPlan(path, error);
@@ -415,6 +418,7 @@ int main(int argc, char **argv) {
     }
     for (const cuda::PlanGroupKernel &k : *fresh) {
       ++kernels;
+      tiled += k.kernel.tiled;
       if (std::string failure = checkKernel(*plan, k, *launcher, rng);
           !failure.empty()) {
         std::fprintf(stderr, "%s, %s: %s\n", k.entry.c_str(),
@@ -423,9 +427,9 @@ int main(int argc, char **argv) {
       }
     }
   }
-  std::printf("%d generated group kernels on the %s match the CPU backend "
-              "(%s)\n",
-              kernels, deviceName.c_str(),
+  std::printf("%d generated group kernels (%d one thread per point, %d one "
+              "thread per row) on the %s match the CPU backend (%s)\n",
+              kernels, tiled, kernels - tiled, deviceName.c_str(),
               launcher->exact() ? "bit for bit"
                                 : "bit for bit, or within 2 ulp where exp/log "
                                   "are used");

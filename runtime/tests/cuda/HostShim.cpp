@@ -62,27 +62,38 @@ static inline __half __nv_cvt_fp8_to_halfraw(uint8_t c, kiln_fp8_kind k) {
   return {k == __NV_E4M3 ? kiln_of_e4m3(c) : kiln_of_e5m2(c)};
 }
 static inline float __half2float(__half h) { return h.f; }
-// A launch: `block` threads run `body` for block 0, meet, block 1, ...
+// A launch: the gx x gy blocks of bx x by threads each run one after
+// another (x fastest); a block's threads are std::threads that run `body`
+// and meet at the barrier before the next block starts.
 template <typename F>
-static void kiln_host_grid(unsigned grid, unsigned block, size_t shared,
-                           F body) {
+static void kiln_host_grid2(unsigned gx, unsigned gy, unsigned bx,
+                            unsigned by, size_t shared, F body) {
   std::vector<unsigned char> dynamic(shared + 16, 0xff);
   kiln_dynamic_shared = dynamic.data() + (16 - (uintptr_t)dynamic.data() % 16) % 16;
-  gridDim.x = grid;
-  blockDim.x = block;
-  std::barrier<> bar(block);
+  gridDim.x = gx;
+  gridDim.y = gy;
+  blockDim.x = bx;
+  blockDim.y = by;
+  std::barrier<> bar(bx * by);
   kiln_barrier = &bar;
   std::vector<std::thread> threads;
-  for (unsigned t = 0; t < block; ++t)
+  for (unsigned t = 0; t < bx * by; ++t)
     threads.emplace_back([&, t] {
-      threadIdx.x = t;
-      for (unsigned b = 0; b < grid; ++b) {
-        blockIdx.x = b;
+      threadIdx.x = t % bx;
+      threadIdx.y = t / bx;
+      for (unsigned b = 0; b < gx * gy; ++b) {
+        blockIdx.x = b % gx;
+        blockIdx.y = b / gx;
         body();
         bar.arrive_and_wait(); // the block is done before the next starts
       }
     });
   for (auto &t : threads) t.join();
+}
+template <typename F>
+static void kiln_host_grid(unsigned grid, unsigned block, size_t shared,
+                           F body) {
+  kiln_host_grid2(grid, 1, block, 1, shared, body);
 }
 )";
 

@@ -6,10 +6,10 @@
 // kernels use, the host C++ compiler builds it into a shared library, and
 // the check calls it through dlsym.
 //
-// The shim's model of a launch (kiln_host_grid in the shim's text): the
-// `block` threads of a block are std::threads meeting at one std::barrier
-// for __syncthreads; the same threads then run the next block, so blocks
-// run one after another. `__shared__` variables are statics (one copy,
+// The shim's model of a launch (kiln_host_grid2, and kiln_host_grid for
+// 1-D launches, in the shim's text): the threads of a block (x and y) are
+// std::threads meeting at one std::barrier for __syncthreads; the same
+// threads then run the next block, so blocks run one after another. `__shared__` variables are statics (one copy,
 // shared by the block's threads); dynamic shared memory is the
 // KILN_DYNAMIC_SHARED(T, name) macro of the source, here a buffer of the
 // launch's size filled with 0xff bytes (NaN floats), so a read of shared

@@ -47,11 +47,12 @@ using hostshim::valueAt;
 
 namespace {
 
-/// A step's buffers as the executor sees them: each operand and result is
-/// one of `storage` (a result in place of its operand shares it).
+/// The buffers of a launch plan's steps as the executor sees them: each
+/// operand and result of step k is one of `storage` (a result in place of
+/// its operand, or a value several steps read, shares it).
 struct Buffers {
   std::vector<std::vector<uint8_t>> storage;
-  std::vector<int> operands, results;
+  std::vector<std::vector<int>> operands, results; // per step
 };
 
 /// Runs a step's launches on buffers, as the CUDA executor will.
@@ -110,7 +111,7 @@ Tolerance toleranceOf(const std::string &op, bool gpu) {
     return {gpu ? 2.0 : 1.0, 0};
   if (gpu && (op == "rope" || op == "rope_grad" || op == "lr_schedule"))
     return {1, 0};
-  if (gpu && op == "adamw")
+  if (gpu && (op == "adamw" || op == "adamw_list"))
     return {4, 0};
   return {};
 }
@@ -276,56 +277,18 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
   return "";
 }
 
-/// Checks one step's launches against the CPU backend; empty when every
-/// result is within the op's tolerance, else the first difference.
-std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
-                      Device &device, std::mt19937 &rng, Stats &stats) {
-  std::string error;
-  std::optional<cuda::OpLaunchPlan> p = cuda::opLaunchPlan(plan, step, error,
-                                                           rank);
-  if (!p)
-    return "no launches: " + error;
-  for (const cuda::OpKernelLaunch &l : p->launches)
-    if (l.args.size() > cuda::kMaxOpKernelArgs || l.grid < 1 ||
-        l.block < 1 || l.block > 1024 || l.sharedBytes > 48 * 1024)
-      return "launch of " + l.kernel + " exceeds what a launch takes";
-  std::vector<std::vector<uint8_t>> in;
-  for (size_t k = 0; k < step.operands.size(); ++k)
-    in.push_back(randomOperand(plan, step, k, rng));
-  if (step.op == "attention_grad")
-    if (std::string failure = consistentAttention(plan, step, in);
-        !failure.empty())
-      return "the CPU forward fails: " + failure;
-
-  Buffers b;
-  b.storage = in; // the kernels may write operands in place
-  for (size_t k = 0; k < in.size(); ++k)
-    b.operands.push_back(static_cast<int>(k));
-  for (int64_t id : step.results) {
-    const PlanValue &v = plan.values[id];
-    int shared = -1;
-    for (size_t k = 0; k < step.operands.size(); ++k)
-      if (sameStorage(v, plan.values[step.operands[k]]))
-        shared = static_cast<int>(k);
-    if (shared < 0) {
-      // Garbage, so that a result the launches do not write shows up.
-      b.storage.emplace_back(v.bytes(), 0xa5);
-      shared = static_cast<int>(b.storage.size() - 1);
-    }
-    b.results.push_back(shared);
-  }
-  if (std::string failure = device.run(*p, b); !failure.empty())
-    return failure;
-
-  std::vector<std::vector<uint8_t>> want;
-  if (std::string failure = cpuResults(plan, step, rank, in, want);
-      !failure.empty())
-    return failure;
-  Tolerance tol = toleranceOf(step.op, device.onGpu());
+/// Compares the results of step `at` of a launch plan (in `b`) with the
+/// CPU backend's (`want`); empty when every result is within the op's
+/// tolerance, else the first difference.
+std::string compareResults(const Plan &plan, const PlanStep &step,
+                           const std::vector<std::vector<uint8_t>> &want,
+                           const Buffers &b, size_t at, bool gpu,
+                           Stats &stats) {
+  Tolerance tol = toleranceOf(step.op, gpu);
   ++stats.steps;
   for (size_t k = 0; k < step.results.size(); ++k) {
     const PlanValue &v = plan.values[step.results[k]];
-    const std::vector<uint8_t> &got = b.storage[b.results[k]];
+    const std::vector<uint8_t> &got = b.storage[b.results[at][k]];
     double largest = 0;
     for (int64_t i = 0; i < v.numElements(); ++i)
       largest = std::max(largest, std::fabs(double(valueAt(v.dtype, want[k], i))));
@@ -343,9 +306,114 @@ std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
                     "result %zu element %lld: kernel %.9g, CPU backend %.9g "
                     "(%s)",
                     k, static_cast<long long>(i), g, w,
-                    toleranceText(step.op, device.onGpu()).c_str());
+                    toleranceText(step.op, gpu).c_str());
       return step.op + " " + text;
     }
+  }
+  return "";
+}
+
+
+/// Checks one step's launches against the CPU backend; empty when every
+/// result is within the op's tolerance, else the first difference.
+std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
+                      Device &device, std::mt19937 &rng, Stats &stats) {
+  std::string error;
+  std::optional<cuda::OpLaunchPlan> p = cuda::opLaunchPlan(plan, step, error,
+                                                           rank);
+  if (!p)
+    return "no launches: " + error;
+  for (const cuda::OpKernelLaunch &l : p->launches)
+    if (l.args.size() > static_cast<size_t>(l.slots) || l.grid < 1 ||
+        l.block < 1 || l.block > 1024 || l.sharedBytes > 48 * 1024)
+      return "launch of " + l.kernel + " exceeds what a launch takes";
+  std::vector<std::vector<uint8_t>> in;
+  for (size_t k = 0; k < step.operands.size(); ++k)
+    in.push_back(randomOperand(plan, step, k, rng));
+  if (step.op == "attention_grad")
+    if (std::string failure = consistentAttention(plan, step, in);
+        !failure.empty())
+      return "the CPU forward fails: " + failure;
+
+  Buffers b;
+  b.storage = in; // the kernels may write operands in place
+  b.operands.emplace_back();
+  b.results.emplace_back();
+  for (size_t k = 0; k < in.size(); ++k)
+    b.operands[0].push_back(static_cast<int>(k));
+  for (int64_t id : step.results) {
+    const PlanValue &v = plan.values[id];
+    int shared = -1;
+    for (size_t k = 0; k < step.operands.size(); ++k)
+      if (sameStorage(v, plan.values[step.operands[k]]))
+        shared = static_cast<int>(k);
+    if (shared < 0) {
+      // Garbage, so that a result the launches do not write shows up.
+      b.storage.emplace_back(v.bytes(), 0xa5);
+      shared = static_cast<int>(b.storage.size() - 1);
+    }
+    b.results[0].push_back(shared);
+  }
+  if (std::string failure = device.run(*p, b); !failure.empty())
+    return failure;
+
+  std::vector<std::vector<uint8_t>> want;
+  if (std::string failure = cpuResults(plan, step, rank, in, want);
+      !failure.empty())
+    return failure;
+  return compareResults(plan, step, want, b, 0, device.onGpu(), stats);
+}
+
+/// Runs AdamW over `steps` at once (adamwListLaunchPlan, `perLaunch`
+/// parameters per kiln_adamw_list launch) on random inputs, the steps'
+/// shared operands (grad norm, lr, step) one buffer as on the device, and
+/// compares each step's results with the CPU backend's adamw of that step.
+std::string checkAdamWList(const Plan &plan,
+                           const std::vector<const PlanStep *> &steps,
+                           int perLaunch, Device &device, std::mt19937 &rng,
+                           Stats &stats) {
+  std::string error;
+  std::optional<cuda::OpLaunchPlan> p =
+      cuda::adamwListLaunchPlan(plan, steps, error, perLaunch);
+  if (!p)
+    return "no launches: " + error;
+  Buffers b;
+  std::map<int64_t, int> byValue;
+  for (const PlanStep *s : steps) {
+    b.operands.emplace_back();
+    b.results.emplace_back();
+    for (size_t k = 0; k < s->operands.size(); ++k) {
+      auto [it, fresh] = byValue.try_emplace(s->operands[k],
+                                             static_cast<int>(b.storage.size()));
+      if (fresh)
+        b.storage.push_back(randomOperand(plan, *s, k, rng));
+      b.operands.back().push_back(it->second);
+    }
+    for (int64_t id : s->results) {
+      int shared = -1;
+      for (size_t k = 0; k < s->operands.size(); ++k)
+        if (sameStorage(plan.values[id], plan.values[s->operands[k]]))
+          shared = b.operands.back()[k];
+      if (shared < 0)
+        return "adamw: a result that is not in place";
+      b.results.back().push_back(shared);
+    }
+  }
+  std::vector<std::vector<std::vector<uint8_t>>> in(steps.size());
+  for (size_t k = 0; k < steps.size(); ++k)
+    for (int i : b.operands[k])
+      in[k].push_back(b.storage[i]);
+  if (std::string failure = device.run(*p, b); !failure.empty())
+    return failure;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    std::vector<std::vector<uint8_t>> want;
+    if (std::string failure = cpuResults(plan, *steps[k], 0, in[k], want);
+        !failure.empty())
+      return failure;
+    if (std::string failure = compareResults(plan, *steps[k], want, b, k,
+                                             device.onGpu(), stats);
+        !failure.empty())
+      return steps[k]->loc + ": " + failure;
   }
   return "";
 }
@@ -382,7 +450,8 @@ std::string checkMeanDivide(DType t, Device &device, std::mt19937 &rng) {
   for (int64_t i = 0; i < n; ++i)
     setValue(t, b.storage[0], i, normal(rng));
   std::vector<uint8_t> before = b.storage[0];
-  b.results = {0};
+  b.operands = {{}};
+  b.results = {{0}};
   if (std::string failure =
           device.run(cuda::meanDivideLaunch(t, n, divisor), b);
       !failure.empty())
@@ -399,20 +468,21 @@ std::string checkMeanDivide(DType t, Device &device, std::mt19937 &rng) {
   return "";
 }
 
-/// Resolves a launch's slots against the step's buffers.
-std::vector<uint64_t> slotsOf(const cuda::OpKernelLaunch &l,
-                              const std::vector<void *> &operands,
-                              const std::vector<void *> &results,
-                              char *scratch) {
-  std::vector<uint64_t> slots(cuda::kMaxOpKernelArgs, 0);
+/// Resolves a launch's slots against the steps' buffers, whose storage
+/// `i` is at `base[i]`.
+std::vector<uint64_t> slotsOf(const cuda::OpKernelLaunch &l, const Buffers &b,
+                              const std::vector<char *> &base, char *scratch) {
+  std::vector<uint64_t> slots(l.slots, 0);
   for (size_t i = 0; i < l.args.size(); ++i) {
     const cuda::OpKernelArg &a = l.args[i];
     switch (a.kind) {
     case cuda::OpKernelArg::Operand:
-      slots[i] = reinterpret_cast<uint64_t>(operands[a.index]);
+      slots[i] = reinterpret_cast<uint64_t>(
+          base[b.operands.at(a.step).at(a.index)]);
       break;
     case cuda::OpKernelArg::Result:
-      slots[i] = reinterpret_cast<uint64_t>(results[a.index]);
+      slots[i] = reinterpret_cast<uint64_t>(
+          base[b.results.at(a.step).at(a.index)]);
       break;
     case cuda::OpKernelArg::Scratch:
       slots[i] = reinterpret_cast<uint64_t>(scratch + a.index);
@@ -429,13 +499,21 @@ std::vector<uint64_t> slotsOf(const cuda::OpKernelLaunch &l,
 }
 
 using HostLaunchFn = void (*)(void *, unsigned, unsigned, size_t,
-                              const uint64_t *);
+                              const uint64_t *, int);
 
 // The check's entry point, after the library's source.
 const char *kHostLaunch = R"(
 extern "C" void kiln_host_launch_op(void *kernel, unsigned grid,
                                     unsigned block, size_t shared,
-                                    const unsigned long long *slots) {
+                                    const unsigned long long *slots,
+                                    int list) {
+  if (list) {
+    KilnOpListArgs a;
+    std::memcpy(&a, slots, sizeof a);
+    void (*fn)(KilnOpListArgs) = (void (*)(KilnOpListArgs))kernel;
+    kiln_host_grid(grid, block, shared, [&a, fn] { fn(a); });
+    return;
+  }
   KilnOpArgs a;
   std::memcpy(&a, slots, sizeof a);
   void (*fn)(KilnOpArgs) = (void (*)(KilnOpArgs))kernel;
@@ -456,23 +534,22 @@ public:
   }
   bool onGpu() const override { return false; }
   std::string run(const cuda::OpLaunchPlan &p, Buffers &b) override {
-    std::vector<void *> ops, res;
-    for (int i : b.operands)
-      ops.push_back(b.storage[i].data());
-    for (int i : b.results)
-      res.push_back(b.storage[i].data());
+    std::vector<char *> base;
+    for (auto &s : b.storage)
+      base.push_back(reinterpret_cast<char *>(s.data()));
     for (int r : p.zeroResults)
-      std::fill(b.storage[b.results[r]].begin(),
-                b.storage[b.results[r]].end(), 0);
+      std::fill(b.storage[b.results[0][r]].begin(),
+                b.storage[b.results[0][r]].end(), 0);
     std::vector<double> scratch((p.scratchBytes + 7) / 8 + 1, 0.0);
     for (const cuda::OpKernelLaunch &l : p.launches) {
       void *kernel = lib->symbol(l.kernel);
       if (!kernel)
         return "no kernel '" + l.kernel + "' in the library";
       std::vector<uint64_t> slots =
-          slotsOf(l, ops, res, reinterpret_cast<char *>(scratch.data()));
+          slotsOf(l, b, base, reinterpret_cast<char *>(scratch.data()));
       launchFn(kernel, static_cast<unsigned>(l.grid),
-               static_cast<unsigned>(l.block), l.sharedBytes, slots.data());
+               static_cast<unsigned>(l.block), l.sharedBytes, slots.data(),
+               l.slots == cuda::kMaxOpKernelListArgs);
     }
     return "";
   }
@@ -537,13 +614,11 @@ public:
         e != cudaSuccess)
       return fail("cudaMalloc", e);
     cudaMemset(scratch, 0, p.scratchBytes + 1);
-    std::vector<void *> ops, res;
-    for (int i : b.operands)
-      ops.push_back(device[i]);
-    for (int i : b.results)
-      res.push_back(device[i]);
+    std::vector<char *> base;
+    for (void *d : device)
+      base.push_back(static_cast<char *>(d));
     for (int r : p.zeroResults)
-      cudaMemset(res[r], 0, b.storage[b.results[r]].size());
+      cudaMemset(base[b.results[0][r]], 0, b.storage[b.results[0][r]].size());
     for (const cuda::OpKernelLaunch &l : p.launches) {
       cudaKernel_t kernel;
       if (cudaError_t e =
@@ -551,7 +626,7 @@ public:
           e != cudaSuccess)
         return fail(l.kernel, e);
       std::vector<uint64_t> slots =
-          slotsOf(l, ops, res, static_cast<char *>(scratch));
+          slotsOf(l, b, base, static_cast<char *>(scratch));
       void *params[] = {slots.data()};
       if (cudaError_t e = cudaLaunchKernel(
               reinterpret_cast<const void *>(kernel),
@@ -684,6 +759,30 @@ int main(int argc, char **argv) {
             return 1;
           }
         }
+      }
+    // AdamW over consecutive updates at once, as the executor runs them
+    // (CudaActions.cpp): all parameters per launch, and 3 per launch so
+    // that a list spans several launches.
+    for (const auto &[name, entry] : plan->entries)
+      for (size_t i = 0; i < entry.steps.size(); ++i) {
+        std::vector<const PlanStep *> run = {&entry.steps[i]};
+        while (i + run.size() < entry.steps.size() &&
+               cuda::adamwJoins(*plan, entry.steps[i], entry.steps[i + run.size()]))
+          run.push_back(&entry.steps[i + run.size()]);
+        if (run.size() < 2)
+          continue;
+        for (int perLaunch : {cuda::kMaxAdamWListTensors, 3}) {
+          ++count;
+          std::string failure = checkAdamWList(*plan, run, perLaunch, *device,
+                                               rng, perOp["adamw_list"]);
+          if (!failure.empty()) {
+            std::fprintf(stderr, "%s: %s, AdamW over %zu parameters: %s\n",
+                         path.c_str(), name.c_str(), run.size(),
+                         failure.c_str());
+            return 1;
+          }
+        }
+        i += run.size() - 1;
       }
   }
   for (DType t : {DType::F32, DType::BF16}) {

@@ -12,10 +12,20 @@
 // (exp, log) are CUDA's, so results may differ from the CPU backend's in
 // the last bits of those ops.
 //
-// Launch: `kiln_group` with blocks of kKilnGroupBlockRows threads, one
-// thread per row, ceil(rows / kKilnGroupBlockRows) blocks; `amax` outputs
-// must be zero before it. With a `col_sum` output, `kiln_group_col_sum`
-// then runs one thread per column over the per-block partial sums.
+// Two mappings, chosen by what the group computes (groupLaunch says how to
+// launch either):
+//  - tiles: a group with no row reduction and no column sum computes every
+//    point independently, so it runs one thread per point, in 32 x 32
+//    tiles of blocks of 32 x 8 threads (four rows each). Loads and element
+//    stores are coalesced along a row; transposed stores go through a
+//    shared-memory tile, so they are coalesced along a column; an amax is
+//    reduced over the block and then one atomicMax.
+//  - rows: a group with a row sum, a row maximum or a column sum runs one
+//    thread per row (blocks of kKilnGroupBlockRows rows), because a row
+//    sum is defined in column order and a column sum in blocks of
+//    kColSumBlockRows rows. With a `col_sum` output, `kiln_group_col_sum`
+//    then runs one thread per column over the per-block partial sums.
+// Either way `amax` outputs must be zero before the launch.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,12 +46,35 @@ namespace kiln::runtime::cuda {
 /// Rows (threads) per block of `kiln_group`.
 constexpr int kKilnGroupBlockRows = 64;
 
+/// Rows and columns of a tile, and rows of threads per tile block.
+constexpr int kKilnGroupTile = 32;
+constexpr int kKilnGroupTileThreadRows = 8;
+
 struct GroupKernelSource {
   std::string source;
+  /// One thread per point (tiles), or one thread per row.
+  bool tiled = false;
   /// Whether the group has a `col_sum` output (a second kernel, and a
   /// scratch of blocks x cols doubles per such output).
   bool hasColSum = false;
 };
+
+/// How to launch a group's kernels.
+struct GroupLaunch {
+  unsigned grid[2] = {1, 1}, block[2] = {1, 1}; // kiln_group
+  /// kiln_group_col_sum (with a column sum): its grid and block (1-D), and
+  /// its `blocks` argument, the number of partial sums per column.
+  unsigned sumGrid = 0, sumBlock = 0;
+  int partialBlocks = 0;
+  /// Bytes of scratch the partial sums need (0 without a column sum).
+  int64_t partialBytes = 0;
+};
+
+/// The launch of the kernels of `group` (its mapping follows from what it
+/// computes, as groupKernelSource chooses it). Nothing, with `error` saying
+/// why, if the group is too large for a grid.
+std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
+                                       std::string &error);
 
 /// The kernels of `group`, whose operands and results have these dtypes.
 /// On an unsupported group returns an empty source and says why in `error`.

@@ -13,7 +13,9 @@
 // a)`, where KilnOpArgs (defined in the source) holds kMaxOpKernelArgs
 // 8-byte slots: a device pointer, a signed 64-bit integer or a double, in
 // the order of OpKernelLaunch::args. So the executor launches any kernel
-// with one parameter, the slots packed back to back.
+// with one parameter, the slots packed back to back. The one exception is
+// kiln_adamw_list, whose KilnOpListArgs has kMaxOpKernelListArgs slots
+// (OpKernelLaunch::slots says which).
 //
 // Semantics: each op reads its operands in their plan dtypes (f32, bf16,
 // FP8 codes, i32/i64 indices), computes in f32 (or wider where the CPU
@@ -40,6 +42,11 @@
 namespace kiln::runtime::cuda {
 
 constexpr int kMaxOpKernelArgs = 16;
+/// Parameters one kiln_adamw_list launch updates, and the slots of its
+/// parameter (KilnOpListArgs): the step's scalars, the count, and six per
+/// parameter; 3856 bytes, inside the 4 KiB every CUDA version takes.
+constexpr int kMaxAdamWListTensors = 80;
+constexpr int kMaxOpKernelListArgs = 2 + 6 * kMaxAdamWListTensors;
 
 /// Where one 8-byte kernel argument comes from at launch.
 struct OpKernelArg {
@@ -53,6 +60,9 @@ struct OpKernelArg {
   int64_t index = 0;
   int64_t i = 0;
   double f = 0;
+  /// Operand and Result: which of the launch plan's steps (a plan made for
+  /// several steps, adamwListLaunchPlan; 0 otherwise).
+  int32_t step = 0;
 };
 
 /// One launch: a 1-D grid of `grid` blocks of `block` threads.
@@ -62,6 +72,9 @@ struct OpKernelLaunch {
   int block = 128;
   int sharedBytes = 0; // dynamic shared memory
   std::vector<OpKernelArg> args;
+  /// Slots of the kernel's parameter: kMaxOpKernelArgs (KilnOpArgs), or
+  /// kMaxOpKernelListArgs for kiln_adamw_list (KilnOpListArgs).
+  int slots = kMaxOpKernelArgs;
 };
 
 /// How one library step runs: the results listed in `zeroResults` are set
@@ -90,6 +103,22 @@ bool isKernelOp(const std::string &op);
 std::optional<OpLaunchPlan> opLaunchPlan(const Plan &plan,
                                          const PlanStep &step,
                                          std::string &error, int rank = 0);
+
+/// Whether adamw step `next` can run in one launch with adamw step `first`:
+/// the same gradient norm, learning rate and step count, the same
+/// attributes, and both update their parameter and moments in place.
+bool adamwJoins(const Plan &plan, const PlanStep &first,
+                const PlanStep &next);
+
+/// AdamW over the parameters of several adamw steps at once (steps that
+/// adamwJoins the first): one launch computes the step's scalars, then one
+/// kiln_adamw_list launch per `perLaunch` parameters (at most
+/// kMaxAdamWListTensors) updates them, each element as kiln_adamw does.
+/// Operand and Result arguments name a step by its index in `steps`.
+std::optional<OpLaunchPlan>
+adamwListLaunchPlan(const Plan &plan, const std::vector<const PlanStep *> &steps,
+                    std::string &error,
+                    int perLaunch = kMaxAdamWListTensors);
 
 /// The division of a collective's sum by the rank count (reduction "mean"):
 /// result 0 (`n` elements of `dtype`, f32 or bf16) becomes, in place,
