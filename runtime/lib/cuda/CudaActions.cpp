@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace kiln::runtime::cuda {
 
@@ -76,6 +77,9 @@ public:
   /// Adamw steps that share one launch (adamwJoins), the first at `index`.
   std::string adamwList(size_t index,
                         const std::vector<const PlanStep *> &steps);
+  /// With a numerics flag: the checks of the float results of step
+  /// `index`, if it computes them (a fused group, a GEMM, a library op).
+  std::string checkFinite(size_t index, const PlanStep &s);
 
 private:
   void *addr(int64_t id) const { return ctx.values->address(id); }
@@ -88,6 +92,9 @@ private:
   /// The launches of a plan made for `steps` (one, but for adamwList).
   std::string kernelOp(const OpLaunchPlan &launches,
                        const std::vector<const PlanStep *> &steps);
+  /// One launch, its Operand and Result slots given by `address`.
+  std::string launchOf(const OpKernelLaunch &l,
+                       const std::function<void *(const OpKernelArg &)> &address);
   std::string collective(const PlanStep &s);
   std::string wait(const PlanStep &s);
   std::string layout(const PlanStep &s);
@@ -271,39 +278,50 @@ std::string Builder::kernelOp(const OpLaunchPlan &p,
     z.dst = ctx.scratch;
     z.bytes = p.scratchBytes;
   }
-  std::string error;
   for (const OpKernelLaunch &l : p.launches) {
-    Action &act = add(Action::Launch);
-    act.kernel = ctx.ops->kernel(l.kernel, error);
-    if (!act.kernel)
-      return error;
-    act.grid = {static_cast<unsigned>(l.grid), 1, 1};
-    act.block = {static_cast<unsigned>(l.block), 1, 1};
-    act.shared = static_cast<unsigned>(l.sharedBytes);
-    act.args.assign(l.slots, 0);
-    if (l.args.size() > static_cast<size_t>(l.slots))
-      return "an op kernel with more arguments than its slots";
-    for (size_t i = 0; i < l.args.size(); ++i) {
-      const OpKernelArg &arg = l.args[i];
-      uint64_t &slot = act.args[i];
-      switch (arg.kind) {
-      case OpKernelArg::Operand:
-        slot = bitsOf(addr(steps.at(arg.step)->operands[arg.index]));
-        break;
-      case OpKernelArg::Result:
-        slot = bitsOf(addr(steps.at(arg.step)->results[arg.index]));
-        break;
-      case OpKernelArg::Scratch:
-        slot = bitsOf(static_cast<char *>(ctx.scratch) + arg.index);
-        break;
-      case OpKernelArg::Int:
-        slot = static_cast<uint64_t>(arg.i);
-        break;
-      case OpKernelArg::Float:
-        static_assert(sizeof(double) == sizeof(uint64_t));
-        std::memcpy(&slot, &arg.f, sizeof slot);
-        break;
-      }
+    std::string problem = launchOf(l, [&](const OpKernelArg &arg) {
+      const PlanStep &of = *steps.at(arg.step);
+      return addr(arg.kind == OpKernelArg::Operand ? of.operands.at(arg.index)
+                                                   : of.results.at(arg.index));
+    });
+    if (!problem.empty())
+      return problem;
+  }
+  return "";
+}
+
+std::string Builder::launchOf(
+    const OpKernelLaunch &l,
+    const std::function<void *(const OpKernelArg &)> &address) {
+  if (l.args.size() > static_cast<size_t>(l.slots))
+    return "an op kernel with more arguments than its slots";
+  std::string error;
+  Action &act = add(Action::Launch);
+  act.kernel = ctx.ops->kernel(l.kernel, error);
+  if (!act.kernel)
+    return error;
+  act.grid = {static_cast<unsigned>(l.grid), 1, 1};
+  act.block = {static_cast<unsigned>(l.block), 1, 1};
+  act.shared = static_cast<unsigned>(l.sharedBytes);
+  act.args.assign(l.slots, 0);
+  for (size_t i = 0; i < l.args.size(); ++i) {
+    const OpKernelArg &arg = l.args[i];
+    uint64_t &slot = act.args[i];
+    switch (arg.kind) {
+    case OpKernelArg::Operand:
+    case OpKernelArg::Result:
+      slot = bitsOf(address(arg));
+      break;
+    case OpKernelArg::Scratch:
+      slot = bitsOf(static_cast<char *>(ctx.scratch) + arg.index);
+      break;
+    case OpKernelArg::Int:
+      slot = static_cast<uint64_t>(arg.i);
+      break;
+    case OpKernelArg::Float:
+      static_assert(sizeof(double) == sizeof(uint64_t));
+      std::memcpy(&slot, &arg.f, sizeof slot);
+      break;
     }
   }
   return "";
@@ -311,6 +329,34 @@ std::string Builder::kernelOp(const OpLaunchPlan &p,
 
 /// reshape and unflatten move bytes only: a copy, or nothing when the
 /// result is the operand's own memory.
+std::string Builder::checkFinite(size_t index, const PlanStep &s) {
+  if (!ctx.numericsFlag)
+    return "";
+  bool computes = s.group || isGemm(s.op) ||
+                  (isKernelOp(s.op) && s.op != "reshape" &&
+                   s.op != "unflatten" && s.op != "shard_amax" &&
+                   s.op != "shard_quantize");
+  if (!computes)
+    return "";
+  current = index;
+  for (size_t r = 0; r < s.results.size(); ++r) {
+    const PlanValue &v = value(s.results[r]);
+    if (v.dtype == DType::I32 || v.dtype == DType::I64 || v.numElements() == 0)
+      continue;
+    std::optional<OpKernelLaunch> l = nonFiniteCheckLaunch(
+        v.dtype, v.numElements(), static_cast<int64_t>(index),
+        static_cast<int>(r));
+    if (!l)
+      return "too many steps or results for the numerics check";
+    if (std::string problem = launchOf(*l, [&](const OpKernelArg &arg) {
+          return arg.index == 0 ? addr(v.id) : ctx.numericsFlag;
+        });
+        !problem.empty())
+      return problem;
+  }
+  return "";
+}
+
 std::string Builder::layout(const PlanStep &s) {
   const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
   if (in.dtype != res.dtype)
@@ -405,6 +451,8 @@ buildActions(const ActionContext &ctx, const std::string &entry,
       run.push_back(&e->steps[i + run.size()]);
     std::string problem =
         run.size() > 1 ? builder.adamwList(i, run) : builder.step(i, s);
+    for (size_t k = 0; k < run.size() && problem.empty(); ++k)
+      problem = builder.checkFinite(i + k, *run[k]);
     if (!problem.empty()) {
       error = "op " + std::to_string(i) + " of " + entry + ", " +
               describeStep(*ctx.plan, s) + ": " + problem;

@@ -103,6 +103,9 @@ struct ActionContext {
   std::string cacheDir;
   void *scratch = nullptr; // shared by every step (they run in order)
   int64_t scratchBytes = 0;
+  /// The per-op numerics check (nonFiniteCheckLaunch): with a flag, every
+  /// float result of every computing step is checked into it.
+  void *numericsFlag = nullptr;
 };
 
 /// The scratch bytes `plan`'s steps need at most on rank `rank` (op

@@ -44,6 +44,10 @@ struct CudaExecutor::State final : DeviceValues {
   cudaDeviceProp prop{};
   std::string arch;
   bool prepared = false, graphs = true, warnedCapture = false;
+  /// The per-op numerics check: a device flag every computing step's
+  /// results are checked into, and its pinned host copy.
+  bool checkNumerics = false;
+  uint64_t *numericsFlag = nullptr, *numericsHost = nullptr;
   cudaStream_t stream = nullptr;
 
   /// Device memory: the arena, the state, the small values (constants and
@@ -83,20 +87,31 @@ struct CudaExecutor::State final : DeviceValues {
   std::string buildEntry(const std::string &name, Entry &entry);
   std::string launch(const std::string &name, Entry &entry);
   void noteMemory();
+  /// Forgets every entry's actions and graph (built again at next use).
+  void dropEntries();
 };
 
-CudaExecutor::State::~State() {
+void CudaExecutor::State::dropEntries() {
   for (auto &[name, e] : entries)
     if (e.graph)
       cudaGraphExecDestroy(e.graph);
+  entries.clear();
+}
+
+CudaExecutor::State::~State() {
+  dropEntries();
   groups.clear();
   ops.reset();
   gemms.reset();
-  for (char *p : {arena, states, small, scratch})
+  for (void *p : {static_cast<void *>(arena), static_cast<void *>(states),
+                  static_cast<void *>(small), static_cast<void *>(scratch),
+                  static_cast<void *>(numericsFlag)})
     if (p)
       cudaFree(p);
-  if (pinned)
-    cudaFreeHost(pinned);
+  for (void *p : {static_cast<void *>(pinned),
+                  static_cast<void *>(numericsHost)})
+    if (p)
+      cudaFreeHost(p);
   if (stream)
     cudaStreamDestroy(stream);
   nccl.reset();
@@ -149,6 +164,13 @@ const Plan &CudaExecutor::plan() const { return s->plan; }
 int CudaExecutor::rank() const { return s->rankIndex; }
 void CudaExecutor::setTrace(Trace *trace) { s->trace = trace; }
 void CudaExecutor::setGraphs(bool on) { s->graphs = on; }
+
+void CudaExecutor::setCheckNumerics(bool on) {
+  if (s->checkNumerics == on)
+    return;
+  s->checkNumerics = on;
+  s->dropEntries(); // their actions have the checks, or lack them
+}
 int64_t CudaExecutor::allocatedBytes() const { return s->allocated; }
 
 CudaExecutor::Memory CudaExecutor::memory() const {
@@ -213,6 +235,12 @@ std::string CudaExecutor::State::prepare() {
   ops = LoadedModule::load(cubin->cubin, error);
   if (!ops)
     return error;
+  if (cudaError_t e = cudaMalloc(&numericsFlag, sizeof(uint64_t));
+      e != cudaSuccess)
+    return cudaProblem("allocating the numerics flag", e);
+  if (cudaError_t e = cudaMallocHost(&numericsHost, sizeof(uint64_t));
+      e != cudaSuccess)
+    return cudaProblem("allocating the numerics flag's host copy", e);
   prepared = true;
   noteMemory();
   return "";
@@ -368,11 +396,19 @@ std::string CudaExecutor::State::buildEntry(const std::string &name,
   ctx.cacheDir = defaultKernelCacheDir();
   ctx.scratch = scratch;
   ctx.scratchBytes = scratchBytes;
+  ctx.numericsFlag = checkNumerics ? numericsFlag : nullptr;
   std::string error;
   std::optional<std::vector<Action>> body = buildActions(ctx, name, error);
   if (!body)
     return error;
   const PlanEntry *e = plan.entry(name);
+  if (checkNumerics) {
+    Action clear;
+    clear.kind = Action::Memset;
+    clear.dst = numericsFlag;
+    clear.bytes = sizeof(uint64_t);
+    entry.actions.push_back(clear);
+  }
   // The inputs come in from pinned memory and the outputs go out to it, in
   // the same stream order (and so inside a captured graph too).
   for (const PlanValue &v : plan.values)
@@ -392,6 +428,15 @@ std::string CudaExecutor::State::buildEntry(const std::string &name,
     copy.dst = pinnedAt.at(id);
     copy.src = address(id);
     copy.bytes = plan.values[id].bytes();
+    entry.actions.push_back(copy);
+  }
+  if (checkNumerics) {
+    Action copy;
+    copy.kind = Action::Copy;
+    copy.step = e->steps.empty() ? 0 : e->steps.size() - 1;
+    copy.dst = numericsHost;
+    copy.src = numericsFlag;
+    copy.bytes = sizeof(uint64_t);
     entry.actions.push_back(copy);
   }
   return "";
@@ -508,6 +553,17 @@ CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     return std::nullopt;
   }
   ++entry.runs;
+  if (s->checkNumerics)
+    if (std::optional<NonFinite> bad = decodeNonFinite(*s->numericsHost)) {
+      const std::vector<PlanStep> &steps = plan.entry(name)->steps;
+      if (bad->step >= static_cast<int64_t>(steps.size())) {
+        error = "the numerics check of " + name + " names no step";
+        return std::nullopt;
+      }
+      error = "op " + std::to_string(bad->step) + " of " + name + ", " +
+              describeStep(plan, steps[bad->step]) + ": " + bad->describe();
+      return std::nullopt;
+    }
   if (s->trace)
     s->trace->add(name, Trace::Compute, began, Trace::Clock::now());
   s->noteMemory();

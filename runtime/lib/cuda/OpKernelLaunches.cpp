@@ -408,4 +408,40 @@ OpLaunchPlan meanDivideLaunch(DType dtype, int64_t n, int64_t divisor) {
   return p;
 }
 
+namespace {
+// The key of a non-finite value: step (20 bits), result (6), element (37),
+// NaN or infinity (1).
+constexpr int kKeyStepShift = 44, kKeyResultShift = 38;
+constexpr int64_t kKeyMostElement = (int64_t{1} << 37) - 1;
+} // namespace
+
+std::optional<OpKernelLaunch> nonFiniteCheckLaunch(DType dtype, int64_t n,
+                                                   int64_t step, int result) {
+  if (step < 0 || step >= (int64_t{1} << 20) || result < 0 || result >= 64 ||
+      !isFloat(dtype))
+    return std::nullopt;
+  int64_t key = (step << kKeyStepShift) |
+                (static_cast<int64_t>(result) << kKeyResultShift);
+  return elementwise("kiln_check_finite", n,
+                     {operand(0), operand(1), code(dtype), integer(n),
+                      integer(key), integer(kKeyMostElement)});
+}
+
+std::optional<NonFinite> decodeNonFinite(uint64_t flag) {
+  if (flag == 0)
+    return std::nullopt;
+  uint64_t key = ~flag;
+  NonFinite f;
+  f.step = static_cast<int64_t>(key >> kKeyStepShift);
+  f.result = static_cast<int>((key >> kKeyResultShift) & 63);
+  f.element = static_cast<int64_t>((key >> 1) & kKeyMostElement);
+  f.nan = (key & 1) == 0;
+  return f;
+}
+
+std::string NonFinite::describe() const {
+  return std::string(nan ? "NaN" : "infinity") + " in its result " +
+         std::to_string(result) + " at element " + std::to_string(element);
+}
+
 } // namespace kiln::runtime::cuda

@@ -243,6 +243,29 @@ extern "C" __global__ void kiln_mean_divide(KilnOpArgs a) {
   for (kiln_i64 i = kiln_thread(); i < a.s[2].i; i += kiln_threads())
     kiln_store(a.s[0].p, t, i, kiln_load(a.s[0].p, t, i) / d);
 }
+
+// The per-op numerics check: a tensor's first non-finite value, as the
+// key base | element << 1 | (infinity ? 1 : 0), complemented and merged
+// into the flag by atomicMax, so that the flag (zero: none) ends as the
+// smallest key of the run: the earliest step, result and element.
+// 0 tensor, 1 flag (u64), 2 dtype, 3 n, 4 key base, 5 largest element.
+extern "C" __global__ void kiln_check_finite(KilnOpArgs a) {
+  int t = (int)a.s[2].i;
+  kiln_i64 n = a.s[3].i, most = a.s[5].i;
+  unsigned long long best = 0;
+  for (kiln_i64 i = kiln_thread(); i < n; i += kiln_threads()) {
+    float x = kiln_load(a.s[0].p, t, i);
+    if (isfinite(x))
+      continue;
+    unsigned long long key = (unsigned long long)a.s[4].i |
+                             ((unsigned long long)(i < most ? i : most) << 1) |
+                             (isnan(x) ? 0ull : 1ull);
+    if (~key > best)
+      best = ~key;
+  }
+  if (best)
+    atomicMax((unsigned long long *)a.s[1].p, best);
+}
 )";
 
 } // namespace

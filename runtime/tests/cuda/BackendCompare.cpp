@@ -17,6 +17,9 @@
 // 3. N steps of the CUDA backend with CUDA graphs (the default) against N
 //    steps launched op by op, from the same weights: losses, gradient norms
 //    and the final state bit for bit (replay must change nothing).
+// 4. The per-op numerics check: with the first parameter all NaN, both
+//    backends refuse `loss_and_grads` naming the same op, result and
+//    element; the CUDA backend twice (eager, then in a captured graph).
 //
 // The bounds are stated, not yet measured: no GPU has run this.
 // --tolerance-scale multiplies them. With no usable GPU, or a build without
@@ -30,8 +33,10 @@
 #include "kiln/Runtime/Cuda/CudaExecutor.h"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <cstring>
 #include <random>
 #include <string>
@@ -113,6 +118,7 @@ private:
   int gradients();
   int training(int64_t steps);
   int replay(int64_t steps);
+  int numerics();
 
   std::string path;
   const Plan &plan;
@@ -215,6 +221,42 @@ int Compare::replay(int64_t steps) {
   return 0;
 }
 
+int Compare::numerics() {
+  std::string error;
+  std::unique_ptr<Executor> cpu = make("cpu", false, error);
+  std::unique_ptr<Executor> gpu = cpu ? make("cuda", true, error) : nullptr;
+  if (!gpu)
+    return fail(error);
+  auto state = cpu->unshardedState(error);
+  if (!state)
+    return fail(error);
+  std::map<std::string, const FloatTensor *> byName;
+  for (FloatTensor &t : *state)
+    byName[t.name] = &t;
+  FloatTensor &first = state->front();
+  std::fill(first.data.begin(), first.data.end(), std::nanf(""));
+  for (Executor *e : {cpu.get(), gpu.get()}) {
+    e->setCheckNumerics(true);
+    if (std::string p = e->setUnshardedState(byName); !p.empty())
+      return fail(p);
+  }
+  Batch b = randomBatch(plan, 1);
+  std::string want, got;
+  if (cpu->run("loss_and_grads", b.tokens, b.targets, 1, want))
+    return fail("the CPU backend runs with a NaN parameter");
+  for (int run = 0; run < 2; ++run) {
+    got.clear();
+    if (gpu->run("loss_and_grads", b.tokens, b.targets, 1, got))
+      return fail("the CUDA backend runs with a NaN parameter");
+    if (got != want)
+      return fail("the CUDA backend says '" + got + "', the CPU backend '" +
+                  want + "'");
+  }
+  std::printf("%s: with '%s' NaN both backends say: %s\n", path.c_str(),
+              first.name.c_str(), want.c_str());
+  return 0;
+}
+
 int Compare::run(int64_t steps) {
   if (plan.ranks != 1)
     return fail("a plan for one rank is needed");
@@ -222,7 +264,9 @@ int Compare::run(int64_t steps) {
     return rc;
   if (int rc = training(steps))
     return rc;
-  return replay(steps);
+  if (int rc = replay(steps))
+    return rc;
+  return numerics();
 }
 
 } // namespace

@@ -24,6 +24,7 @@ const char *kShim = R"(#include <atomic>
 #include <mutex>
 #include <thread>
 #include <vector>
+using std::isfinite;
 using std::isinf;
 using std::isnan;
 #define __global__
@@ -44,9 +45,9 @@ static inline float __uint_as_float(unsigned u) { float x; std::memcpy(&x, &u, 4
 static inline float __int_as_float(int u) { float x; std::memcpy(&x, &u, 4); return x; }
 static inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 static std::mutex kiln_atomic;
-static inline unsigned atomicMax(unsigned *p, unsigned v) {
+template <typename T> static inline T atomicMax(T *p, T v) {
   std::lock_guard<std::mutex> lock(kiln_atomic);
-  unsigned old = *p;
+  T old = *p;
   if (v > old) *p = v;
   return old;
 }

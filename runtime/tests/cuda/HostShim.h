@@ -13,7 +13,8 @@
 // shared by the block's threads); dynamic shared memory is the
 // KILN_DYNAMIC_SHARED(T, name) macro of the source, here a buffer of the
 // launch's size filled with 0xff bytes (NaN floats), so a read of shared
-// memory no thread wrote shows up. atomicMax (unsigned) takes a lock; FP8
+// memory no thread wrote shows up. atomicMax (32- and 64-bit unsigned)
+// takes a lock; FP8
 // conversions are the CPU backend's, which match cuda_fp8.h bit for bit;
 // math functions are the host's libm. Warp intrinsics are not provided.
 //

@@ -468,6 +468,71 @@ std::string checkMeanDivide(DType t, Device &device, std::mt19937 &rng) {
   return "";
 }
 
+/// The per-op numerics check (nonFiniteCheckLaunch) on `t` tensors: a
+/// clean tensor leaves the flag zero; a tensor with a NaN and an earlier
+/// infinity gives the infinity's element; a later step's NaN does not
+/// replace an earlier step's value in the same flag; the step and result
+/// come back as given.
+std::string checkNonFinite(DType t, Device &device, std::mt19937 &rng) {
+  const int64_t n = 5000;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto run = [&](std::vector<uint8_t> &flag, int64_t step, int result,
+                 int64_t nanAt, int64_t infAt) -> std::string {
+    Buffers b;
+    b.storage.emplace_back(n * dtypeBytes(t));
+    for (int64_t i = 0; i < n; ++i)
+      setValue(t, b.storage[0], i, normal(rng));
+    if (nanAt >= 0) {
+      if (isFp8(t))
+        b.storage[0][nanAt] = 0x7f; // e4m3's and e5m2's NaN
+      else
+        setValue(t, b.storage[0], nanAt, std::nanf(""));
+    }
+    if (infAt >= 0) {
+      if (t == DType::F8E5M2)
+        b.storage[0][infAt] = 0x7c; // the saturating cast would not give it
+      else
+        setValue(t, b.storage[0], infAt, INFINITY);
+    }
+    b.storage.push_back(flag);
+    b.operands = {{0, 1}};
+    b.results = {{}};
+    cuda::OpLaunchPlan p;
+    p.launches.push_back(*cuda::nonFiniteCheckLaunch(t, n, step, result));
+    std::string failure = device.run(p, b);
+    flag = b.storage[1];
+    return failure;
+  };
+  auto flagOf = [](const std::vector<uint8_t> &flag) {
+    uint64_t f;
+    std::memcpy(&f, flag.data(), 8);
+    return f;
+  };
+  std::vector<uint8_t> flag(8, 0);
+  if (std::string failure = run(flag, 3, 0, -1, -1); !failure.empty())
+    return failure;
+  if (flagOf(flag) != 0)
+    return "a finite tensor sets the flag";
+  bool hasInf = t == DType::F32 || t == DType::BF16 || t == DType::F8E5M2;
+  if (std::string failure = run(flag, 7, 2, 3001, hasInf ? 1200 : -1);
+      !failure.empty())
+    return failure;
+  if (std::string failure = run(flag, 9, 0, 10, -1); !failure.empty())
+    return failure;
+  std::optional<cuda::NonFinite> bad = cuda::decodeNonFinite(flagOf(flag));
+  std::string want = std::string("op 7 result 2: ") +
+                     (hasInf ? "infinity" : "NaN") + " in its result 2 at element " +
+                     (hasInf ? "1200" : "3001");
+  std::string got = bad ? "op " + std::to_string(bad->step) + " result " +
+                              std::to_string(bad->result) + ": " +
+                              bad->describe()
+                        : "nothing";
+  if (got != want)
+    return std::string(dtypeName(t)) + ": the flag says '" + got +
+           "', not '" + want + "'";
+  return "";
+}
+
 /// Resolves a launch's slots against the steps' buffers, whose storage
 /// `i` is at `base[i]`.
 std::vector<uint64_t> slotsOf(const cuda::OpKernelLaunch &l, const Buffers &b,
@@ -793,6 +858,14 @@ int main(int argc, char **argv) {
                       rng, perOp["transpose"]);
         !failure.empty()) {
       std::fprintf(stderr, "transpose: %s\n", failure.c_str());
+      return 1;
+    }
+  }
+  for (DType t : {DType::F32, DType::BF16, DType::F8E4M3, DType::F8E5M2}) {
+    ++count;
+    if (std::string failure = checkNonFinite(t, *device, rng);
+        !failure.empty()) {
+      std::fprintf(stderr, "numerics check: %s\n", failure.c_str());
       return 1;
     }
   }

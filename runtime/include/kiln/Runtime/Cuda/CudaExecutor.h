@@ -17,9 +17,11 @@
 //
 // Numerics follow the CPU backend's semantics (every result rounded to its
 // dtype) but not its bits: GEMMs sum in cuBLASLt's order, attention in its
-// kernel's, exp/log are CUDA's. Per-op NaN checks are the CPU backend's
-// (setCheckNumerics is ignored here; the Trainer checks the loss and the
-// gradient norm of every step).
+// kernel's, exp/log are CUDA's. With setCheckNumerics, every float result
+// of every fused group, GEMM and library op is checked on the device into
+// one flag (nonFiniteCheckLaunch), read after the run: the first NaN or
+// infinity is named as the CPU backend names it ("op N of train_step, ...:
+// NaN in its result 0 at element 12").
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,7 +55,7 @@ public:
       const std::vector<int32_t> &targets, int64_t step,
       std::string &error) override;
   void setTrace(Trace *trace) override;
-  void setCheckNumerics(bool) override {}
+  void setCheckNumerics(bool on) override;
   const Plan &plan() const override;
   int64_t allocatedBytes() const override;
   std::string describe() const override;

@@ -126,6 +126,28 @@ adamwListLaunchPlan(const Plan &plan, const std::vector<const PlanStep *> &steps
 /// executor does.
 OpLaunchPlan meanDivideLaunch(DType dtype, int64_t n, int64_t divisor);
 
+/// The per-op numerics check of the CUDA backend (the CPU backend's
+/// setCheckNumerics): a launch that looks at result `result` (`n` elements
+/// of `dtype`) of plan step `step` and merges its first non-finite value
+/// into a 64-bit flag, zero before the run. Operand 0 is the tensor,
+/// operand 1 the flag. Nothing for a step index past 2^20, a result index
+/// past 63 or an integer dtype.
+std::optional<OpKernelLaunch> nonFiniteCheckLaunch(DType dtype, int64_t n,
+                                                   int64_t step, int result);
+
+/// What a flag holds after a run: the earliest step, result and element
+/// (elements past 2^37 - 1 read as that) with a non-finite value.
+struct NonFinite {
+  int64_t step = 0;
+  int result = 0;
+  int64_t element = 0;
+  bool nan = false;
+  /// "NaN in its result 0 at element 12", as the CPU backend says it.
+  std::string describe() const;
+};
+/// Nothing when the flag is zero (every checked value finite).
+std::optional<NonFinite> decodeNonFinite(uint64_t flag);
+
 } // namespace kiln::runtime::cuda
 
 #endif // KILN_RUNTIME_CUDA_OPKERNELS_H
