@@ -188,8 +188,14 @@ private:
   std::set<int32_t> outputCone(std::initializer_list<Store> stores) const;
   void writeTiles();
   void writeRows(const std::vector<size_t> &colSums);
-  void emitColumnValues(const std::set<int32_t> &values,
-                        const std::string &indent);
+  void emitValues(const std::set<int32_t> &values,
+                  const std::string &indent);
+  /// kiln_amax<o> = max(kiln_amax<o>, |x|), NaN winning.
+  std::string amaxUpdate(size_t o, const std::string &x) const {
+    std::string m = "kiln_amax" + std::to_string(o);
+    return m + " = kiln_nan_or(" + m + ", " + x + ", fabsf(" + x + ") > " +
+           m + " ? fabsf(" + x + ") : " + m + ");";
+  }
 
   const FusedGroup &g;
   const std::vector<DType> &in, &out;
@@ -291,8 +297,8 @@ Writer::outputCone(std::initializer_list<Store> stores) const {
   return values;
 }
 
-void Writer::emitColumnValues(const std::set<int32_t> &values,
-                              const std::string &indent) {
+void Writer::emitValues(const std::set<int32_t> &values,
+                        const std::string &indent) {
   for (int32_t i : values)
     os << indent << "const float " << v(i) << " = " << expression(i) << ";\n";
 }
@@ -361,8 +367,7 @@ void Writer::writeTiles() {
         "    const long long r = r0 + threadIdx.y + k, c = c0 + threadIdx.x;\n";
   if (!pointValues.empty()) {
     os << "    if (r < rows && c < cols) {\n";
-    for (int32_t i : pointValues)
-      os << "      const float " << v(i) << " = " << expression(i) << ";\n";
+    emitValues(pointValues, "      ");
     for (size_t o = 0; o < g.outputs.size(); ++o) {
       std::string buf = "a.out[" + std::to_string(o) + "]";
       std::string x = v(g.outputs[o].value);
@@ -375,9 +380,7 @@ void Writer::writeTiles() {
            << ";\n";
         break;
       case Store::Amax:
-        os << "      kiln_amax" << o << " = kiln_nan_or(kiln_amax" << o << ", "
-           << x << ", fabsf(" << x << ") > kiln_amax" << o << " ? fabsf("
-           << x << ") : kiln_amax" << o << ");\n";
+        os << "      " << amaxUpdate(o, x) << "\n";
         break;
       default:
         break;
@@ -388,8 +391,7 @@ void Writer::writeTiles() {
   // Row and scalar stores: the tile column's first thread of each row.
   if (!rowValues.empty()) {
     os << "    if (r < rows && blockIdx.y == 0 && threadIdx.x == 0) {\n";
-    for (int32_t i : rowValues)
-      os << "      const float " << v(i) << " = " << expression(i) << ";\n";
+    emitValues(rowValues, "      ");
     for (size_t o = 0; o < g.outputs.size(); ++o) {
       std::string buf = "a.out[" + std::to_string(o) + "]";
       std::string x = v(g.outputs[o].value);
@@ -476,7 +478,7 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
       bool sum = ins.op == Op::RowSum;
       os << "    {\n      " << (sum ? "double acc = 0.0;" : "float acc = __int_as_float(0xff800000);")
          << "\n      for (long long c = 0; c < cols; ++c) {\n";
-      emitColumnValues(cone(ins.args[0]), "        ");
+      emitValues(cone(ins.args[0]), "        ");
       std::string x = v(ins.args[0]);
       if (sum)
         os << "        acc += (double)" << x << ";\n";
@@ -509,7 +511,7 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
     for (size_t j = 0; j < colSums.size(); ++j)
       os << "    double kiln_cs" << j << " = 0.0;\n";
     os << "    if (valid) {\n";
-    emitColumnValues(finalValues, "      ");
+    emitValues(finalValues, "      ");
     for (size_t o = 0; o < g.outputs.size(); ++o) {
       const GroupOutput &out_ = g.outputs[o];
       std::string buf = "a.out[" + std::to_string(o) + "]";
@@ -522,9 +524,7 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
         os << "      " << stored(out[o], buf, "c * rows + r", x) << "\n";
         break;
       case Store::Amax:
-        os << "      kiln_amax" << o << " = kiln_nan_or(kiln_amax" << o << ", "
-           << x << ", fabsf(" << x << ") > kiln_amax" << o << " ? fabsf("
-           << x << ") : kiln_amax" << o << ");\n";
+        os << "      " << amaxUpdate(o, x) << "\n";
         break;
       case Store::ColSum: {
         size_t j = std::find(colSums.begin(), colSums.end(), o) -

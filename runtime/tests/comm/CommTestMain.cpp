@@ -25,91 +25,19 @@
 //===----------------------------------------------------------------------===//
 
 #include "CommConformance.h"
+#include "CommTestHarness.h"
 
 #include "kiln/Runtime/Comm/Communicator.h"
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace kiln::runtime::comm;
-
-namespace {
-
-std::atomic<int> currentRank{-1};
-
-class Watchdog {
-public:
-  explicit Watchdog(int seconds) {
-    thread_ = std::thread([this, seconds] {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::seconds(seconds),
-                       [this] { return done_; }))
-        return;
-      std::fprintf(stderr,
-                   "[rank %d] kiln-comm-tests: watchdog: not finished after "
-                   "%d s (a rank is stuck, or the ranks' collectives no "
-                   "longer match); exiting\n",
-                   currentRank.load(), seconds);
-      std::fflush(stderr);
-      std::fflush(stdout);
-      std::_Exit(3);
-    });
-  }
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
-private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
-/// Failures of a rank other than 0, with its number.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
-public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult &result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_,
-                   result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.message());
-  }
-  void OnTestEnd(const ::testing::TestInfo &info) override {
-    if (info.result()->Failed())
-      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_,
-                   info.test_suite_name(), info.name());
-  }
-
-private:
-  int rank_;
-};
-
-bool intOption(const char *arg, const char *name, int &value) {
-  size_t n = std::strlen(name);
-  if (std::strncmp(arg, name, n) != 0 || arg[n] != '=')
-    return false;
-  value = std::atoi(arg + n + 1);
-  return true;
-}
-
-} // namespace
+using namespace kiln::runtime::comm::harness;
 
 int main(int argc, char **argv) {
   ::testing::InitGoogleTest(&argc, argv);
@@ -131,7 +59,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  Watchdog watchdog(watchdogSeconds);
+  Watchdog watchdog("kiln-comm-tests", watchdogSeconds,
+                    "a rank is stuck, or the ranks' collectives no longer match");
 
   std::string error;
   std::unique_ptr<Communicator> comm = createCommunicator(error);
