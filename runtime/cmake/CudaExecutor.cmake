@@ -15,3 +15,8 @@ target_link_libraries(kiln-backend-compare PRIVATE KilnRuntime KilnComm)
 if(KILN_HAVE_NCCL)
   target_compile_definitions(KilnRuntime PRIVATE KILN_HAVE_NCCL=1)
 endif()
+
+# The executor's actions for a plan, built on the host as a dry run and
+# checked (buffers, launch limits, collectives waited for): no GPU needed.
+add_executable(kiln-cuda-actions-check tests/cuda/ActionsCheck.cpp)
+target_link_libraries(kiln-cuda-actions-check PRIVATE KilnRuntime KilnComm)

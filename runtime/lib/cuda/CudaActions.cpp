@@ -99,6 +99,18 @@ private:
   std::string wait(const PlanStep &s);
   std::string layout(const PlanStep &s);
 
+  /// A Launch of kernel `name` of `module` (looked up unless a dry run).
+  std::string launchAction(LoadedModule *module, const std::string &name,
+                           Action *&act) {
+    act = &add(Action::Launch);
+    act->kernelName = name;
+    if (ctx.dryRun)
+      return "";
+    std::string error;
+    act->kernel = module->kernel(name, error);
+    return error;
+  }
+
   Action &add(Action::Kind kind) {
     out.emplace_back();
     out.back().kind = kind;
@@ -141,15 +153,19 @@ std::string Builder::fused(const PlanStep &s) {
   GroupKernelSource source = groupKernelSource(plan, s, error);
   if (source.source.empty())
     return error;
-  std::unique_ptr<LoadedModule> &module = (*ctx.groups)[source.source];
-  if (!module) {
-    std::optional<CompiledKernel> cubin =
-        compileKernel(source.source, ctx.arch, ctx.cacheDir, error);
-    if (!cubin)
-      return "NVRTC: " + error;
-    module = LoadedModule::load(cubin->cubin, error);
-    if (!module)
-      return error;
+  LoadedModule *module = nullptr;
+  if (!ctx.dryRun) {
+    std::unique_ptr<LoadedModule> &loaded = (*ctx.groups)[source.source];
+    if (!loaded) {
+      std::optional<CompiledKernel> cubin =
+          compileKernel(source.source, ctx.arch, ctx.cacheDir, error);
+      if (!cubin)
+        return "NVRTC: " + error;
+      loaded = LoadedModule::load(cubin->cubin, error);
+      if (!loaded)
+        return error;
+    }
+    module = loaded.get();
   }
   const FusedGroup &g = *s.group;
   // An amax output collects with atomicMax from zero.
@@ -174,23 +190,23 @@ std::string Builder::fused(const PlanStep &s) {
   std::optional<GroupLaunch> geometry = groupLaunch(g, error);
   if (!geometry)
     return error;
-  Action &launch = add(Action::Launch);
-  launch.kernel = module->kernel("kiln_group", error);
-  if (!launch.kernel)
-    return error;
-  launch.grid = {geometry->grid[0], geometry->grid[1], 1};
-  launch.block = {geometry->block[0], geometry->block[1], 1};
-  launch.args = args;
+  Action *launch = nullptr;
+  if (std::string problem = launchAction(module, "kiln_group", launch);
+      !problem.empty())
+    return problem;
+  launch->grid = {geometry->grid[0], geometry->grid[1], 1};
+  launch->block = {geometry->block[0], geometry->block[1], 1};
+  launch->args = args;
   if (source.hasColSum) {
-    Action &sum = add(Action::Launch);
-    sum.kernel = module->kernel("kiln_group_col_sum", error);
-    if (!sum.kernel)
-      return error;
-    sum.grid = {geometry->sumGrid, 1, 1};
-    sum.block = {geometry->sumBlock, 1, 1};
-    sum.args = args;
-    sum.hasExtra = true;
-    sum.extra = geometry->partialBlocks;
+    Action *sum = nullptr;
+    if (std::string problem = launchAction(module, "kiln_group_col_sum", sum);
+        !problem.empty())
+      return problem;
+    sum->grid = {geometry->sumGrid, 1, 1};
+    sum->block = {geometry->sumBlock, 1, 1};
+    sum->args = args;
+    sum->hasExtra = true;
+    sum->extra = geometry->partialBlocks;
   }
   return "";
 }
@@ -295,11 +311,11 @@ std::string Builder::launchOf(
     const std::function<void *(const OpKernelArg &)> &address) {
   if (l.args.size() > static_cast<size_t>(l.slots))
     return "an op kernel with more arguments than its slots";
-  std::string error;
-  Action &act = add(Action::Launch);
-  act.kernel = ctx.ops->kernel(l.kernel, error);
-  if (!act.kernel)
-    return error;
+  Action *launch = nullptr;
+  if (std::string problem = launchAction(ctx.ops, l.kernel, launch);
+      !problem.empty())
+    return problem;
+  Action &act = *launch;
   act.grid = {static_cast<unsigned>(l.grid), 1, 1};
   act.block = {static_cast<unsigned>(l.block), 1, 1};
   act.shared = static_cast<unsigned>(l.sharedBytes);

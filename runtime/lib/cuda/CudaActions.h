@@ -52,7 +52,8 @@ struct Action {
   size_t step = 0; // the plan step it comes from (for messages)
 
   // Launch
-  cudaKernel_t kernel = nullptr;
+  cudaKernel_t kernel = nullptr; // null when built as a dry run
+  std::string kernelName;
   dim3 grid = {1, 1, 1}, block = {1, 1, 1};
   unsigned shared = 0;
   std::vector<uint64_t> args; // the one by-value struct parameter
@@ -106,6 +107,10 @@ struct ActionContext {
   /// The per-op numerics check (nonFiniteCheckLaunch): with a flag, every
   /// float result of every computing step is checked into it.
   void *numericsFlag = nullptr;
+  /// Build without a device (a check of the actions on the host): no
+  /// kernel is compiled or looked up, so `ops` and `groups` may be null
+  /// and every Launch's `kernel` is null; everything else is as for a run.
+  bool dryRun = false;
 };
 
 /// The scratch bytes `plan`'s steps need at most on rank `rank` (op

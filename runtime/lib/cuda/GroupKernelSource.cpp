@@ -344,8 +344,9 @@ void Writer::writeTiles() {
         "KILN_TILE_ROWS)\n"
         "kiln_group(KilnArgs a) {\n"
         "  const long long rows = a.rows, cols = a.cols;\n"
-        "  const long long r0 = (long long)blockIdx.x * KILN_TILE;\n"
-        "  const long long c0 = (long long)blockIdx.y * KILN_TILE;\n";
+        "  const long long row_tiles = (rows + KILN_TILE - 1) / KILN_TILE;\n"
+        "  const long long r0 = (long long)blockIdx.x % row_tiles * KILN_TILE;\n"
+        "  const long long c0 = (long long)blockIdx.x / row_tiles * KILN_TILE;\n";
   bool anyTranspose = false, anyAmax = false;
   for (size_t o = 0; o < g.outputs.size(); ++o) {
     if (g.outputs[o].store == Store::Transpose) {
@@ -390,7 +391,7 @@ void Writer::writeTiles() {
   }
   // Row and scalar stores: the tile column's first thread of each row.
   if (!rowValues.empty()) {
-    os << "    if (r < rows && blockIdx.y == 0 && threadIdx.x == 0) {\n";
+    os << "    if (r < rows && c0 == 0 && threadIdx.x == 0) {\n";
     emitValues(rowValues, "      ");
     for (size_t o = 0; o < g.outputs.size(); ++o) {
       std::string buf = "a.out[" + std::to_string(o) + "]";
@@ -624,12 +625,14 @@ std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
   };
   GroupLaunch l;
   if (pointwise(group)) {
-    int64_t x = parts(group.rows, kKilnGroupTile),
-            y = parts(group.cols, kKilnGroupTile);
-    if (x > std::numeric_limits<int32_t>::max() || y > 65535)
+    // One block per tile, column-tile major (a 1-D grid: a flat shard's
+    // one row of millions of columns has more column tiles than grid.y
+    // takes).
+    int64_t tiles =
+        parts(group.rows, kKilnGroupTile) * parts(group.cols, kKilnGroupTile);
+    if (tiles > std::numeric_limits<int32_t>::max())
       return tooLarge();
-    l.grid[0] = static_cast<unsigned>(x);
-    l.grid[1] = static_cast<unsigned>(y);
+    l.grid[0] = static_cast<unsigned>(tiles);
     l.block[0] = kKilnGroupTile;
     l.block[1] = kKilnGroupTileThreadRows;
     return l;
