@@ -324,18 +324,18 @@ void Interpreter::runBlock(int64_t block, std::vector<float> &storage,
         continue;
       }
       if (ins.op == Op::RowSum) {
-        const float *x = regs[ins.args[0]].p;
-        double sum = 0;
-        for (int64_t c = 0; c < n; ++c)
-          sum += x[c];
+        double sum = rowSum(regs[ins.args[0]].p, n);
         regs[i] = {nullptr, roundTo(ins.type, static_cast<float>(sum))};
         continue;
       }
       if (ins.op == Op::RowMax) {
+        // Of +0 and -0, +0: so the maximum is one value in any order.
         const float *x = regs[ins.args[0]].p;
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t c = 0; c < n; ++c)
-          m = std::isnan(x[c]) || std::isnan(m) ? x[c] + m : std::max(m, x[c]);
+          m = std::isnan(x[c]) || std::isnan(m)         ? x[c] + m
+              : x[c] > m || (x[c] == m && std::signbit(m)) ? x[c]
+                                                           : m;
         regs[i] = {nullptr, roundTo(ins.type, m)};
         continue;
       }
@@ -471,6 +471,20 @@ std::string Interpreter::run() {
 }
 
 } // namespace
+
+double rowSum(const float *x, int64_t n) {
+  double partial[kRowSumLanes] = {};
+  int64_t c = 0;
+  for (; c + kRowSumLanes <= n; c += kRowSumLanes)
+    for (int l = 0; l < kRowSumLanes; ++l)
+      partial[l] += x[c + l];
+  for (int l = 0; c + l < n; ++l)
+    partial[l] += x[c + l];
+  for (int apart = kRowSumLanes / 2; apart > 0; apart /= 2)
+    for (int l = 0; l < apart; ++l)
+      partial[l] += partial[l + apart];
+  return partial[0];
+}
 
 std::string runFusedGroup(const FusedGroup &group,
                           const std::vector<View> &operands,

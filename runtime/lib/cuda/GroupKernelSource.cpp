@@ -4,14 +4,15 @@
 // reductions has a value at each point that needs nothing from other
 // points, so each thread computes its points' cone of instructions in list
 // order, whatever their kind (a row or scalar value is computed again at
-// each point: pure, so the same bits). Rows: one thread per row.
-// Instructions whose values are the same for the whole row (scalars, row
-// values, row reductions) are computed once per thread, in list order;
-// column and element values are computed inside column loops, each loop
-// computing only what it needs (the "cone" of the values it reduces or
-// stores). A row reduction is one column loop; the stores of element
-// values share one final column loop. Element values are pure, so
-// computing one again in a later loop gives the same bits.
+// each point: pure, so the same bits). Rows: one warp per row, lane l
+// taking the columns c % 32 == l. Instructions whose values are the same
+// for the whole row (scalars, row values, row reductions) are computed by
+// every lane, in list order; column and element values are computed inside
+// column loops, each loop computing only what it needs (the "cone" of the
+// values it reduces or stores). A row reduction is one column loop and the
+// warp's butterfly; the stores of element values share one final column
+// loop. Element values are pure, so computing one again in a later loop
+// gives the same bits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -77,6 +78,24 @@ __device__ __forceinline__ float kiln_pow2_floor(float x) {
   unsigned b = __float_as_uint(x);
   b = (b & 0x7f800000u) ? (b & 0xff800000u) : (1u << (31 - __clz(b)));
   return __uint_as_float(b);
+}
+)";
+
+// The rows mapping's warp reductions: a row sum's butterfly (a + b is b +
+// a, so every lane ends with the same bits: those of rowSum's pairwise
+// order) and a row maximum (NaN wins; +0 over -0, so any order).
+const char *kRowHelpers = R"(__device__ __forceinline__ double kiln_warp_sum(double x) {
+  for (int s = KILN_LANES / 2; s > 0; s /= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, s);
+  return x;
+}
+__device__ __forceinline__ float kiln_max0(float a, float b) {
+  return kiln_nan_or(a, b, b > a || (b == a && signbit(a)) ? b : a);
+}
+__device__ __forceinline__ float kiln_warp_max(float x) {
+  for (int s = KILN_LANES / 2; s > 0; s /= 2)
+    x = kiln_max0(x, __shfl_xor_sync(0xffffffffu, x, s));
+  return x;
 }
 )";
 
@@ -185,9 +204,12 @@ private:
   /// only, or (`everyKind`) all of them.
   std::set<int32_t> cone(int32_t target, bool everyKind = false) const;
   /// The union of the cones of the outputs whose store is one of `stores`.
-  std::set<int32_t> outputCone(std::initializer_list<Store> stores) const;
+  std::set<int32_t> outputCone(std::initializer_list<Store> stores,
+                               bool everyKind = true) const;
   void writeTiles();
   void writeRows(const std::vector<size_t> &colSums);
+  /// Each amax output: the block's largest value, then one atomicMax.
+  void writeBlockAmax(const std::string &threads, const std::string &tid);
   void emitValues(const std::set<int32_t> &values,
                   const std::string &indent);
   /// kiln_amax<o> = max(kiln_amax<o>, |x|), NaN winning.
@@ -286,12 +308,12 @@ std::set<int32_t> Writer::cone(int32_t target, bool everyKind) const {
   return seen;
 }
 
-std::set<int32_t>
-Writer::outputCone(std::initializer_list<Store> stores) const {
+std::set<int32_t> Writer::outputCone(std::initializer_list<Store> stores,
+                                     bool everyKind) const {
   std::set<int32_t> values;
   for (const GroupOutput &o : g.outputs)
     if (std::find(stores.begin(), stores.end(), o.store) != stores.end()) {
-      std::set<int32_t> c = cone(o.value, /*everyKind=*/true);
+      std::set<int32_t> c = cone(o.value, everyKind);
       values.insert(c.begin(), c.end());
     }
   return values;
@@ -325,6 +347,20 @@ bool Writer::write(std::string &error) {
   }
   hasColSum = !colSums.empty();
   tiled = pointwise(g);
+  if (!tiled) {
+    // The rows mapping's shared memory: column sums, transposes, amaxes.
+    int64_t bytes = 0;
+    for (const GroupOutput &o : g.outputs)
+      bytes += o.store == Store::ColSum      ? 8 * 32 * kKilnGroupBlockRows
+               : o.store == Store::Transpose ? 4 * 33 * kKilnGroupBlockRows
+                                             : 0;
+    bytes += 4 * 32 * kKilnGroupBlockRows; // the amax reduction
+    if (bytes > 48 * 1024) {
+      error = "a fused group with these column sums and transposed stores "
+              "needs more shared memory than a block has";
+      return false;
+    }
+  }
 
   os << kPrelude;
   os << "struct KilnArgs {\n  const void *in[" << std::max<size_t>(in.size(), 1)
@@ -425,46 +461,43 @@ void Writer::writeTiles() {
     os << "    }\n  }\n";
   }
 
-  // Amaxes: the block's largest bits (non-negative floats order as their
-  // bits; a NaN's bits exceed infinity's), then one atomicMax.
-  if (anyAmax) {
-    os << "  __shared__ unsigned kiln_am[KILN_TILE * KILN_TILE_ROWS];\n"
-          "  const int kiln_tid = threadIdx.y * KILN_TILE + threadIdx.x;\n";
-    for (size_t o = 0; o < g.outputs.size(); ++o) {
-      if (g.outputs[o].store != Store::Amax)
-        continue;
-      os << "  __syncthreads();\n"
-            "  kiln_am[kiln_tid] = __float_as_uint(kiln_amax"
-         << o
-         << ");\n"
-            "  for (int s = KILN_TILE * KILN_TILE_ROWS / 2; s > 0; s /= 2) {\n"
-            "    __syncthreads();\n"
-            "    if (kiln_tid < s && kiln_am[kiln_tid + s] > kiln_am[kiln_tid])\n"
-            "      kiln_am[kiln_tid] = kiln_am[kiln_tid + s];\n"
-            "  }\n"
-            "  if (kiln_tid == 0)\n"
-            "    atomicMax((unsigned *)a.out["
-         << o << "], kiln_am[0]);\n";
-    }
-  }
+  if (anyAmax)
+    writeBlockAmax("KILN_TILE * KILN_TILE_ROWS",
+                   "threadIdx.y * KILN_TILE + threadIdx.x");
   os << "}\n";
 }
 
 void Writer::writeRows(const std::vector<size_t> &colSums) {
-  os << "#define KILN_BLOCK_ROWS " << kKilnGroupBlockRows << "\n";
-  os << "extern \"C\" __global__ void __launch_bounds__(KILN_BLOCK_ROWS)\n"
+  os << "#define KILN_BLOCK_ROWS " << kKilnGroupBlockRows
+     << "\n#define KILN_LANES " << kRowSumLanes << "\n"
+     << kRowHelpers;
+  os << "extern \"C\" __global__ void __launch_bounds__(KILN_BLOCK_ROWS * "
+        "KILN_LANES)\n"
         "kiln_group(KilnArgs a) {\n"
         "  const long long rows = a.rows, cols = a.cols;\n"
-        "  const long long r = (long long)blockIdx.x * KILN_BLOCK_ROWS + "
-        "threadIdx.x;\n"
-        "  const bool valid = r < rows;\n";
-  if (!hasColSum)
-    os << "  if (!valid)\n    return;\n";
-  else
+        "  const int lane = threadIdx.x, warp = threadIdx.y;\n"
+        "  const long long r0 = (long long)blockIdx.x * KILN_BLOCK_ROWS;\n"
+        "  const long long r = r0 + warp;\n"
+        "  const bool valid = r < rows; // the same for a whole warp\n";
+  if (hasColSum)
     os << "  __shared__ double kiln_col[" << colSums.size()
-       << "][KILN_BLOCK_ROWS];\n";
+       << "][KILN_BLOCK_ROWS][KILN_LANES];\n";
+  bool anyTranspose = false, anyAmax = false;
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    if (g.outputs[o].store == Store::Transpose) {
+      anyTranspose = true;
+      os << "  __shared__ float kiln_t" << o
+         << "[KILN_BLOCK_ROWS][KILN_LANES + 1];\n";
+    }
+    if (g.outputs[o].store == Store::Amax) {
+      anyAmax = true;
+      os << "  float kiln_amax" << o << " = 0.0f;\n";
+    }
+  }
 
-  // Row-level values, declared here so the final loop sees them.
+  // Row-level values, computed by every lane of the row's warp (the same
+  // bits), declared here so the final loop sees them. A row reduction: each
+  // lane its columns c % 32 in order, then the warp's butterfly.
   for (size_t i = 0; i < g.body.size(); ++i)
     if (!perColumn(g.body[i].kind))
       os << "  float " << v(static_cast<int32_t>(i)) << " = 0.0f;\n";
@@ -475,54 +508,48 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
     if (perColumn(ins.kind))
       continue;
     if (ins.op == Op::RowSum || ins.op == Op::RowMax) {
-      // Σ in double in column order; max with NaN winning.
       bool sum = ins.op == Op::RowSum;
-      os << "    {\n      " << (sum ? "double acc = 0.0;" : "float acc = __int_as_float(0xff800000);")
-         << "\n      for (long long c = 0; c < cols; ++c) {\n";
+      os << "    {\n      "
+         << (sum ? "double acc = 0.0;" : "float acc = __int_as_float(0xff800000);")
+         << "\n      for (long long c = lane; c < cols; c += KILN_LANES) {\n";
       emitValues(cone(ins.args[0]), "        ");
       std::string x = v(ins.args[0]);
       if (sum)
         os << "        acc += (double)" << x << ";\n";
       else
-        os << "        acc = kiln_nan_or(acc, " << x << ", " << x
-           << " > acc ? " << x << " : acc);\n";
+        os << "        acc = kiln_max0(acc, " << x << ");\n";
       os << "      }\n      " << v(i) << " = "
-         << rounded(ins.type, sum ? "(float)acc" : "acc") << ";\n    }\n";
+         << rounded(ins.type, sum ? "(float)kiln_warp_sum(acc)"
+                                  : "kiln_warp_max(acc)")
+         << ";\n    }\n";
       continue;
     }
     os << "    " << v(i) << " = " << expression(i) << ";\n";
   }
   os << "  }\n";
 
-  // The final loop: element stores, amaxes, column sums.
-  std::set<int32_t> finalValues;
-  bool anyColumnStore = false;
-  for (const GroupOutput &o : g.outputs)
-    if (o.store == Store::Elem || o.store == Store::Transpose ||
-        o.store == Store::ColSum || o.store == Store::Amax) {
-      anyColumnStore = true;
-      std::set<int32_t> c = cone(o.value);
-      finalValues.insert(c.begin(), c.end());
-    }
-  for (size_t o = 0; o < g.outputs.size(); ++o)
-    if (g.outputs[o].store == Store::Amax)
-      os << "  float kiln_amax" << o << " = 0.0f;\n";
-  if (anyColumnStore) {
-    os << "  for (long long c = 0; c < cols; ++c) {\n";
+  // The column loop, 32 columns at a time (a lane each): element stores,
+  // amaxes, and through shared memory the column sums (the block's rows in
+  // row order) and transposed stores (a warp writes 32 rows of a column).
+  std::set<int32_t> finalValues = outputCone(
+      {Store::Elem, Store::Transpose, Store::ColSum, Store::Amax},
+      /*everyKind=*/false);
+  if (!finalValues.empty()) {
+    os << "  for (long long c0 = 0; c0 < cols; c0 += KILN_LANES) {\n"
+          "    const long long c = c0 + lane;\n";
     for (size_t j = 0; j < colSums.size(); ++j)
       os << "    double kiln_cs" << j << " = 0.0;\n";
-    os << "    if (valid) {\n";
+    os << "    if (valid && c < cols) {\n";
     emitValues(finalValues, "      ");
     for (size_t o = 0; o < g.outputs.size(); ++o) {
-      const GroupOutput &out_ = g.outputs[o];
       std::string buf = "a.out[" + std::to_string(o) + "]";
-      std::string x = v(out_.value);
-      switch (out_.store) {
+      std::string x = v(g.outputs[o].value);
+      switch (g.outputs[o].store) {
       case Store::Elem:
         os << "      " << stored(out[o], buf, "r * cols + c", x) << "\n";
         break;
       case Store::Transpose:
-        os << "      " << stored(out[o], buf, "c * rows + r", x) << "\n";
+        os << "      kiln_t" << o << "[warp][lane] = " << x << ";\n";
         break;
       case Store::Amax:
         os << "      " << amaxUpdate(o, x) << "\n";
@@ -538,38 +565,47 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
       }
     }
     os << "    }\n";
-    // Column sums: each block's rows in row order, in double; the second
-    // kernel adds the blocks in block order.
-    for (size_t j = 0; j < colSums.size(); ++j)
-      os << "    kiln_col[" << j << "][threadIdx.x] = kiln_cs" << j << ";\n";
-    if (hasColSum) {
-      os << "    __syncthreads();\n    if (threadIdx.x == 0) {\n";
+    if (hasColSum || anyTranspose) {
       for (size_t j = 0; j < colSums.size(); ++j)
-        os << "      { double s = 0.0;\n"
-              "        for (int t = 0; t < KILN_BLOCK_ROWS; ++t)\n"
-              "          s += kiln_col["
-           << j << "][t];\n        a.partials[((long long)" << j
-           << " * gridDim.x + blockIdx.x) * cols + c] = s; }\n";
-      os << "    }\n    __syncthreads();\n";
+        os << "    kiln_col[" << j << "][warp][lane] = kiln_cs" << j << ";\n";
+      os << "    __syncthreads();\n";
+      for (size_t j = 0; j < colSums.size(); ++j)
+        os << "    if (warp == 0 && c < cols) {\n"
+              "      double s = 0.0;\n"
+              "      for (int t = 0; t < KILN_BLOCK_ROWS; ++t)\n"
+              "        s += kiln_col["
+           << j << "][t][lane];\n      a.partials[((long long)" << j
+           << " * gridDim.x + blockIdx.x) * cols + c] = s;\n    }\n";
+      if (anyTranspose) {
+        os << "    if (c0 + warp < cols && r0 + lane < rows) {\n";
+        for (size_t o = 0; o < g.outputs.size(); ++o)
+          if (g.outputs[o].store == Store::Transpose)
+            os << "      "
+               << stored(out[o], "a.out[" + std::to_string(o) + "]",
+                         "(c0 + warp) * rows + r0 + lane",
+                         "kiln_t" + std::to_string(o) + "[lane][warp]")
+               << "\n";
+        os << "    }\n";
+      }
+      os << "    __syncthreads();\n";
     }
     os << "  }\n";
   }
 
-  // Row and scalar stores, and the amaxes (non-negative floats order as
-  // their bits; a NaN's bits exceed infinity's).
-  os << "  if (!valid)\n    return;\n";
+  // Row and scalar stores: the row's first lane.
+  os << "  if (valid && lane == 0) {\n";
   for (size_t o = 0; o < g.outputs.size(); ++o) {
-    const GroupOutput &out_ = g.outputs[o];
     std::string buf = "a.out[" + std::to_string(o) + "]";
-    std::string x = v(out_.value);
-    if (out_.store == Store::Row)
-      os << "  " << stored(out[o], buf, "r", x) << "\n";
-    else if (out_.store == Store::Scalar)
-      os << "  if (r == 0)\n    " << stored(out[o], buf, "0", x) << "\n";
-    else if (out_.store == Store::Amax)
-      os << "  atomicMax((unsigned *)" << buf << ", __float_as_uint(kiln_amax"
-         << o << "));\n";
+    std::string x = v(g.outputs[o].value);
+    if (g.outputs[o].store == Store::Row)
+      os << "    " << stored(out[o], buf, "r", x) << "\n";
+    else if (g.outputs[o].store == Store::Scalar)
+      os << "    if (r == 0)\n      " << stored(out[o], buf, "0", x) << "\n";
   }
+  os << "  }\n";
+  if (anyAmax)
+    writeBlockAmax("KILN_BLOCK_ROWS * KILN_LANES",
+                   "threadIdx.y * KILN_LANES + threadIdx.x");
   os << "}\n";
 
   if (hasColSum) {
@@ -588,6 +624,30 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
          << "\n  }\n";
     }
     os << "}\n";
+  }
+}
+
+void Writer::writeBlockAmax(const std::string &threads,
+                            const std::string &tid) {
+  // The block's largest bits (non-negative floats order as their bits; a
+  // NaN's bits exceed infinity's), then one atomicMax per output.
+  os << "  __shared__ unsigned kiln_am[" << threads << "];\n"
+     << "  const int kiln_tid = " << tid << ";\n";
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    if (g.outputs[o].store != Store::Amax)
+      continue;
+    os << "  __syncthreads();\n"
+          "  kiln_am[kiln_tid] = __float_as_uint(kiln_amax"
+       << o << ");\n"
+       << "  for (int s = (" << threads
+       << ") / 2; s > 0; s /= 2) {\n"
+          "    __syncthreads();\n"
+          "    if (kiln_tid < s && kiln_am[kiln_tid + s] > kiln_am[kiln_tid])\n"
+          "      kiln_am[kiln_tid] = kiln_am[kiln_tid + s];\n"
+          "  }\n"
+          "  if (kiln_tid == 0)\n"
+          "    atomicMax((unsigned *)a.out["
+       << o << "], kiln_am[0]);\n";
   }
 }
 
@@ -641,7 +701,8 @@ std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
   if (blocks > std::numeric_limits<int32_t>::max())
     return tooLarge();
   l.grid[0] = static_cast<unsigned>(blocks);
-  l.block[0] = kKilnGroupBlockRows;
+  l.block[0] = kRowSumLanes;
+  l.block[1] = kKilnGroupBlockRows;
   int64_t sums = std::count_if(
       group.outputs.begin(), group.outputs.end(),
       [](const GroupOutput &o) { return o.store == Store::ColSum; });

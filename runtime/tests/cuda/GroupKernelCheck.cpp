@@ -428,7 +428,7 @@ int main(int argc, char **argv) {
     }
   }
   std::printf("%d generated group kernels (%d one thread per point, %d one "
-              "thread per row) on the %s match the CPU backend (%s)\n",
+              "warp per row) on the %s match the CPU backend (%s)\n",
               kernels, tiled, kernels - tiled, deviceName.c_str(),
               launcher->exact() ? "bit for bit"
                                 : "bit for bit, or within 2 ulp where exp/log "

@@ -15,18 +15,21 @@ namespace kiln::runtime::hostshim {
 namespace {
 
 // The CUDA built-ins the generated kernels use, for the host.
-const char *kShim = R"(#include <atomic>
+const char *kShim = R"(#include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <math.h>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 using std::isfinite;
 using std::isinf;
 using std::isnan;
+using std::signbit;
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -37,6 +40,19 @@ struct kiln_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local kiln_dim3 threadIdx, blockIdx;
 static kiln_dim3 blockDim, gridDim;
 static std::barrier<> *kiln_barrier;
+// Warp shuffles: each lane leaves its value in a slot, the warp meets,
+// each lane reads its partner's, the warp meets again.
+static thread_local unsigned kiln_linear_tid;
+static std::vector<std::barrier<> *> kiln_warp_barriers;
+static double kiln_shuffle_slots[1024];
+template <typename T> static T __shfl_xor_sync(unsigned, T v, int m) {
+  unsigned t = kiln_linear_tid;
+  kiln_shuffle_slots[t] = (double)v;
+  kiln_warp_barriers[t / 32]->arrive_and_wait();
+  T r = (T)kiln_shuffle_slots[t ^ (unsigned)m];
+  kiln_warp_barriers[t / 32]->arrive_and_wait();
+  return r;
+}
 static unsigned char *kiln_dynamic_shared;
 #define KILN_DYNAMIC_SHARED(T, name) T *name = (T *)kiln_dynamic_shared
 #define __syncthreads() kiln_barrier->arrive_and_wait()
@@ -77,9 +93,17 @@ static void kiln_host_grid2(unsigned gx, unsigned gy, unsigned bx,
   blockDim.y = by;
   std::barrier<> bar(bx * by);
   kiln_barrier = &bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  kiln_warp_barriers.clear();
+  for (unsigned w = 0; w * 32 < bx * by; ++w) {
+    warps.push_back(std::make_unique<std::barrier<>>(
+        std::min(32u, bx * by - w * 32)));
+    kiln_warp_barriers.push_back(warps.back().get());
+  }
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < bx * by; ++t)
     threads.emplace_back([&, t] {
+      kiln_linear_tid = t;
       threadIdx.x = t % bx;
       threadIdx.y = t / bx;
       for (unsigned b = 0; b < gx * gy; ++b) {

@@ -16,7 +16,8 @@
 // memory no thread wrote shows up. atomicMax (32- and 64-bit unsigned)
 // takes a lock; FP8
 // conversions are the CPU backend's, which match cuda_fp8.h bit for bit;
-// math functions are the host's libm. Warp intrinsics are not provided.
+// math functions are the host's libm. __shfl_xor_sync goes through a
+// slot per thread and a barrier per warp of 32 threads.
 //
 //===----------------------------------------------------------------------===//
 

@@ -23,7 +23,16 @@ namespace kiln::runtime {
 
 /// Rows per block of a `col_sum` output (part of the group semantics: the
 /// partial sums of each block are added in block order).
-inline constexpr int64_t kColSumBlockRows = 64;
+inline constexpr int64_t kColSumBlockRows = 32;
+
+/// Partial sums of a `row_sum` (part of the group semantics): column c
+/// goes into partial c % kRowSumLanes, each in increasing column order, and
+/// the partials are then added pairwise, kRowSumLanes / 2 apart, then half
+/// that, down to 1 (a warp's butterfly on a GPU).
+inline constexpr int kRowSumLanes = 32;
+
+/// Σ x[0..n) in double in that order.
+double rowSum(const float *x, int64_t n);
 
 /// Computes `group` (checked by checkFusedGroup) from `operands` into
 /// `results`. With `checkNumerics`, returns "NaN in its result R at element

@@ -51,9 +51,10 @@ struct GroupInstr {
     Div,
     Max,
     Min,
-    // Σ over a row's columns, in double, in increasing column order.
+    // Σ over a row's columns, in double: 32 partial sums over the columns
+    // c % 32, each in increasing column order, added pairwise (rowSum).
     RowSum,
-    // The largest of a row's values (NaN if any is NaN).
+    // The largest of a row's values (NaN if any is NaN; +0 over -0).
     RowMax,
     // |x|, and 2^floor(log2(x)) for x > 0 finite (x itself otherwise).
     Abs,

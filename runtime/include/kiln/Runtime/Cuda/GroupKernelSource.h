@@ -7,7 +7,7 @@
 // (kiln-nvrtc-check) on machines without a GPU.
 //
 // The kernels follow the group language's semantics: every instruction
-// rounds to its type, row sums accumulate in double in column order, no
+// rounds to its type, row sums accumulate in double in the plan's order, no
 // multiply-add contraction (compile with --fmad=false). Transcendentals
 // (exp, log) are CUDA's, so results may differ from the CPU backend's in
 // the last bits of those ops.
@@ -21,10 +21,13 @@
 //    shared-memory tile, so they are coalesced along a column; an amax is
 //    reduced over the block and then one atomicMax.
 //  - rows: a group with a row sum, a row maximum or a column sum runs one
-//    thread per row (blocks of kKilnGroupBlockRows rows), because a row
-//    sum is defined in column order and a column sum in blocks of
-//    kColSumBlockRows rows. With a `col_sum` output, `kiln_group_col_sum`
-//    then runs one thread per column over the per-block partial sums.
+//    warp per row (blocks of kKilnGroupBlockRows rows, 32 x 32 threads):
+//    lane l takes the columns c % 32 == l, so loads and stores are
+//    coalesced, and a row reduction ends in the warp's butterfly, which is
+//    the order the plan defines (rowSum). A column sum adds the block's
+//    rows in row order (kColSumBlockRows) through shared memory; then
+//    `kiln_group_col_sum` runs one thread per column over the per-block
+//    partial sums. Transposed stores go through a shared-memory tile.
 // Either way `amax` outputs must be zero before the launch.
 //
 //===----------------------------------------------------------------------===//
@@ -43,8 +46,8 @@
 
 namespace kiln::runtime::cuda {
 
-/// Rows (threads) per block of `kiln_group`.
-constexpr int kKilnGroupBlockRows = 64;
+/// Rows (warps) per block of the rows mapping's `kiln_group`.
+constexpr int kKilnGroupBlockRows = 32;
 
 /// Rows and columns of a tile, and rows of threads per tile block.
 constexpr int kKilnGroupTile = 32;
@@ -52,7 +55,7 @@ constexpr int kKilnGroupTileThreadRows = 8;
 
 struct GroupKernelSource {
   std::string source;
-  /// One thread per point (tiles), or one thread per row.
+  /// One thread per point (tiles), or one warp per row.
   bool tiled = false;
   /// Whether the group has a `col_sum` output (a second kernel, and a
   /// scratch of blocks x cols doubles per such output).
