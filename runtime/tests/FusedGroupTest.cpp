@@ -246,6 +246,57 @@ TEST(FusedGroup, ColSumIsExactlyTheBlockedSumForAnyThreadCount) {
   }
 }
 
+TEST(FusedGroup, RowSumAddsThirtyTwoPartialsPairwise) {
+  // Column c goes into partial c % 32: 2^60 (column 0) and -2^60 (column
+  // 32) cancel in partial 0 while 1 (column 1) stays in partial 1, so the
+  // sum is 1. In column order 2^60 + 1 would round to 2^60 (the old
+  // definition gave 0).
+  const int64_t rows = 2, cols = 40;
+  Tensor x({rows, cols}, DType::F32), sums({rows}, DType::F32);
+  for (int64_t r = 0; r < rows; ++r) {
+    x.f32[r * cols + 0] = 0x1p60f;
+    x.f32[r * cols + 1] = 1.0f;
+    x.f32[r * cols + 32] = -0x1p60f;
+  }
+  EXPECT_EQ(kiln::runtime::rowSum(x.f32.data(), cols), 1.0);
+  Builder g;
+  g.g.rows = rows;
+  g.g.cols = cols;
+  int32_t lx = g.load(0, GroupKind::Elem, DType::F32);
+  g.output(g.add(Op::RowSum, {lx}), Store::Row);
+  ASSERT_EQ(g.run({&x}, {&sums}), "");
+  EXPECT_EQ(sums.f32[0], 1.0f);
+  EXPECT_EQ(sums.f32[1], 1.0f);
+
+  // The pairwise order: partials 0..31 hold 2^k-scaled values whose sum in
+  // another order rounds differently; the result is the explicit tree.
+  std::mt19937 rng(3);
+  std::vector<float> v(100);
+  for (float &e : v)
+    e = std::ldexp(std::uniform_real_distribution<float>(1, 2)(rng),
+                   static_cast<int>(rng() % 80) - 40);
+  double partial[32] = {};
+  for (size_t c = 0; c < v.size(); ++c)
+    partial[c % 32] += v[c];
+  for (int apart = 16; apart > 0; apart /= 2)
+    for (int l = 0; l < apart; ++l)
+      partial[l] += partial[l + apart];
+  EXPECT_EQ(kiln::runtime::rowSum(v.data(), 100), partial[0]);
+}
+
+TEST(FusedGroup, RowMaxPrefersPlusZero) {
+  const int64_t rows = 1, cols = 3;
+  Tensor x({rows, cols}, DType::F32), m({rows}, DType::F32);
+  x.f32 = {-0.0f, 0.0f, -0.0f};
+  Builder g;
+  g.g.rows = rows;
+  g.g.cols = cols;
+  g.output(g.add(Op::RowMax, {g.load(0, GroupKind::Elem, DType::F32)}),
+           Store::Row);
+  ASSERT_EQ(g.run({&x}, {&m}), "");
+  EXPECT_FALSE(std::signbit(m.f32[0]));
+}
+
 TEST(FusedGroup, RowValuesBroadcastAndStorePerRow) {
   // y[r, c] = x[r, c] - mean_r, and the means stored per row.
   std::mt19937 rng(5);
