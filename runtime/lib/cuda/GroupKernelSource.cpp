@@ -380,7 +380,8 @@ void Writer::writeTiles() {
         "KILN_TILE_ROWS)\n"
         "kiln_group(KilnArgs a) {\n"
         "  const long long rows = a.rows, cols = a.cols;\n"
-        "  const long long row_tiles = (rows + KILN_TILE - 1) / KILN_TILE;\n"
+        "  const long long row_tiles =\n"
+        "      rows > 0 ? (rows + KILN_TILE - 1) / KILN_TILE : 1;\n"
         "  const long long r0 = (long long)blockIdx.x % row_tiles * KILN_TILE;\n"
         "  const long long c0 = (long long)blockIdx.x / row_tiles * KILN_TILE;\n";
   bool anyTranspose = false, anyAmax = false;
