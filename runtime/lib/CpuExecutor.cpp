@@ -237,18 +237,34 @@ void narrow(const float *from, const View &to) {
   cpu::toBf16Bits(from, static_cast<uint16_t *>(to.data), n);
 }
 
+/// Element `i` of a float view of any dtype, as a float.
+float elementOf(const View &v, int64_t i) {
+  switch (v.dtype) {
+  case DType::F32:
+    return v.f32()[i];
+  case DType::BF16:
+    return cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data)[i]);
+  case DType::F8E4M3:
+    return cpu::fromE4m3(static_cast<const uint8_t *>(v.data)[i]);
+  default:
+    return cpu::fromE5m2(static_cast<const uint8_t *>(v.data)[i]);
+  }
+}
+
 /// "NaN in its result 0 at element 12", or empty when every float result is
-/// finite.
+/// finite, as stored (a finite f32 past bf16's range is an infinity).
 std::string firstNonFinite(const std::vector<View> &results) {
   for (size_t r = 0; r < results.size(); ++r) {
-    if (results[r].dtype != DType::F32)
+    const View &v = results[r];
+    if (!isFloat(v.dtype))
       continue;
-    const float *x = results[r].f32();
-    for (int64_t e = 0, n = results[r].numElements(); e < n; ++e)
-      if (!std::isfinite(x[e]))
-        return std::string(std::isnan(x[e]) ? "NaN" : "infinity") +
+    for (int64_t e = 0, n = v.numElements(); e < n; ++e) {
+      float x = elementOf(v, e);
+      if (!std::isfinite(x))
+        return std::string(std::isnan(x) ? "NaN" : "infinity") +
                " in its result " + std::to_string(r) + " at element " +
                std::to_string(e);
+    }
   }
   return "";
 }
@@ -291,14 +307,12 @@ CpuExecutor::runStep(const PlanStep &s,
     results.push_back(r);
   }
   std::string failure = findCpuOp(s.op)(s, operands, results);
-  if (failure.empty() && checkNumerics)
-    failure = firstNonFinite(results);
   if (!failure.empty())
     return failure;
   for (size_t k = 0; k < stored.size(); ++k)
     if (stored[k].data != results[k].data)
       narrow(results[k].f32(), stored[k]);
-  return "";
+  return checkNumerics ? firstNonFinite(stored) : "";
 }
 
 std::string

@@ -348,9 +348,9 @@ std::string Builder::launchOf(
 std::string Builder::checkFinite(size_t index, const PlanStep &s) {
   if (!ctx.numericsFlag)
     return "";
+  // As the CPU backend: every step but collectives and the shard ops.
   bool computes = s.group || isGemm(s.op) ||
-                  (isKernelOp(s.op) && s.op != "reshape" &&
-                   s.op != "unflatten" && s.op != "shard_amax" &&
+                  (isKernelOp(s.op) && s.op != "shard_amax" &&
                    s.op != "shard_quantize");
   if (!computes)
     return "";

@@ -21,7 +21,9 @@
 // of every fused group, GEMM and library op is checked on the device into
 // one flag (nonFiniteCheckLaunch), read after the run: the first NaN or
 // infinity is named as the CPU backend names it ("op N of train_step, ...:
-// NaN in its result 0 at element 12").
+// NaN in its result 0 at element 12"). Unlike the CPU backend, which stops
+// at that op, the whole entry has run by then: the state holds the step's
+// update, NaN included (the Trainer stops either way, without saving it).
 //
 //===----------------------------------------------------------------------===//
 
