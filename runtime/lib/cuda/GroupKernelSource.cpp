@@ -208,6 +208,24 @@ private:
                                bool everyKind = true) const;
   void writeTiles();
   void writeRows(const std::vector<size_t> &colSums);
+  /// Declares each transposed store's shared tile (tileRows x tileCols,
+  /// padded) and each amax output's accumulator; whether there are any.
+  std::pair<bool, bool> declareStaging(const char *tileRows,
+                                       const char *tileCols) {
+    bool anyTranspose = false, anyAmax = false;
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      if (g.outputs[o].store == Store::Transpose) {
+        anyTranspose = true;
+        os << "  __shared__ float kiln_t" << o << "[" << tileRows << "]["
+           << tileCols << " + 1];\n";
+      }
+      if (g.outputs[o].store == Store::Amax) {
+        anyAmax = true;
+        os << "  float kiln_amax" << o << " = 0.0f;\n";
+      }
+    }
+    return {anyTranspose, anyAmax};
+  }
   /// Each amax output: the block's largest value, then one atomicMax.
   void writeBlockAmax(const std::string &threads, const std::string &tid);
   void emitValues(const std::set<int32_t> &values,
@@ -384,18 +402,7 @@ void Writer::writeTiles() {
         "      rows > 0 ? (rows + KILN_TILE - 1) / KILN_TILE : 1;\n"
         "  const long long r0 = (long long)blockIdx.x % row_tiles * KILN_TILE;\n"
         "  const long long c0 = (long long)blockIdx.x / row_tiles * KILN_TILE;\n";
-  bool anyTranspose = false, anyAmax = false;
-  for (size_t o = 0; o < g.outputs.size(); ++o) {
-    if (g.outputs[o].store == Store::Transpose) {
-      anyTranspose = true;
-      os << "  __shared__ float kiln_t" << o
-         << "[KILN_TILE][KILN_TILE + 1];\n";
-    }
-    if (g.outputs[o].store == Store::Amax) {
-      anyAmax = true;
-      os << "  float kiln_amax" << o << " = 0.0f;\n";
-    }
-  }
+  auto [anyTranspose, anyAmax] = declareStaging("KILN_TILE", "KILN_TILE");
   std::set<int32_t> pointValues =
       outputCone({Store::Elem, Store::Transpose, Store::Amax});
   std::set<int32_t> rowValues = outputCone({Store::Row, Store::Scalar});
@@ -483,18 +490,8 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
   if (hasColSum)
     os << "  __shared__ double kiln_col[" << colSums.size()
        << "][KILN_BLOCK_ROWS][KILN_LANES];\n";
-  bool anyTranspose = false, anyAmax = false;
-  for (size_t o = 0; o < g.outputs.size(); ++o) {
-    if (g.outputs[o].store == Store::Transpose) {
-      anyTranspose = true;
-      os << "  __shared__ float kiln_t" << o
-         << "[KILN_BLOCK_ROWS][KILN_LANES + 1];\n";
-    }
-    if (g.outputs[o].store == Store::Amax) {
-      anyAmax = true;
-      os << "  float kiln_amax" << o << " = 0.0f;\n";
-    }
-  }
+  auto [anyTranspose, anyAmax] =
+      declareStaging("KILN_BLOCK_ROWS", "KILN_LANES");
 
   // Row-level values, computed by every lane of the row's warp (the same
   // bits), declared here so the final loop sees them. A row reduction: each
