@@ -547,17 +547,57 @@ std::string enqueue(const Action &a, Gemms &gemms,
 
 std::string enqueueActions(const Plan &plan, const std::string &entry,
                            const std::vector<Action> &actions, Gemms &gemms,
-                           comm::NcclCommunicator *comm, cudaStream_t stream) {
+                           comm::NcclCommunicator *comm, cudaStream_t stream,
+                           const std::vector<cudaEvent_t> *marks) {
   const PlanEntry *e = plan.entry(entry);
   std::map<int64_t, comm::CommHandle> pending;
   if (comm)
     comm->setProducerStream(stream);
-  for (const Action &a : actions)
-    if (std::string problem = enqueue(a, gemms, comm, stream, pending);
-        !problem.empty())
+  auto mark = [&](size_t i) -> std::string {
+    if (!marks)
+      return "";
+    if (cudaError_t err = cudaEventRecord((*marks)[i], stream);
+        err != cudaSuccess)
+      return cudaProblem("recording an event", err);
+    return "";
+  };
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action &a = actions[i];
+    std::string problem = mark(i);
+    if (problem.empty())
+      problem = enqueue(a, gemms, comm, stream, pending);
+    if (!problem.empty())
       return "op " + std::to_string(a.step) + " of " + entry + ", " +
              describeStep(plan, e->steps[a.step]) + ": " + problem;
-  return "";
+  }
+  return mark(actions.size());
+}
+
+const char *actionCategory(const Action &a) {
+  switch (a.kind) {
+  case Action::Linear:
+    return "GEMM";
+  case Action::Scaled:
+    return "FP8 GEMM";
+  case Action::Collective:
+  case Action::Wait:
+    return "collectives";
+  case Action::Memset:
+  case Action::Copy:
+    return "copies and memsets";
+  case Action::Launch:
+    break;
+  }
+  const std::string &k = a.kernelName;
+  if (k.rfind("kiln_group", 0) == 0)
+    return "fused groups";
+  if (k.rfind("kiln_attention", 0) == 0)
+    return "attention";
+  if (k.rfind("kiln_adamw", 0) == 0)
+    return "AdamW";
+  if (k == "kiln_check_finite")
+    return "numerics check";
+  return "other op kernels";
 }
 
 } // namespace kiln::runtime::cuda

@@ -126,11 +126,20 @@ buildActions(const ActionContext &ctx, const std::string &entry,
              std::string &error);
 
 /// Enqueues `actions` on `stream`; collectives go through `comm` (null for
-/// a one-rank plan, which has none). Empty on success, else the first
-/// error, naming the step.
+/// a one-rank plan, which has none). With `marks` (actions.size() + 1
+/// events), event i is recorded on `stream` before action i and the last
+/// after the last action, so consecutive marks time each action on the
+/// stream (any idle time before it starts included). Empty on success,
+/// else the first error, naming the step.
 std::string enqueueActions(const Plan &plan, const std::string &entry,
                            const std::vector<Action> &actions, Gemms &gemms,
-                           comm::NcclCommunicator *comm, cudaStream_t stream);
+                           comm::NcclCommunicator *comm, cudaStream_t stream,
+                           const std::vector<cudaEvent_t> *marks = nullptr);
+
+/// What an action's time counts as in a breakdown: "GEMM", "FP8 GEMM",
+/// "attention", "fused groups", "AdamW", "numerics check", "other op
+/// kernels", "copies and memsets", "collectives".
+const char *actionCategory(const Action &a);
 
 /// "CUDA error: <what> (<name>)".
 std::string cudaProblem(const std::string &what, cudaError_t e);

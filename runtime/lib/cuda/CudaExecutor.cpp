@@ -67,6 +67,8 @@ struct CudaExecutor::State final : DeviceValues {
     int runs = 0;
     cudaGraphExec_t graph = nullptr;
     bool eagerOnly = false;
+    /// With a trace: an event before each action and one after the last.
+    std::vector<cudaEvent_t> marks;
   };
   std::map<std::string, Entry> entries;
   int64_t allocated = 0, predicted = 0, usedPeak = 0;
@@ -89,12 +91,50 @@ struct CudaExecutor::State final : DeviceValues {
   void noteMemory();
   /// Forgets every entry's actions and graph (built again at next use).
   void dropEntries();
+  /// Adds each action of the run just finished to the trace: its time on
+  /// the stream between its marks, named "<category>: <kernel> op N, <step>"
+  /// (actionCategory), placed from `began` by the stream's own clock.
+  std::string traceActions(const std::string &name, const Entry &entry,
+                           Trace::Clock::time_point began);
 };
 
+std::string CudaExecutor::State::traceActions(const std::string &name,
+                                              const Entry &entry,
+                                              Trace::Clock::time_point began) {
+  if (entry.marks.size() != entry.actions.size() + 1)
+    return "";
+  const std::vector<PlanStep> &steps = plan.entry(name)->steps;
+  double at = 0; // milliseconds since the first mark
+  for (size_t i = 0; i < entry.actions.size(); ++i) {
+    float ms = 0;
+    if (cudaError_t e =
+            cudaEventElapsedTime(&ms, entry.marks[i], entry.marks[i + 1]);
+        e != cudaSuccess)
+      return cudaProblem("timing an action", e);
+    const Action &a = entry.actions[i];
+    std::string what = std::string(actionCategory(a)) + ": ";
+    if (!a.kernelName.empty())
+      what += a.kernelName + " ";
+    what += "op " + std::to_string(a.step) + ", " +
+            (a.step < steps.size() ? describeStep(plan, steps[a.step]) : "");
+    auto offset = [&](double milliseconds) {
+      return began + std::chrono::duration_cast<Trace::Clock::duration>(
+                         std::chrono::duration<double, std::milli>(
+                             milliseconds));
+    };
+    trace->add(what, Trace::Compute, offset(at), offset(at + ms));
+    at += ms;
+  }
+  return "";
+}
+
 void CudaExecutor::State::dropEntries() {
-  for (auto &[name, e] : entries)
+  for (auto &[name, e] : entries) {
     if (e.graph)
       cudaGraphExecDestroy(e.graph);
+    for (cudaEvent_t m : e.marks)
+      cudaEventDestroy(m);
+  }
   entries.clear();
 }
 
@@ -446,7 +486,8 @@ std::string CudaExecutor::State::buildEntry(const std::string &name,
 /// graphs), else by replaying the graph captured on the second run.
 std::string CudaExecutor::State::launch(const std::string &name,
                                         Entry &entry) {
-  bool replay = graphs && !entry.eagerOnly && entry.runs >= 1;
+  // A traced run is eager, with events around each action (traceActions).
+  bool replay = graphs && !entry.eagerOnly && entry.runs >= 1 && !trace;
   if (replay && !entry.graph) {
     cudaGraph_t graph = nullptr;
     std::string problem;
@@ -479,9 +520,16 @@ std::string CudaExecutor::State::launch(const std::string &name,
       replay = false;
     }
   }
-  if (!replay)
+  if (!replay) {
+    if (trace && entry.marks.empty()) {
+      entry.marks.resize(entry.actions.size() + 1);
+      for (cudaEvent_t &m : entry.marks)
+        if (cudaError_t e = cudaEventCreate(&m); e != cudaSuccess)
+          return cudaProblem("creating an event", e);
+    }
     return enqueueActions(plan, name, entry.actions, *gemms, nccl.get(),
-                          stream);
+                          stream, trace ? &entry.marks : nullptr);
+  }
   if (cudaError_t e = cudaGraphLaunch(entry.graph, stream); e != cudaSuccess)
     return cudaProblem("replaying the graph of " + name, e);
   return "";
@@ -564,8 +612,14 @@ CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
               describeStep(plan, steps[bad->step]) + ": " + bad->describe();
       return std::nullopt;
     }
-  if (s->trace)
+  if (s->trace) {
     s->trace->add(name, Trace::Compute, began, Trace::Clock::now());
+    if (std::string problem = s->traceActions(name, entry, began);
+        !problem.empty()) {
+      error = problem;
+      return std::nullopt;
+    }
+  }
   s->noteMemory();
 
   std::map<std::string, std::vector<float>> outputs;

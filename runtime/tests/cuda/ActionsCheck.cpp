@@ -19,7 +19,8 @@
 // - every collective started is waited for, once, after it starts.
 //
 // Prints per entry the count of each kind of action, and of the AdamW list
-// launches and the parameters they update. Exits 1 on the first problem.
+// launches and the parameters they update, and the count per category of a
+// traced run's breakdown (actionCategory). Exits 1 on the first problem.
 //
 //===----------------------------------------------------------------------===//
 
@@ -247,7 +248,9 @@ int checkPlan(const std::string &path, const Plan &plan, int rank,
     }
     Counts c;
     std::set<int64_t> started;
+    std::map<std::string, int> categories; // as a traced run names them
     for (const Action &a : *actions) {
+      ++categories[actionCategory(a)];
       std::string problem =
           checkAction(plan, entry.steps.at(a.step), device, a, c);
       if (problem.empty() && a.kind == Action::Collective &&
@@ -276,6 +279,10 @@ int checkPlan(const std::string &path, const Plan &plan, int rank,
                 path.c_str(), rank, name.c_str(), actions->size(), c.launches,
                 c.groupLaunches, c.memsets, c.copies, c.gemms, c.scaled,
                 c.collectives, c.adamwLists, c.adamwParams, c.numericsChecks);
+    std::printf("%s rank %d %s categories:", path.c_str(), rank, name.c_str());
+    for (const auto &[category, count] : categories)
+      std::printf(" %s %d;", category.c_str(), count);
+    std::printf("\n");
   }
   return 0;
 }

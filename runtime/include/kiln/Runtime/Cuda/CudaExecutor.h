@@ -13,7 +13,9 @@
 // An entry's first run launches its actions one by one (it also chooses
 // each GEMM's algorithm); its later runs replay a CUDA graph captured from
 // the second run, inputs and outputs included (they go through pinned host
-// buffers at fixed addresses), unless graphs are turned off.
+// buffers at fixed addresses), unless graphs are turned off. With a trace
+// (setTrace), runs are eager and each action is traced with its stream time
+// (events around it), named by category (actionCategory, CudaActions.h).
 //
 // Numerics follow the CPU backend's semantics (every result rounded to its
 // dtype) but not its bits: GEMMs sum in cuBLASLt's order, attention in its
