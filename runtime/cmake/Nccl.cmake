@@ -28,6 +28,8 @@ target_link_libraries(KilnComm PRIVATE ${KILN_NCCL_LIBRARY} CUDA::cudart)
 # NCCL refuses two ranks on one GPU, hence one rank here.
 add_executable(kiln-comm-nccl-tests
   ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/CommConformance.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/CommConformanceProgress.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/CommConformanceSupport.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/NcclCommTest.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/NcclCommTestMain.cpp
 )
