@@ -16,7 +16,7 @@ target_sources(kiln-group-kernel-check PRIVATE tests/cuda/HostShim.cpp)
 # The op kernels against the CPU backend's ops, on the host
 # (tests/Cuda/op-kernels-host.test) or on GPU 0 (ctest gpu-op-kernels).
 add_executable(kiln-op-kernel-check tests/cuda/OpKernelCheck.cpp
-  tests/cuda/HostShim.cpp)
+  tests/cuda/OpKernelDevices.cpp tests/cuda/HostShim.cpp)
 target_link_libraries(kiln-op-kernel-check PRIVATE KilnRuntime
   ${CMAKE_DL_LIBS})
 if(KILN_HAVE_CUDA)
