@@ -237,20 +237,6 @@ void narrow(const float *from, const View &to) {
   cpu::toBf16Bits(from, static_cast<uint16_t *>(to.data), n);
 }
 
-/// Element `i` of a float view of any dtype, as a float.
-float elementOf(const View &v, int64_t i) {
-  switch (v.dtype) {
-  case DType::F32:
-    return v.f32()[i];
-  case DType::BF16:
-    return cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data)[i]);
-  case DType::F8E4M3:
-    return cpu::fromE4m3(static_cast<const uint8_t *>(v.data)[i]);
-  default:
-    return cpu::fromE5m2(static_cast<const uint8_t *>(v.data)[i]);
-  }
-}
-
 /// "NaN in its result 0 at element 12", or empty when every float result is
 /// finite, as stored (a finite f32 past bf16's range is an infinity).
 std::string firstNonFinite(const std::vector<View> &results) {
@@ -258,8 +244,9 @@ std::string firstNonFinite(const std::vector<View> &results) {
     const View &v = results[r];
     if (!isFloat(v.dtype))
       continue;
+    const float *f32 = v.dtype == DType::F32 ? v.f32() : nullptr;
     for (int64_t e = 0, n = v.numElements(); e < n; ++e) {
-      float x = elementOf(v, e);
+      float x = f32 ? f32[e] : loadScalar(v, e); // f32: no decoding
       if (!std::isfinite(x))
         return std::string(std::isnan(x) ? "NaN" : "infinity") +
                " in its result " + std::to_string(r) + " at element " +

@@ -42,23 +42,6 @@ struct Reg {
   float s = 0;
 };
 
-const uint8_t *codes(const View &v) {
-  return static_cast<const uint8_t *>(v.data);
-}
-
-float loadScalar(const View &v, int64_t i) {
-  switch (v.dtype) {
-  case DType::F32:
-    return v.f32()[i];
-  case DType::F8E4M3:
-    return cpu::fromE4m3(codes(v)[i]);
-  case DType::F8E5M2:
-    return cpu::fromE5m2(codes(v)[i]);
-  default:
-    return cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data)[i]);
-  }
-}
-
 /// Writes `x`, already a value of `r`'s type, as element `i` of `r`.
 void storeScalar(const View &r, int64_t i, float x) {
   switch (r.dtype) {
@@ -471,6 +454,19 @@ std::string Interpreter::run() {
 }
 
 } // namespace
+
+float loadScalar(const View &v, int64_t i) {
+  switch (v.dtype) {
+  case DType::F32:
+    return v.f32()[i];
+  case DType::F8E4M3:
+    return cpu::fromE4m3(static_cast<const uint8_t *>(v.data)[i]);
+  case DType::F8E5M2:
+    return cpu::fromE5m2(static_cast<const uint8_t *>(v.data)[i]);
+  default:
+    return cpu::fromBf16Bits(static_cast<const uint16_t *>(v.data)[i]);
+  }
+}
 
 double rowSum(const float *x, int64_t n) {
   double partial[kRowSumLanes] = {};

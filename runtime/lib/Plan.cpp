@@ -427,6 +427,12 @@ std::optional<Plan> loadPlan(const std::string &path, std::string &error) {
   return plan;
 }
 
+bool sameStorage(const PlanValue &a, const PlanValue &b) {
+  return a.id == b.id || (a.kind == PlanValue::Arena &&
+                          b.kind == PlanValue::Arena && a.offset == b.offset &&
+                          a.bytes() == b.bytes());
+}
+
 std::string describeStep(const Plan &plan, const PlanStep &step) {
   std::string text = step.op;
   if (step.group && step.attrs.count("ops"))

@@ -226,6 +226,35 @@ private:
     }
     return {anyTranspose, anyAmax};
   }
+  /// The stores of point (r, c) inside a column loop: element stores,
+  /// each transposed value into its tile at `tileSlot`, amax updates, and
+  /// column-sum values into kiln_cs<j> (j: the output's index in
+  /// `colSums`).
+  void emitPointStores(const std::string &tileSlot,
+                       const std::vector<size_t> &colSums) {
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      std::string buf = "a.out[" + std::to_string(o) + "]";
+      std::string x = v(g.outputs[o].value);
+      switch (g.outputs[o].store) {
+      case Store::Elem:
+        os << "      " << stored(out[o], buf, "r * cols + c", x) << "\n";
+        break;
+      case Store::Transpose:
+        os << "      kiln_t" << o << tileSlot << " = " << x << ";\n";
+        break;
+      case Store::Amax:
+        os << "      " << amaxUpdate(o, x) << "\n";
+        break;
+      case Store::ColSum:
+        os << "      kiln_cs"
+           << std::find(colSums.begin(), colSums.end(), o) - colSums.begin()
+           << " = (double)" << x << ";\n";
+        break;
+      default:
+        break;
+      }
+    }
+  }
   /// Each amax output: the block's largest value, then one atomicMax.
   void writeBlockAmax(const std::string &threads, const std::string &tid);
   void emitValues(const std::set<int32_t> &values,
@@ -413,24 +442,7 @@ void Writer::writeTiles() {
   if (!pointValues.empty()) {
     os << "    if (r < rows && c < cols) {\n";
     emitValues(pointValues, "      ");
-    for (size_t o = 0; o < g.outputs.size(); ++o) {
-      std::string buf = "a.out[" + std::to_string(o) + "]";
-      std::string x = v(g.outputs[o].value);
-      switch (g.outputs[o].store) {
-      case Store::Elem:
-        os << "      " << stored(out[o], buf, "r * cols + c", x) << "\n";
-        break;
-      case Store::Transpose:
-        os << "      kiln_t" << o << "[threadIdx.y + k][threadIdx.x] = " << x
-           << ";\n";
-        break;
-      case Store::Amax:
-        os << "      " << amaxUpdate(o, x) << "\n";
-        break;
-      default:
-        break;
-      }
-    }
+    emitPointStores("[threadIdx.y + k][threadIdx.x]", {});
     os << "    }\n";
   }
   // Row and scalar stores: the tile column's first thread of each row.
@@ -539,29 +551,7 @@ void Writer::writeRows(const std::vector<size_t> &colSums) {
       os << "    double kiln_cs" << j << " = 0.0;\n";
     os << "    if (valid && c < cols) {\n";
     emitValues(finalValues, "      ");
-    for (size_t o = 0; o < g.outputs.size(); ++o) {
-      std::string buf = "a.out[" + std::to_string(o) + "]";
-      std::string x = v(g.outputs[o].value);
-      switch (g.outputs[o].store) {
-      case Store::Elem:
-        os << "      " << stored(out[o], buf, "r * cols + c", x) << "\n";
-        break;
-      case Store::Transpose:
-        os << "      kiln_t" << o << "[warp][lane] = " << x << ";\n";
-        break;
-      case Store::Amax:
-        os << "      " << amaxUpdate(o, x) << "\n";
-        break;
-      case Store::ColSum: {
-        size_t j = std::find(colSums.begin(), colSums.end(), o) -
-                   colSums.begin();
-        os << "      kiln_cs" << j << " = (double)" << x << ";\n";
-        break;
-      }
-      default:
-        break;
-      }
-    }
+    emitPointStores("[warp][lane]", colSums);
     os << "    }\n";
     if (hasColSum || anyTranspose) {
       for (size_t j = 0; j < colSums.size(); ++j)

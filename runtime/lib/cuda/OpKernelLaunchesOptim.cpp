@@ -322,15 +322,10 @@ bool adamwJoins(const Plan &plan, const PlanStep &first,
       return false;
   // In place: param, exp_avg and exp_avg_sq are their results' memory.
   auto inPlace = [&](const PlanStep &s) {
-    for (auto [operand, result] : {std::pair{0, 0}, {2, 1}, {3, 2}}) {
-      const PlanValue &a = plan.values[s.operands[operand]],
-                      &b = plan.values[s.results[result]];
-      bool same = a.id == b.id || (a.kind == b.kind &&
-                                   a.kind == PlanValue::Arena &&
-                                   a.offset == b.offset);
-      if (!same)
+    for (auto [operand, result] : {std::pair{0, 0}, {2, 1}, {3, 2}})
+      if (!sameStorage(plan.values[s.operands[operand]],
+                       plan.values[s.results[result]]))
         return false;
-    }
     return true;
   };
   return inPlace(first) && inPlace(next);

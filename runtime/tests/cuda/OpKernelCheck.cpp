@@ -199,13 +199,6 @@ std::string consistentAttention(const Plan &plan, const PlanStep &step,
   return "";
 }
 
-/// Whether two values are one buffer (a result written in place).
-bool sameStorage(const PlanValue &a, const PlanValue &b) {
-  return a.id == b.id || (a.kind == PlanValue::Arena &&
-                          b.kind == PlanValue::Arena && a.offset == b.offset &&
-                          a.bytes() == b.bytes());
-}
-
 /// The CPU backend's results of the step on `in`, each in its dtype.
 std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
                        std::vector<std::vector<uint8_t>> &in,

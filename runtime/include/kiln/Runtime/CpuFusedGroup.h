@@ -31,8 +31,11 @@ inline constexpr int64_t kColSumBlockRows = 32;
 /// that, down to 1 (a warp's butterfly on a GPU).
 inline constexpr int kRowSumLanes = 32;
 
-/// Σ x[0..n) in double in that order.
+/// Σ x[0..n) in double, in a row_sum's order (kRowSumLanes partials).
 double rowSum(const float *x, int64_t n);
+
+/// Element `i` of a view of a float dtype (f32, bf16, FP8), as a float.
+float loadScalar(const View &v, int64_t i);
 
 /// Computes `group` (checked by checkFusedGroup) from `operands` into
 /// `results`. With `checkNumerics`, returns "NaN in its result R at element

@@ -131,6 +131,10 @@ void unshardedShapes(const Plan &plan,
 /// llama3-debug:2:2".
 std::string describeStep(const Plan &plan, const PlanStep &step);
 
+/// Whether two values are one buffer: the same value, or arena values at
+/// one offset with one size (a result written in place of an operand).
+bool sameStorage(const PlanValue &a, const PlanValue &b);
+
 /// Reads and checks a plan file. On failure returns nothing and sets `error`
 /// to one line saying what is wrong and where.
 std::optional<Plan> loadPlan(const std::string &path, std::string &error);
