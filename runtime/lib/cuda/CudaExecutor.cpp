@@ -253,9 +253,7 @@ std::string CudaExecutor::State::prepare() {
     return cudaProblem("selecting GPU " + std::to_string(device), e);
   if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess)
     return cudaProblem("reading the device's properties", e);
-  // Hopper's wgmma and FP8 instructions need the arch-specific target.
-  arch = "sm_" + std::to_string(prop.major * 10 + prop.minor) +
-         (prop.major == 9 ? "a" : "");
+  arch = kernelArch(prop.major, prop.minor);
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       e != cudaSuccess)
     return cudaProblem("creating a stream", e);

@@ -4,6 +4,7 @@
 #include "kiln/Runtime/Cache.h"
 #include "kiln/Runtime/Safetensors.h"
 
+#include <cuda_runtime_api.h>
 #include <nvrtc.h>
 
 #include <cstdio>
@@ -95,6 +96,29 @@ std::optional<CompiledKernel> compileKernel(const std::string &source,
     (void)writeFileAtomically(cached.string(), cubin);
   }
   return CompiledKernel{std::move(cubin), false};
+}
+
+std::string kernelArch(int major, int minor) {
+  return "sm_" + std::to_string(major * 10 + minor) + (major == 9 ? "a" : "");
+}
+
+std::optional<std::string> deviceKernelArch(int device, std::string &why) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    why = std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")";
+    return std::nullopt;
+  }
+  if (device >= count) {
+    why = count == 0 ? "no CUDA device"
+                     : "no CUDA device " + std::to_string(device);
+    return std::nullopt;
+  }
+  cudaDeviceProp p;
+  if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) {
+    why = cudaGetErrorString(e);
+    return std::nullopt;
+  }
+  return kernelArch(p.major, p.minor);
 }
 
 } // namespace kiln::runtime::cuda

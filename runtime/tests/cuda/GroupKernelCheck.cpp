@@ -169,16 +169,11 @@ public:
 
   /// Empty when GPU 0 can run kernels, else why not.
   std::string open() {
-    int n = 0;
-    if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess)
-      return "no usable CUDA device (" + cudaText(e) + ")";
-    if (n == 0)
-      return "no CUDA device";
-    cudaDeviceProp p;
-    if (cudaError_t e = cudaGetDeviceProperties(&p, 0); e != cudaSuccess)
-      return cudaText(e);
-    arch = "sm_" + std::to_string(p.major * 10 + p.minor) +
-           (p.major == 9 ? "a" : "");
+    std::string why;
+    std::optional<std::string> a = cuda::deviceKernelArch(0, why);
+    if (!a)
+      return why;
+    arch = *a;
     return "";
   }
 

@@ -114,19 +114,12 @@ class GpuDevice final : public Device {
 public:
   /// Empty when GPU 0 runs the compiled library, else why not.
   std::string open(bool &skip) {
-    skip = true;
-    int n = 0;
-    if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess)
-      return "no usable CUDA device (" + cudaText(e) + ")";
-    if (n == 0)
-      return "no CUDA device";
-    cudaDeviceProp p;
-    if (cudaError_t e = cudaGetDeviceProperties(&p, 0); e != cudaSuccess)
-      return cudaText(e);
-    skip = false;
-    std::string arch = "sm_" + std::to_string(p.major * 10 + p.minor) +
-                       (p.major == 9 ? "a" : ""),
-                error;
+    std::string error;
+    std::optional<std::string> a = cuda::deviceKernelArch(0, error);
+    skip = !a;
+    if (!a)
+      return error;
+    std::string arch = *a;
     std::optional<cuda::CompiledKernel> cubin =
         cuda::compileKernel(cuda::opKernelLibrarySource(), arch,
                             cuda::defaultKernelCacheDir(), error);

@@ -33,6 +33,14 @@ std::optional<CompiledKernel> compileKernel(const std::string &source,
 /// The kernels' folder in Kiln's cache (Cache.h): <cache>/kernels.
 std::string defaultKernelCacheDir();
 
+/// The target for a device of compute capability major.minor: "sm_XY", and
+/// on Hopper the arch-specific "sm_90a" (its wgmma and FP8 instructions).
+std::string kernelArch(int major, int minor);
+
+/// The target of GPU `device`; nothing, with `why` ("no usable CUDA device
+/// (...)", "no CUDA device", ...), when it cannot be used.
+std::optional<std::string> deviceKernelArch(int device, std::string &why);
+
 } // namespace kiln::runtime::cuda
 
 #endif // KILN_RUNTIME_CUDA_KERNELCOMPILER_H
