@@ -23,32 +23,15 @@ int64_t View::numElements() const {
 CpuExecutor::CpuExecutor(const Plan &plan) : planRef(plan) {}
 
 namespace {
-bool isCollective(const std::string &op) {
-  return op == "all_gather_start" || op == "reduce_scatter_start" ||
-         op == "all_reduce_start";
-}
-
-/// The FP8 all-gather's casts: they depend on the rank's place in the flat
-/// buffer, which the executor knows.
-bool isShardOp(const std::string &op) {
-  return op == "shard_amax" || op == "shard_quantize";
+bool isCollective(const PlanStep &step) {
+  return plan::category(step.kind) == plan::Category::Collective;
 }
 } // namespace
 
 std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
                                                  std::string &error) {
-  for (const auto &[name, entry] : plan.entries)
-    for (const PlanStep &step : entry.steps)
-      if (!step.group && step.op != "init" && !isCollective(step.op) &&
-          step.op != "wait" && !isShardOp(step.op) && !findCpuOp(step.op)) {
-        error = "the CPU backend cannot run op '" + step.op + "' (" +
-                name + ", " + step.loc + ")";
-        return nullptr;
-      }
-  if (!plan.entry("init")) {
-    error = "the plan has no 'init' entry";
-    return nullptr;
-  }
+  // Every op of a verified plan is one this backend runs (plan/Format.h);
+  // the dtypes are checked here.
   std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan));
   for (const PlanValue &v : plan.values) {
     if (v.dtype == DType::F16 || v.dtype == DType::F64) {
@@ -127,10 +110,10 @@ std::string CpuExecutor::startCollective(const PlanStep &step) {
       reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
   if (reduction == "mean")
     p.divisor = planRef.ranks;
-  if (step.op == "all_gather_start")
+  if (step.kind == plan::Op::AllGatherStart)
     p.handle = communicator->startAllGather(in.data, out.data,
                                              in.numElements(), type);
-  else if (step.op == "reduce_scatter_start")
+  else if (step.kind == plan::Op::ReduceScatterStart)
     p.handle = communicator->startReduceScatter(in.data, out.data,
                                                  out.numElements(), type, op);
   else
@@ -261,13 +244,21 @@ std::string firstNonFinite(const std::vector<View> &results) {
 std::string
 CpuExecutor::runStep(const PlanStep &s,
                      std::vector<std::vector<float>> &scratch) {
-  if (isCollective(s.op) || s.op == "wait") {
+  switch (plan::category(s.kind)) {
+  case plan::Category::Collective:
+  case plan::Category::Wait:
     if (!communicator)
       return "a collective needs a communicator";
-    return s.op == "wait" ? waitCollective(s) : startCollective(s);
-  }
-  if (isShardOp(s.op))
+    return s.kind == plan::Op::Wait ? waitCollective(s) : startCollective(s);
+  case plan::Category::ShardCast:
+    // The FP8 all-gather's casts depend on the rank's place in the flat
+    // buffer, which the executor knows.
     return runShardOp(s, scratch);
+  case plan::Category::Init:
+    return "init steps run through initialize()";
+  default:
+    break;
+  }
   if (s.group) {
     // A fused group reads and writes every dtype itself.
     std::vector<View> operands, results;
@@ -293,7 +284,7 @@ CpuExecutor::runStep(const PlanStep &s,
     }
     results.push_back(r);
   }
-  std::string failure = findCpuOp(s.op)(s, operands, results);
+  std::string failure = findCpuOp(s.kind)(s, operands, results);
   if (!failure.empty())
     return failure;
   for (size_t k = 0; k < stored.size(); ++k)
@@ -314,7 +305,7 @@ CpuExecutor::runShardOp(const PlanStep &s,
   for (size_t i = 0; i < offsets.size(); ++i)
     weights.push_back({offsets[i], sizes[i]});
   int64_t n = shard.numElements(), first = rankIndex * n;
-  if (s.op == "shard_amax") {
+  if (s.kind == plan::Op::ShardAmax) {
     cpu::shardAmax(shard.f32(), n, first, weights.data(),
                    static_cast<int64_t>(weights.size()),
                    view(s.results[0]).f32());
@@ -359,7 +350,7 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     if (!failure.empty())
       return fail(i, s, failure);
     if (trace) {
-      if (!isCollective(s.op) && s.op != "wait")
+      if (!isCollective(s) && s.kind != plan::Op::Wait)
         trace->add(s.group && s.attrs.count("ops")
                        ? "fused (" + s.str("ops") + ")"
                        : s.op,

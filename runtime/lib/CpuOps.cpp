@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 namespace kiln::runtime {
 
@@ -246,34 +245,57 @@ KILN_CPU_OP(adamw) {
 
 } // namespace
 
-CpuOpFn findCpuOp(const std::string &op) {
-  static const std::map<std::string, CpuOpFn> table = {
-      {"embedding", embedding},
-      {"embedding_grad", embeddingGrad},
-      {"linear", linear},
-      {"linear_grad_input", linearGradInput},
-      {"linear_grad_weight", linearGradWeight},
-      {"scaled_matmul", scaledMatmul},
-      {"rope", ropeOp<cpu::rope>},
-      {"rope_grad", ropeOp<cpu::ropeBackward>},
-      {"attention", attention},
-      {"attention_grad", attentionGrad},
-      {"cross_entropy", crossEntropy},
-      {"cross_entropy_grad", crossEntropyGrad},
-      // The executor rounds every result to its dtype: a reshape is a copy
-      // through f32.
-      {"reshape", copy},
-      {"transpose", transpose},
-      {"flatten", flatten},
-      {"unflatten", unflatten},
-      {"delayed_amax", delayedAmax},
-      {"amax_history_update", amaxHistoryUpdate},
-      {"grad_norm", gradNorm},
-      {"lr_schedule", lrSchedule},
-      {"adamw", adamw},
-  };
-  auto it = table.find(op);
-  return it == table.end() ? nullptr : it->second;
+CpuOpFn findCpuOp(plan::Op op) {
+  using plan::Op;
+  switch (op) {
+  case Op::Embedding:
+    return embedding;
+  case Op::EmbeddingGrad:
+    return embeddingGrad;
+  case Op::Linear:
+    return linear;
+  case Op::LinearGradInput:
+    return linearGradInput;
+  case Op::LinearGradWeight:
+    return linearGradWeight;
+  case Op::ScaledMatmul:
+    return scaledMatmul;
+  case Op::Rope:
+    return ropeOp<cpu::rope>;
+  case Op::RopeGrad:
+    return ropeOp<cpu::ropeBackward>;
+  case Op::Attention:
+    return attention;
+  case Op::AttentionGrad:
+    return attentionGrad;
+  case Op::CrossEntropy:
+    return crossEntropy;
+  case Op::CrossEntropyGrad:
+    return crossEntropyGrad;
+  case Op::Reshape:
+    // The executor rounds every result to its dtype: a reshape is a copy
+    // through f32.
+    return copy;
+  case Op::Transpose:
+    return transpose;
+  case Op::Flatten:
+    return flatten;
+  case Op::Unflatten:
+    return unflatten;
+  case Op::DelayedAmax:
+    return delayedAmax;
+  case Op::AmaxHistoryUpdate:
+    return amaxHistoryUpdate;
+  case Op::GradNorm:
+    return gradNorm;
+  case Op::LrSchedule:
+    return lrSchedule;
+  case Op::AdamW:
+    return adamw;
+  default:
+    // Not a library op: the executor runs it itself (plan::Category).
+    return nullptr;
+  }
 }
 
 } // namespace kiln::runtime

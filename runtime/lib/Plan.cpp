@@ -9,12 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 namespace kiln::runtime {
 
 using nlohmann::json;
+using plan::kMaxBytes;
+using plan::kMaxEvalSteps;
+using plan::kMaxTrainingSteps;
 
 int64_t dtypeBytes(DType type) {
   switch (type) {
@@ -75,278 +79,348 @@ struct PlanError {
   std::string message;
 };
 
-template <typename T> const T &attr(const PlanStep &step, const std::string &name) {
-  return std::get<T>(step.attrs.at(name));
+[[noreturn]] void fail(const std::string &what, const std::string &problem) {
+  throw PlanError{what + " " + problem};
 }
 
-DType parseDType(const std::string &s) {
+/// A short rendering of what the plan wrote, for messages.
+std::string shown(const json &j) {
+  std::string text = j.dump();
+  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
+}
+
+/// Member `key` of the object `j` (`what` names it in messages).
+const json &member(const json &j, const char *key, const std::string &what) {
+  if (!j.is_object())
+    fail(what, "must be an object, not " + shown(j));
+  auto it = j.find(key);
+  if (it == j.end())
+    fail(what, std::string("has no '") + key + "'");
+  return *it;
+}
+
+/// A JSON integer in [min, max]: 3.0, -0.5, 1e3, true and "3" are not one.
+int64_t integer(const json &j, int64_t min, int64_t max,
+                const std::string &what) {
+  if (j.is_number_unsigned() &&
+      j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail(what, "is " + shown(j) + ", past " + std::to_string(max));
+  if (!j.is_number_integer())
+    fail(what, "must be an integer, not " + shown(j));
+  int64_t v = j.get<int64_t>();
+  if (v < min || v > max)
+    fail(what, "is " + std::to_string(v) + ", outside [" +
+                   std::to_string(min) + ", " + std::to_string(max) + "]");
+  return v;
+}
+
+int64_t integerMember(const json &j, const char *key, int64_t min,
+                      int64_t max, const std::string &what) {
+  return integer(member(j, key, what), min, max, what + " " + key);
+}
+
+double number(const json &j, const std::string &what) {
+  if (!j.is_number())
+    fail(what, "must be a number, not " + shown(j));
+  return j.get<double>();
+}
+
+const std::string &text(const json &j, const std::string &what) {
+  if (!j.is_string())
+    fail(what, "must be a string, not " + shown(j));
+  return j.get_ref<const std::string &>();
+}
+
+const json &array(const json &j, const std::string &what) {
+  if (!j.is_array())
+    fail(what, "must be a list, not " + shown(j));
+  return j;
+}
+
+std::vector<int64_t> integers(const json &j, int64_t min, int64_t max,
+                              const std::string &what) {
+  std::vector<int64_t> out;
+  for (const json &e : array(j, what))
+    out.push_back(integer(e, min, max, what + " element"));
+  return out;
+}
+
+/// A tensor shape: dimensions of at most kMaxElements, and so many
+/// elements at most (checked without overflow).
+std::vector<int64_t> shapeOf(const json &j, const std::string &what) {
+  std::vector<int64_t> shape = integers(j, 0, plan::kMaxElements, what);
+  if (shape.size() > 8)
+    fail(what, "has " + std::to_string(shape.size()) +
+                   " dimensions; plan tensors have at most 8");
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && n > plan::kMaxElements / d)
+      fail(what, "has more than 2^48 elements");
+    n *= d;
+  }
+  return shape;
+}
+
+DType parseDType(const json &j, const std::string &what) {
   static const std::map<std::string, DType> names = {
       {"f32", DType::F32}, {"bf16", DType::BF16}, {"f16", DType::F16},
       {"f64", DType::F64}, {"i32", DType::I32},   {"i64", DType::I64},
       {"f8e4m3", DType::F8E4M3}, {"f8e5m2", DType::F8E5M2}};
-  auto it = names.find(s);
+  auto it = names.find(text(j, what));
   if (it == names.end())
-    throw PlanError{"unknown dtype '" + s + "'"};
+    fail(what, "is an unknown dtype " + shown(j));
   return it->second;
 }
 
-InitSpec parseInit(const json &j) {
+InitSpec parseInit(const json &j, const std::string &what) {
   static const std::map<std::string, InitSpec::Kind> kinds = {
       {"zeros", InitSpec::Zeros},
       {"ones", InitSpec::Ones},
       {"normal", InitSpec::Normal},
       {"trunc_normal", InitSpec::TruncNormal}};
   InitSpec init;
-  auto it = kinds.find(j.at("kind").get<std::string>());
+  const json &kind = member(j, "kind", what);
+  auto it = kinds.find(text(kind, what + " kind"));
   if (it == kinds.end())
-    throw PlanError{"unknown initialiser '" + j.at("kind").get<std::string>() +
-                    "'"};
+    fail(what, "has an unknown initialiser " + shown(kind));
   init.kind = it->second;
+  auto finite = [&](const char *key) {
+    double v = number(member(j, key, what), what + " " + key);
+    if (!std::isfinite(v))
+      fail(what + " " + key, "must be finite");
+    return v;
+  };
   if (init.kind == InitSpec::Normal || init.kind == InitSpec::TruncNormal)
-    init.std = j.at("std").get<double>();
+    init.std = finite("std");
   if (init.kind == InitSpec::TruncNormal) {
-    init.a = j.at("a").get<double>();
-    init.b = j.at("b").get<double>();
+    init.a = finite("a");
+    init.b = finite("b");
   }
   return init;
 }
 
-AttrValue parseAttr(const json &j) {
+AttrValue parseAttr(const json &j, const std::string &what) {
   if (j.is_boolean())
     return j.get<bool>();
   if (j.is_number_integer())
-    return j.get<int64_t>();
+    return integer(j, INT64_MIN, INT64_MAX, what);
   if (j.is_number())
     return j.get<double>();
   if (j.is_string())
     return j.get<std::string>();
   if (j.is_array())
-    return j.get<std::vector<int64_t>>();
-  throw PlanError{"unsupported attribute value " + j.dump()};
+    return integers(j, INT64_MIN, INT64_MAX, what);
+  fail(what, "has an unsupported value " + shown(j));
 }
 
 /// The `group` of a `fused` step, checked against the values it reads and
-/// writes.
+/// writes (checkFusedGroup; ids are checked here first).
 std::shared_ptr<const FusedGroup> parseGroup(const json &j,
                                              const PlanStep &step,
                                              const Plan &plan,
                                              const std::string &where) {
+  std::string what = where + " group";
   auto group = std::make_shared<FusedGroup>();
-  group->rows = j.at("rows").get<int64_t>();
-  group->cols = j.at("cols").get<int64_t>();
+  group->rows = integerMember(j, "rows", 1, plan::kMaxElements, what);
+  group->cols = integerMember(j, "cols", 1, plan::kMaxElements, what);
+  if (group->rows > plan::kMaxElements / group->cols)
+    fail(what, "has more than 2^48 points");
   static const std::map<std::string, GroupKind> kinds = {
       {"scalar", GroupKind::Scalar},
       {"row", GroupKind::Row},
       {"col", GroupKind::Col},
       {"elem", GroupKind::Elem}};
-  for (const json &ji : j.at("body")) {
+  const json &body = array(member(j, "body", what), what + " body");
+  for (const json &ji : body) {
+    std::string at =
+        what + " instruction " + std::to_string(group->body.size());
     GroupInstr in;
-    std::string op = ji.at("op").get<std::string>();
+    const std::string &op = text(member(ji, "op", at), at + " op");
     if (!parseGroupOp(op, in.op))
-      throw PlanError{where + ": unknown group instruction '" + op + "'"};
-    in.type = parseDType(ji.value("type", "f32"));
-    in.args = ji.value("args", std::vector<int32_t>{});
+      fail(at, "is an unknown group instruction '" + op + "'");
+    in.type = ji.contains("type") ? parseDType(ji["type"], at + " type")
+                                  : DType::F32;
+    if (ji.contains("args"))
+      for (int64_t a : integers(ji["args"], 0, INT32_MAX, at + " args"))
+        in.args.push_back(static_cast<int32_t>(a));
     if (in.op == GroupInstr::Op::Load) {
-      in.operand = ji.at("operand").get<int32_t>();
-      auto kind = kinds.find(ji.at("kind").get<std::string>());
-      if (kind == kinds.end())
-        throw PlanError{where + ": unknown load kind " + ji.at("kind").dump()};
-      in.kind = kind->second;
+      in.operand =
+          static_cast<int32_t>(integerMember(ji, "operand", 0, INT32_MAX, at));
+      const json &kind = member(ji, "kind", at);
+      auto it = kinds.find(text(kind, at + " kind"));
+      if (it == kinds.end())
+        fail(at, "has an unknown load kind " + shown(kind));
+      in.kind = it->second;
     }
     if (in.op == GroupInstr::Op::Const)
-      in.value = ji.at("value").get<double>();
+      in.value = number(member(ji, "value", at), at + " value");
     group->body.push_back(std::move(in));
   }
-  for (const json &jo : j.at("outputs")) {
+  for (const json &jo : array(member(j, "outputs", what), what + " outputs")) {
+    std::string at = what + " output " + std::to_string(group->outputs.size());
     GroupOutput out;
-    out.value = jo.at("value").get<int32_t>();
-    std::string store = jo.value("store", "elem");
+    out.value =
+        static_cast<int32_t>(integerMember(jo, "value", 0, INT32_MAX, at));
+    std::string store =
+        jo.contains("store") ? text(jo["store"], at + " store") : "elem";
     if (!parseGroupStore(store, out.store))
-      throw PlanError{where + ": unknown store '" + store + "'"};
+      fail(at, "has an unknown store '" + store + "'");
     group->outputs.push_back(out);
   }
   auto values = [&](const std::vector<int64_t> &ids) {
     std::vector<const PlanValue *> out;
-    for (int64_t id : ids) {
-      if (id < 0 || id >= static_cast<int64_t>(plan.values.size()))
-        throw PlanError{where + " refers to value " + std::to_string(id) +
-                        ", which does not exist"};
+    for (int64_t id : ids)
       out.push_back(&plan.values[id]);
-    }
     return out;
   };
   std::string problem =
       checkFusedGroup(*group, values(step.operands), values(step.results));
   if (!problem.empty())
-    throw PlanError{where + ": " + problem};
+    throw PlanError{what + ": " + problem};
   return group;
 }
 
-Plan parse(const std::string &text) {
-  json j = json::parse(text);
-  if (!j.is_object() || j.value("format", "") != "kiln-plan")
-    throw PlanError{"not a Kiln plan (no \"format\": \"kiln-plan\")"};
-  Plan plan;
-  plan.version = j.at("version").get<int>();
-  if (plan.version != kSupportedPlanVersion)
-    throw PlanError{"plan version " + std::to_string(plan.version) +
-                    " is not supported by this runtime (it reads version " +
-                    std::to_string(kSupportedPlanVersion) + ")"};
-  plan.vocabSize = j.at("vocab_size").get<int64_t>();
-  plan.ranks = j.value("ranks", int64_t(1));
-  if (plan.ranks < 1)
-    throw PlanError{"the plan's ranks must be at least 1"};
-  plan.arenaBytes = j.at("arena_bytes").get<int64_t>();
-  plan.stateBytes = j.at("state_bytes").get<int64_t>();
-  const json &jt = j.at("training");
-  TrainingSpec &t = plan.training;
-  t.steps = jt.at("steps").get<int64_t>();
-  t.seed = jt.at("seed").get<int64_t>();
-  t.evalInterval = jt.at("eval_interval").get<int64_t>();
-  t.evalSteps = jt.at("eval_steps").get<int64_t>();
-  t.checkpointInterval = jt.at("checkpoint_interval").get<int64_t>();
-  t.data = jt.at("data").get<std::string>();
-  t.checkpointFolder = jt.at("checkpoint_folder").get<std::string>();
-  if (t.steps < 0 || t.seed < 0 || t.evalInterval < 0 || t.evalSteps < 1 ||
-      t.checkpointInterval < 0)
-    throw PlanError{"the training section has a negative count"};
+PlanValue parseValue(const json &jv, const Plan &plan) {
   static const std::map<std::string, PlanValue::Kind> kinds = {
       {"state", PlanValue::State},
       {"input", PlanValue::Input},
       {"const", PlanValue::Const},
       {"arena", PlanValue::Arena}};
-  for (const json &jv : j.at("values")) {
-    PlanValue v;
-    v.id = jv.at("id").get<int64_t>();
-    if (v.id != static_cast<int64_t>(plan.values.size()))
-      throw PlanError{"value ids must be 0, 1, 2, ... in order"};
-    auto kind = kinds.find(jv.at("kind").get<std::string>());
-    if (kind == kinds.end())
-      throw PlanError{"value " + std::to_string(v.id) + " has an unknown kind"};
-    v.kind = kind->second;
-    v.shape = jv.at("shape").get<std::vector<int64_t>>();
-    for (int64_t d : v.shape)
-      if (d < 0 || d > (int64_t(1) << 40))
-        throw PlanError{"value " + std::to_string(v.id) + " has a bad shape"};
-    v.dtype = parseDType(jv.at("dtype").get<std::string>());
-    if (v.kind == PlanValue::State || v.kind == PlanValue::Input)
-      v.name = jv.at("name").get<std::string>();
-    if (v.kind == PlanValue::State)
-      v.init = parseInit(jv.at("init"));
-    if (v.kind == PlanValue::State && jv.contains("shard_of")) {
-      for (const json &jp : jv.at("shard_of")) {
-        ShardPart part;
-        part.name = jp.at("name").get<std::string>();
-        part.offset = jp.at("offset").get<int64_t>();
-        part.shape = jp.at("shape").get<std::vector<int64_t>>();
-        part.init = parseInit(jp.at("init"));
-        if (part.offset < 0 || part.numElements() < 0 ||
-            part.offset + part.numElements() >
-                plan.ranks * (v.shape.empty() ? 1 : v.shape[0]))
-          throw PlanError{"value " + std::to_string(v.id) + ": part '" +
-                          part.name + "' lies outside its flat buffer"};
-        v.shardOf.push_back(std::move(part));
-      }
+  PlanValue v;
+  std::string what = "value " + std::to_string(plan.values.size());
+  v.id = integerMember(jv, "id", 0, INT64_MAX, what);
+  if (v.id != static_cast<int64_t>(plan.values.size()))
+    fail(what, "has id " + std::to_string(v.id) +
+                   "; value ids are 0, 1, 2, ... in order");
+  const json &kind = member(jv, "kind", what);
+  auto it = kinds.find(text(kind, what + " kind"));
+  if (it == kinds.end())
+    fail(what, "has an unknown kind " + shown(kind));
+  v.kind = it->second;
+  v.shape = shapeOf(member(jv, "shape", what), what + " shape");
+  v.dtype = parseDType(member(jv, "dtype", what), what + " dtype");
+  if (v.kind == PlanValue::State || v.kind == PlanValue::Input)
+    v.name = text(member(jv, "name", what), what + " name");
+  if (v.kind == PlanValue::State)
+    v.init = parseInit(member(jv, "init", what), what + " init");
+  if (v.kind == PlanValue::State && jv.contains("shard_of"))
+    for (const json &jp : array(jv["shard_of"], what + " shard_of")) {
+      std::string at =
+          what + " shard_of part " + std::to_string(v.shardOf.size());
+      ShardPart part;
+      part.name = text(member(jp, "name", at), at + " name");
+      part.offset = integerMember(jp, "offset", 0, plan::kMaxElements, at);
+      part.shape = shapeOf(member(jp, "shape", at), at + " shape");
+      part.init = parseInit(member(jp, "init", at), at + " init");
+      v.shardOf.push_back(std::move(part));
     }
-    if (v.kind == PlanValue::Const)
-      v.constValue = jv.at("value").get<double>();
-    if (v.kind == PlanValue::Arena)
-      v.offset = jv.at("offset").get<int64_t>();
-    plan.values.push_back(std::move(v));
+  if (v.kind == PlanValue::Const) {
+    v.constValue = number(member(jv, "value", what), what + " value");
   }
-  for (const auto &[name, je] : j.at("entries").items()) {
+  if (v.kind == PlanValue::Arena)
+    v.offset = integerMember(jv, "offset", 0, kMaxBytes, what);
+  return v;
+}
+
+PlanStep parseStep(const json &js, const Plan &plan,
+                   const std::string &where) {
+  PlanStep step;
+  step.op = text(member(js, "op", where), where + " op");
+  const plan::OpInfo *info = plan::findOp(step.op);
+  if (!info)
+    fail(where, "has an unknown op '" + step.op + "'");
+  std::string what = where + " (" + step.op + ")";
+  if (info->category == plan::Category::GroupOnly)
+    fail(what, "is an op that only appears inside fused groups (as a "
+               "\"fused\" step)");
+  step.kind = info->op;
+  int64_t last = static_cast<int64_t>(plan.values.size()) - 1;
+  step.operands =
+      integers(member(js, "operands", what), 0, last, what + " operands");
+  step.results =
+      integers(member(js, "results", what), 0, last, what + " results");
+  if (js.contains("loc"))
+    step.loc = text(js["loc"], what + " loc");
+  const json &attrs = member(js, "attrs", what);
+  if (!attrs.is_object())
+    fail(what + " attrs", "must be an object");
+  for (const auto &[key, value] : attrs.items())
+    step.attrs[key] = parseAttr(value, what + " attribute '" + key + "'");
+  if (step.kind == plan::Op::Fused)
+    step.group = parseGroup(member(js, "group", what), step, plan, what);
+  else if (js.contains("group"))
+    fail(what, "has a group, but only \"fused\" steps have one");
+  return step;
+}
+
+Plan parse(const std::string &source) {
+  json j = json::parse(source);
+  if (!j.is_object() || !j.contains("format") || j["format"] != "kiln-plan")
+    throw PlanError{"not a Kiln plan (no \"format\": \"kiln-plan\")"};
+  Plan plan;
+  plan.version = static_cast<int>(
+      integerMember(j, "version", 0, INT32_MAX, "the plan"));
+  if (plan.version != plan::kVersion)
+    throw PlanError{"plan version " + std::to_string(plan.version) +
+                    " is not supported by this runtime (it reads version " +
+                    std::to_string(plan::kVersion) + ")"};
+  plan.vocabSize = integerMember(j, "vocab_size", 1, INT32_MAX, "the plan");
+  plan.ranks = j.contains("ranks")
+                   ? integer(j["ranks"], 1, plan::kMaxRanks, "the plan ranks")
+                   : 1;
+  plan.arenaBytes = integerMember(j, "arena_bytes", 0, kMaxBytes, "the plan");
+  plan.stateBytes = integerMember(j, "state_bytes", 0, kMaxBytes, "the plan");
+  const json &jt = member(j, "training", "the plan");
+  TrainingSpec &t = plan.training;
+  const std::string training = "the training section";
+  t.steps = integerMember(jt, "steps", 0, kMaxTrainingSteps, training);
+  t.seed = integerMember(jt, "seed", 0, INT64_MAX, training);
+  t.evalInterval =
+      integerMember(jt, "eval_interval", 0, kMaxTrainingSteps, training);
+  t.evalSteps = integerMember(jt, "eval_steps", 1, kMaxEvalSteps, training);
+  t.checkpointInterval =
+      integerMember(jt, "checkpoint_interval", 0, kMaxTrainingSteps, training);
+  t.data = text(member(jt, "data", training), training + " data");
+  t.checkpointFolder = text(member(jt, "checkpoint_folder", training),
+                            training + " checkpoint_folder");
+  for (const json &jv : array(member(j, "values", "the plan"), "values"))
+    plan.values.push_back(parseValue(jv, plan));
+  const json &entries = member(j, "entries", "the plan");
+  if (!entries.is_object())
+    throw PlanError{"the plan's entries must be an object"};
+  for (const auto &[name, je] : entries.items()) {
+    std::string what = "entry " + name;
     PlanEntry entry;
-    entry.arenaBytes = je.at("arena_bytes").get<int64_t>();
+    entry.arenaBytes = integerMember(je, "arena_bytes", 0, kMaxBytes, what);
     if (je.contains("live_at_peak")) {
-      const json &jl = je.at("live_at_peak");
-      entry.liveAtPeak = {jl.at("peak_step").get<int64_t>(),
-                          jl.at("parameter_copies").get<int64_t>(),
-                          jl.at("gradients").get<int64_t>(),
-                          jl.at("activations").get<int64_t>()};
+      const json &jl = je["live_at_peak"];
+      std::string at = what + " live_at_peak";
+      entry.liveAtPeak = {
+          integerMember(jl, "peak_step", 0, INT64_MAX, at),
+          integerMember(jl, "parameter_copies", 0, kMaxBytes, at),
+          integerMember(jl, "gradients", 0, kMaxBytes, at),
+          integerMember(jl, "activations", 0, kMaxBytes, at)};
     }
-    entry.outputs = je.at("outputs").get<std::map<std::string, int64_t>>();
-    for (const json &js : je.at("steps")) {
-      PlanStep step;
-      step.op = js.at("op").get<std::string>();
-      step.operands = js.at("operands").get<std::vector<int64_t>>();
-      step.results = js.at("results").get<std::vector<int64_t>>();
-      step.loc = js.value("loc", "");
-      for (const auto &[key, value] : js.at("attrs").items())
-        step.attrs[key] = parseAttr(value);
-      if (step.op == "fused")
-        step.group =
-            parseGroup(js.at("group"), step, plan,
-                       name + " step " + std::to_string(entry.steps.size()));
-      entry.steps.push_back(std::move(step));
-    }
+    const json &outputs = member(je, "outputs", what);
+    if (!outputs.is_object())
+      fail(what + " outputs", "must be an object");
+    for (const auto &[out, id] : outputs.items())
+      entry.outputs[out] =
+          integer(id, 0, static_cast<int64_t>(plan.values.size()) - 1,
+                  what + " output '" + out + "'");
+    for (const json &js : array(member(je, "steps", what), what + " steps"))
+      entry.steps.push_back(parseStep(
+          js, plan, name + " step " + std::to_string(entry.steps.size())));
     plan.entries[name] = std::move(entry);
   }
   return plan;
 }
+} // namespace
 
-/// shard_amax (shard -> amaxes) and shard_quantize (shard, amaxes -> codes,
-/// scales): one offset and one size per weight, each weight inside the
-/// flat buffer of `ranks` shards.
-void checkShardOp(const Plan &plan, const PlanStep &s,
-                  const std::string &where) {
-  bool quantize = s.op == "shard_quantize";
-  if (!quantize && s.op != "shard_amax")
-    return;
-  auto ints = [&](const char *key) -> const std::vector<int64_t> * {
-    auto it = s.attrs.find(key);
-    return it == s.attrs.end() ? nullptr
-                               : std::get_if<std::vector<int64_t>>(&it->second);
-  };
-  const std::vector<int64_t> *offsets = ints("offsets"), *sizes = ints("sizes");
-  auto ranks = s.attrs.find("ranks");
-  bool ok = offsets && sizes && offsets->size() == sizes->size() &&
-            ranks != s.attrs.end() &&
-            std::holds_alternative<int64_t>(ranks->second) &&
-            s.operands.size() == (quantize ? 2u : 1u) &&
-            s.results.size() == (quantize ? 2u : 1u) &&
-            plan.values[s.results.back()].numElements() ==
-                static_cast<int64_t>(offsets->size());
-  if (ok) {
-    int64_t total = std::get<int64_t>(ranks->second) *
-                    plan.values[s.operands[0]].numElements();
-    for (size_t w = 0; ok && w < offsets->size(); ++w)
-      ok = (*offsets)[w] >= 0 && (*sizes)[w] >= 0 &&
-           (*offsets)[w] + (*sizes)[w] <= total;
-  }
-  if (!ok)
-    throw PlanError{where + ": " + s.op +
-                    " needs one offset and one size per weight, inside the "
-                    "flat buffer of `ranks` shards"};
-}
-
-/// Ids in range, arena buffers inside the arena.
-void validate(const Plan &plan) {
-  auto checkId = [&](int64_t id, const std::string &where) {
-    if (id < 0 || id >= static_cast<int64_t>(plan.values.size()))
-      throw PlanError{where + " refers to value " + std::to_string(id) +
-                      ", which does not exist"};
-  };
-  for (const PlanValue &v : plan.values)
-    if (v.kind == PlanValue::Arena &&
-        (v.offset < 0 || v.offset + v.bytes() > plan.arenaBytes))
-      throw PlanError{"value " + std::to_string(v.id) +
-                      " lies outside the arena"};
-  for (const auto &[name, entry] : plan.entries) {
-    for (size_t i = 0; i < entry.steps.size(); ++i) {
-      std::string where = name + " step " + std::to_string(i);
-      for (int64_t id : entry.steps[i].operands)
-        checkId(id, where);
-      for (int64_t id : entry.steps[i].results)
-        checkId(id, where);
-      if (entry.steps[i].op == "init" &&
-          (entry.steps[i].results.size() != 1 ||
-           plan.values[entry.steps[i].results[0]].kind != PlanValue::State))
-        throw PlanError{where + ": init must have one result, a state"};
-      checkShardOp(plan, entry.steps[i], where);
-    }
-    for (const auto &[out, id] : entry.outputs)
-      checkId(id, name + " output " + out);
-  }
+namespace {
+template <typename T>
+const T &attr(const PlanStep &step, const std::string &name) {
+  return std::get<T>(step.attrs.at(name));
 }
 } // namespace
 
@@ -401,8 +475,11 @@ const PlanValue *Plan::named(PlanValue::Kind kind,
 std::optional<Plan> parsePlan(const std::string &text, std::string &error) {
   try {
     Plan plan = parse(text);
-    validate(plan);
-    return plan;
+    std::string problem = verifyPlan(plan);
+    if (problem.empty())
+      return plan;
+    error = problem;
+    return std::nullopt;
   } catch (const PlanError &e) {
     error = e.message;
   } catch (const json::exception &e) {

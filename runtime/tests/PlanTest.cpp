@@ -1,5 +1,7 @@
-// Reading plans: a valid one, and each way a plan file can be wrong gives an
-// error line instead of a crash.
+// Reading plans: a valid one, and each way a plan file can be wrong gives
+// one error line naming the entry, the step and the field, never a crash.
+// tests/Plan/hostile-plans.test does the same to compiled plans through
+// kiln-run, and tests/fuzz/PlanFuzz.cpp mutates them by the thousand.
 #include "kiln/Runtime/Plan.h"
 
 #include <gtest/gtest.h>
@@ -7,23 +9,62 @@
 using namespace kiln::runtime;
 
 namespace {
+// A whole plan, small: an embedding, the loss, the gradient of the table,
+// AdamW, and a fused cast whose result nobody reads. Arena: x [0, 512),
+// loss 512, g [576, 1600), norm 1600, lr 1664, xb [1728, 1984).
 const char *kValid = R"({
   "format": "kiln-plan", "version": 2, "vocab_size": 16,
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",
                "checkpoint_folder": "checkpoints"},
-  "arena_bytes": 128, "state_bytes": 64,
+  "arena_bytes": 1984, "state_bytes": 3072,
   "values": [
     {"id": 0, "kind": "input", "name": "tokens", "shape": [2, 4], "dtype": "i32"},
-    {"id": 1, "kind": "state", "name": "w", "shape": [4, 4], "dtype": "f32",
+    {"id": 1, "kind": "input", "name": "targets", "shape": [2, 4], "dtype": "i32"},
+    {"id": 2, "kind": "input", "name": "step", "shape": [], "dtype": "i64"},
+    {"id": 3, "kind": "input", "name": "seed", "shape": [], "dtype": "i64"},
+    {"id": 4, "kind": "state", "name": "w", "shape": [16, 16], "dtype": "f32",
      "init": {"kind": "trunc_normal", "std": 0.02, "a": -2, "b": 2}},
-    {"id": 2, "kind": "const", "shape": [], "dtype": "f32", "value": 1.0},
-    {"id": 3, "kind": "arena", "shape": [2, 4], "dtype": "bf16", "offset": 64}
+    {"id": 5, "kind": "state", "name": "exp_avg.w", "shape": [16, 16],
+     "dtype": "f32", "init": {"kind": "zeros"}},
+    {"id": 6, "kind": "state", "name": "exp_avg_sq.w", "shape": [16, 16],
+     "dtype": "f32", "init": {"kind": "zeros"}},
+    {"id": 7, "kind": "arena", "shape": [2, 4, 16], "dtype": "f32", "offset": 0},
+    {"id": 8, "kind": "arena", "shape": [], "dtype": "f32", "offset": 512},
+    {"id": 9, "kind": "arena", "shape": [16, 16], "dtype": "f32", "offset": 576},
+    {"id": 10, "kind": "arena", "shape": [], "dtype": "f32", "offset": 1600},
+    {"id": 11, "kind": "arena", "shape": [], "dtype": "f32", "offset": 1664},
+    {"id": 12, "kind": "arena", "shape": [8, 16], "dtype": "bf16", "offset": 1728}
   ],
-  "entries": {"eval_loss": {"arena_bytes": 128, "outputs": {"loss": 3},
-    "steps": [{"op": "cast", "operands": [1], "results": [3], "loc": "x",
-               "attrs": {"eps": 1e-5, "role": "wq", "causal": true,
-                         "permutation": [1, 0], "warmup_steps": 10}}]}}
+  "entries": {
+    "init": {"arena_bytes": 0, "outputs": {}, "steps": [
+      {"op": "init", "operands": [3], "results": [4], "attrs": {}},
+      {"op": "init", "operands": [3], "results": [5], "attrs": {}},
+      {"op": "init", "operands": [3], "results": [6], "attrs": {}}]},
+    "train_step": {"arena_bytes": 1984,
+      "outputs": {"loss": 8, "grad_norm": 10, "lr": 11}, "steps": [
+      {"op": "embedding", "operands": [4, 0], "results": [7],
+       "attrs": {"param": "w"}, "loc": "model.tok_embeddings at m.toml:2:1"},
+      {"op": "fused", "operands": [7], "results": [12], "attrs": {"ops": "cast"},
+       "group": {"rows": 8, "cols": 16, "body": [
+         {"op": "load", "operand": 0, "kind": "elem", "type": "f32"},
+         {"op": "convert", "args": [0], "type": "bf16"}],
+         "outputs": [{"value": 1}]}},
+      {"op": "cross_entropy", "operands": [7, 1], "results": [8], "attrs": {}},
+      {"op": "embedding_grad", "operands": [7, 0], "results": [9],
+       "attrs": {"param": "w"}},
+      {"op": "grad_norm", "operands": [9], "results": [10], "attrs": {}},
+      {"op": "lr_schedule", "operands": [2], "results": [11],
+       "attrs": {"peak": 0.01, "min_lr": 0, "warmup_steps": 1,
+                 "total_steps": 2, "decay": "cosine"}},
+      {"op": "adamw", "operands": [4, 9, 5, 6, 10, 11, 2], "results": [4, 5, 6],
+       "attrs": {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+                 "weight_decay": 0.1, "max_norm": 1}}]},
+    "eval_loss": {"arena_bytes": 576, "outputs": {"loss": 8}, "steps": [
+      {"op": "embedding", "operands": [4, 0], "results": [7],
+       "attrs": {"param": "w"}},
+      {"op": "cross_entropy", "operands": [7, 1], "results": [8], "attrs": {}}]}
+  }
 })";
 
 std::string errorOf(const std::string &text) {
@@ -36,25 +77,36 @@ std::string replace(std::string s, const std::string &from,
                     const std::string &to) {
   size_t at = s.find(from);
   EXPECT_NE(at, std::string::npos) << from;
-  return s.replace(at, from.size(), to);
+  return at == std::string::npos ? s : s.replace(at, from.size(), to);
 }
+
+/// The plan with the fused step's group replaced.
+std::string withGroup(const std::string &group) {
+  size_t at = std::string(kValid).find("\"group\": ");
+  size_t end = std::string(kValid).find("\"outputs\": [{\"value\": 1}]}}", at);
+  std::string s = kValid;
+  return s.replace(at + 9, end + 26 - (at + 9), group);
+}
+
+const std::string kStep1 = "train_step step 1 (fused) group: ";
 } // namespace
 
 TEST(Plan, ReadsAValidPlan) {
   std::string error;
   std::optional<Plan> plan = parsePlan(kValid, error);
   ASSERT_TRUE(plan) << error;
-  EXPECT_EQ(plan->values.size(), 4u);
-  EXPECT_EQ(plan->values[1].init.kind, InitSpec::TruncNormal);
-  EXPECT_EQ(plan->values[3].bytes(), 16);
-  const PlanStep &step = plan->entry("eval_loss")->steps[0];
-  EXPECT_EQ(step.op, "cast");
-  EXPECT_DOUBLE_EQ(step.f64("eps"), 1e-5);
-  EXPECT_EQ(step.str("role"), "wq");
-  EXPECT_TRUE(step.flag("causal"));
-  EXPECT_FALSE(step.flag("absent"));
-  EXPECT_EQ(step.i64("warmup_steps"), 10);
-  EXPECT_DOUBLE_EQ(step.f64("warmup_steps"), 10.0);
+  EXPECT_EQ(plan->values.size(), 13u);
+  EXPECT_EQ(plan->values[4].init.kind, InitSpec::TruncNormal);
+  EXPECT_EQ(plan->values[12].bytes(), 256);
+  const PlanStep &lr = plan->entry("train_step")->steps[5];
+  EXPECT_EQ(lr.kind, kiln::plan::Op::LrSchedule);
+  EXPECT_EQ(lr.str("decay"), "cosine");
+  EXPECT_EQ(lr.i64("warmup_steps"), 1);
+  EXPECT_DOUBLE_EQ(lr.f64("min_lr"), 0.0); // an integer read as a number
+  EXPECT_FALSE(lr.flag("absent"));
+  const PlanStep &cast = plan->entry("train_step")->steps[1];
+  ASSERT_TRUE(cast.group);
+  EXPECT_EQ(cast.group->body[1].kind, GroupKind::Elem); // inferred
   EXPECT_EQ(plan->named(PlanValue::Input, "tokens")->id, 0);
 }
 
@@ -63,6 +115,7 @@ TEST(Plan, RejectsWhatIsNotAPlan) {
             "not a Kiln plan (no \"format\": \"kiln-plan\")");
   EXPECT_NE(errorOf("{ truncated").find("malformed plan"), std::string::npos);
   EXPECT_NE(errorOf("").find("malformed plan"), std::string::npos);
+  EXPECT_NE(errorOf("[1, 2]").find("not a Kiln plan"), std::string::npos);
 }
 
 TEST(Plan, RejectsAnotherVersion) {
@@ -71,126 +124,216 @@ TEST(Plan, RejectsAnotherVersion) {
             "version 2)");
 }
 
-TEST(Plan, RejectsDanglingIds) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"operands\": [1]", "\"operands\": [9]")),
-            "eval_loss step 0 refers to value 9, which does not exist");
+// Integers are integers, in range: a result id of -0.5 is not 0, an offset
+// of 2^63 - 1 does not overflow the bounds check.
+TEST(Plan, IntegersAreIntegersInRange) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"results\": [8], \"attrs\": {}}",
+                            "\"results\": [-0.5], \"attrs\": {}}")),
+            "train_step step 2 (cross_entropy) results element must be an "
+            "integer, not -0.5");
+  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 512",
+                            "\"offset\": 9223372036854775807")),
+            "value 8 offset is 9223372036854775807, outside [0, "
+            "4611686018427387904]");
+  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 512",
+                            "\"offset\": 18446744073709551615")),
+            "value 8 offset is 18446744073709551615, past "
+            "4611686018427387904");
+  EXPECT_EQ(errorOf(replace(kValid, "\"vocab_size\": 16", "\"vocab_size\": 16.0")),
+            "the plan vocab_size must be an integer, not 16.0");
+  EXPECT_EQ(errorOf(replace(kValid, "\"operands\": [9], \"results\": [10]",
+                            "\"operands\": [99], \"results\": [10]")),
+            "train_step step 4 (grad_norm) operands element is 99, outside "
+            "[0, 12]");
+  EXPECT_EQ(errorOf(replace(kValid, "\"shape\": [2, 4, 16]",
+                            "\"shape\": [16777216, 16777216, 16777216]")),
+            "value 7 shape has more than 2^48 elements");
 }
 
-TEST(Plan, RejectsBuffersOutsideTheArena) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 64", "\"offset\": 120")),
-            "value 3 lies outside the arena");
+TEST(Plan, RejectsUnboundedTraining) {
+  // 2^32 validation batches would never end.
+  EXPECT_EQ(errorOf(replace(kValid, "\"eval_steps\": 1",
+                            "\"eval_steps\": 4294967296")),
+            "the training section eval_steps is 4294967296, outside [1, "
+            "100000]");
+  EXPECT_EQ(errorOf(replace(kValid, "\"steps\": 2,", "\"steps\": -1,")),
+            "the training section steps is -1, outside [0, 1000000000]");
 }
 
-TEST(Plan, RejectsUnknownDtypesAndInitialisers) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"dtype\": \"bf16\"", "\"dtype\": \"q7\"")),
-            "unknown dtype 'q7'");
-  EXPECT_EQ(errorOf(replace(kValid, "\"trunc_normal\"", "\"uniform\"")),
-            "unknown initialiser 'uniform'");
+TEST(Plan, RejectsMissingAndMistypedAttributes) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"attrs\": {\"param\": \"w\"}, \"loc\"",
+                            "\"attrs\": {}, \"loc\"")),
+            "train_step step 0 (embedding at model.tok_embeddings at "
+            "m.toml:2:1): attribute 'param' is missing");
+  EXPECT_EQ(errorOf(replace(kValid, "\"attrs\": {\"param\": \"w\"}, \"loc\"",
+                            "\"attrs\": {\"param\": 3}, \"loc\"")),
+            "train_step step 0 (embedding at model.tok_embeddings at "
+            "m.toml:2:1): attribute 'param' must be a string");
+  EXPECT_EQ(errorOf(replace(kValid, "\"decay\": \"cosine\"",
+                            "\"decay\": \"linear\"")),
+            "train_step step 5 (lr_schedule): attribute 'decay' is 'linear'; "
+            "it must be one of cosine|constant");
+  EXPECT_EQ(errorOf(replace(kValid, "\"beta1\": 0.9", "\"beta1\": 1.5")),
+            "train_step step 6 (adamw): attribute 'beta1' holds 1.500000, "
+            "outside [0.000000, 1.000000]");
+  EXPECT_EQ(errorOf(replace(kValid, "\"beta1\": 0.9", "\"beta1\": true")),
+            "train_step step 6 (adamw): attribute 'beta1' must be a number");
+  EXPECT_EQ(errorOf(replace(kValid, "\"beta1\": 0.9", "\"betta\": 0.9")),
+            "train_step step 6 (adamw): attribute 'betta' is not one adamw "
+            "takes");
 }
 
-TEST(Plan, RejectsMissingAndMistypedFields) {
-  EXPECT_NE(errorOf(replace(kValid, "\"vocab_size\": 16,", "")).find("vocab_size"),
-            std::string::npos);
-  EXPECT_NE(errorOf(replace(kValid, "\"arena_bytes\": 128, \"state",
-                            "\"arena_bytes\": \"x\", \"state"))
-                .find("malformed plan"),
-            std::string::npos);
+TEST(Plan, RejectsWrongArityAndUnknownOps) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"operands\": [7, 0], \"results\": [9]",
+                            "\"operands\": [7], \"results\": [9]")),
+            "train_step step 3 (embedding_grad): has 1 operands; "
+            "embedding_grad takes 2");
+  EXPECT_EQ(errorOf(replace(kValid, "\"results\": [4, 5, 6]",
+                            "\"results\": [4, 5]")),
+            "train_step step 6 (adamw): has 2 results; adamw gives 3");
+  EXPECT_EQ(errorOf(replace(kValid, "\"op\": \"grad_norm\"", "\"op\": \"norm\"")),
+            "train_step step 4 has an unknown op 'norm'");
 }
 
-namespace {
-// value 3 (bf16 [2, 4]) = convert(value 1 reshaped): a fused step.
-std::string withGroup(const std::string &group) {
-  return replace(kValid,
-                 "\"steps\": [{\"op\": \"cast\", \"operands\": [1]",
-                 "\"steps\": [{\"op\": \"fused\", \"group\": " + group +
-                     ", \"operands\": [1]");
+// A fused group relabelled as a library op, or a lone elementwise op.
+TEST(Plan, RejectsRelabelledGroups) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"op\": \"fused\"", "\"op\": \"linear\"")),
+            "train_step step 1 (linear) has a group, but only \"fused\" "
+            "steps have one");
+  EXPECT_EQ(errorOf(replace(kValid, "\"op\": \"fused\"", "\"op\": \"cast\"")),
+            "train_step step 1 (cast) is an op that only appears inside "
+            "fused groups (as a \"fused\" step)");
+  EXPECT_EQ(errorOf(replace(kValid, "\"op\": \"embedding_grad\"",
+                            "\"op\": \"fused\"")),
+            "train_step step 3 (fused) has no 'group'");
 }
-const char *kGroup = R"({"rows": 2, "cols": 4, "body": [
-    {"op": "load", "operand": 0, "kind": "elem", "type": "f32"},
-    {"op": "convert", "args": [0], "type": "bf16"}],
-  "outputs": [{"value": 1}]})";
-} // namespace
 
-TEST(Plan, ReadsAFusedGroup) {
-  // w [4, 4] f32 as 2 x 8 points, summed over rows into value 3 (8 bf16).
-  std::string valid = replace(replace(kGroup, "\"cols\": 4", "\"cols\": 8"),
-                              "{\"value\": 1}",
-                              "{\"value\": 1, \"store\": \"col_sum\"}");
+TEST(Plan, RejectsShapesTheKernelsWouldOverrun) {
+  // A state smaller than the AdamW update that writes it.
+  EXPECT_EQ(errorOf(replace(replace(kValid,
+                                    "\"name\": \"exp_avg_sq.w\", \"shape\": [16, 16]",
+                                    "\"name\": \"exp_avg_sq.w\", \"shape\": [16, 8]"),
+                            "\"state_bytes\": 3072", "\"state_bytes\": 2560")),
+            "train_step step 6 (adamw): operand 3 (exp_avg_sq) has 128 "
+            "elements; it must have 256");
+  // The gradient of the table has another row width than the tokens give.
+  EXPECT_EQ(errorOf(replace(kValid, "\"shape\": [16, 16], \"dtype\": \"f32\", \"offset\": 576",
+                            "\"shape\": [16, 8], \"dtype\": \"f32\", \"offset\": 576")),
+            "train_step step 3 (embedding_grad): operand 0's last dimension "
+            "is 16; it must be 8");
+  // Tokens read as floats.
+  EXPECT_EQ(errorOf(replace(kValid, "\"operands\": [9], \"results\": [10]",
+                            "\"operands\": [0], \"results\": [10]")),
+            "train_step step 4 (grad_norm): operand 0 is i32; it must be f32 "
+            "or bf16");
+}
+
+TEST(Plan, RejectsValuesTheRuntimeCannotFeed) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"name\": \"targets\", \"shape\": [2, 4]",
+                            "\"name\": \"targets\", \"shape\": [2, 8]")),
+            "value 1: input 'targets' must have the shape of 'tokens'");
+  EXPECT_EQ(errorOf(replace(kValid, "\"name\": \"step\"", "\"name\": \"epoch\"")),
+            "value 2: is an unknown input 'epoch' (inputs are tokens, "
+            "targets, step and seed)");
+  EXPECT_EQ(errorOf(replace(kValid, "\"state_bytes\": 3072",
+                            "\"state_bytes\": 3000")),
+            "the plan: state_bytes is 3000 but its states hold 3072");
+  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 1728", "\"offset\": 1760")),
+            "value 12: bytes [1760, 2016) lie outside the arena of 1984 "
+            "bytes");
+}
+
+TEST(Plan, RejectsResultsThatAreNotTheStepsToWrite) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"operands\": [9], \"results\": [10]",
+                            "\"operands\": [9], \"results\": [5]")),
+            "train_step step 4 (grad_norm): result 0 (value 5) is a state, "
+            "which grad_norm cannot write");
+  EXPECT_EQ(errorOf(replace(kValid, "\"operands\": [9], \"results\": [10]",
+                            "\"operands\": [9], \"results\": [9]")),
+            "train_step step 4 (grad_norm): result 0 (value 9) shares "
+            "storage with operand 0 (value 9)");
+}
+
+// A deleted step whose result is then read: nothing wrote it.
+TEST(Plan, RejectsReadsBeforeWrites) {
+  EXPECT_EQ(errorOf(replace(kValid,
+                            "{\"op\": \"grad_norm\", \"operands\": [9], "
+                            "\"results\": [10], \"attrs\": {}},",
+                            "")),
+            "train_step step 5 (adamw): operand 4 (value 10) is read before "
+            "any step of train_step writes it");
+}
+
+// Two values live at the same time in one arena byte: the loss (live from
+// step 2 to the end, an output) and the gradient norm.
+TEST(Plan, RejectsOverlappingLiveBuffers) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 1600", "\"offset\": 512")),
+            "train_step step 4 (grad_norm): value 10 (arena bytes 512 to "
+            "516) overlaps value 8, live from step 2 to 7");
+  // The same bytes reused once the first value is dead are fine: x (steps
+  // 0 to 3) is dead when the norm is written at step 4.
   std::string error;
-  std::optional<Plan> plan = parsePlan(withGroup(valid), error);
-  ASSERT_TRUE(plan) << error;
-  const PlanStep &step = plan->entry("eval_loss")->steps[0];
-  ASSERT_TRUE(step.group);
-  EXPECT_EQ(step.group->rows, 2);
-  EXPECT_EQ(step.group->cols, 8);
-  ASSERT_EQ(step.group->body.size(), 2u);
-  EXPECT_EQ(step.group->body[1].op, GroupInstr::Op::Convert);
-  EXPECT_EQ(step.group->body[1].kind, GroupKind::Elem); // inferred
-  EXPECT_EQ(step.group->outputs[0].store, GroupOutput::Store::ColSum);
-
-  // 2 x 4 points, but w has 16 elements.
-  EXPECT_EQ(errorOf(withGroup(kGroup)),
-            "eval_loss step 0: instruction 0 (load) loads 16 elements as a "
-            "elem value of 8");
-  // 4 x 4 points stored whole, but the result has 8 elements.
-  EXPECT_EQ(errorOf(withGroup(replace(kGroup, "\"rows\": 2", "\"rows\": 4"))),
-            "eval_loss step 0: output 0 (elem) writes 16 elements to value 3, "
-            "which has 8");
+  EXPECT_TRUE(parsePlan(replace(kValid, "\"offset\": 1600", "\"offset\": 0"),
+                        error))
+      << error;
 }
 
-TEST(Plan, RejectsMalformedGroups) {
-  std::string g = R"({"rows": 4, "cols": 4, "body": [
+TEST(Plan, RejectsAVocabularyTheEmbeddingDisagreesWith) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"vocab_size\": 16", "\"vocab_size\": 17")),
+            "eval_loss step 0 (embedding): has a vocabulary of 16 but the "
+            "plan's vocab_size is 17");
+}
+
+TEST(Plan, RejectsMissingEntriesAndOutputs) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"grad_norm\": 10, ", "")),
+            "entry train_step: has no output 'grad_norm'");
+  EXPECT_EQ(errorOf(replace(kValid, "\"eval_loss\": {", "\"eval\": {")),
+            "entry eval: is not an entry the runtime knows");
+  EXPECT_EQ(errorOf(replace(kValid,
+                            "      {\"op\": \"init\", \"operands\": [3], "
+                            "\"results\": [6], \"attrs\": {}}]},",
+                            "      {\"op\": \"init\", \"operands\": [3], "
+                            "\"results\": [5], \"attrs\": {}}]},")),
+            "init step 2 (init): state 'exp_avg.w' is initialised twice");
+}
+
+TEST(Plan, ChecksFusedGroupsAgainstTheirValues) {
+  const char *group = R"({"rows": 8, "cols": 16, "body": [
       {"op": "load", "operand": 0, "kind": "elem", "type": "f32"},
-      {"op": "row_sum", "args": [0]},
-      {"op": "mul", "args": [0, 1], "type": "bf16"}],
-    "outputs": [{"value": 2, "store": "col_sum"}]})";
-  // value 3 has 8 elements; col_sum writes 4.
-  EXPECT_NE(errorOf(withGroup(g)).find("col_sum) writes 4 elements"),
-            std::string::npos);
-  EXPECT_EQ(errorOf(withGroup(replace(g, "\"args\": [0, 1]", "\"args\": [0, 2]"))),
-            "eval_loss step 0: instruction 2 (mul) reads instruction 2, which "
-            "does not come before it");
-  EXPECT_EQ(errorOf(withGroup(replace(g, "\"row_sum\", \"args\": [0]",
-                                      "\"row_sum\", \"args\": [0, 0]"))),
-            "eval_loss step 0: instruction 1 (row_sum) has 2 arguments, not 1");
-  EXPECT_EQ(errorOf(withGroup(replace(g, "\"row_sum\"", "\"cube\""))),
-            "eval_loss step 0: unknown group instruction 'cube'");
-  EXPECT_EQ(errorOf(withGroup(replace(g, "\"col_sum\"", "\"sideways\""))),
-            "eval_loss step 0: unknown store 'sideways'");
-  EXPECT_EQ(errorOf(withGroup(replace(g, "\"operand\": 0", "\"operand\": 3"))),
-            "eval_loss step 0: instruction 0 (load) loads operand 3 of 1");
-  EXPECT_EQ(errorOf(withGroup(replace(g, "\"type\": \"f32\"}", "\"type\": \"bf16\"}"))),
-            "eval_loss step 0: instruction 0 (load) loads a f32 tensor as bf16");
-  EXPECT_EQ(errorOf(withGroup(replace(g, "\"store\": \"col_sum\"", "\"store\": \"row\""))),
-            "eval_loss step 0: output 0 (row) stores a elem value");
+      {"op": "convert", "args": [0], "type": "bf16"}],
+    "outputs": [{"value": 1}]})";
+  std::string error;
+  EXPECT_TRUE(parsePlan(withGroup(group), error)) << error;
+  // 4 x 16 points, but x has 128 elements.
+  EXPECT_EQ(errorOf(withGroup(replace(group, "\"rows\": 8", "\"rows\": 4"))),
+            kStep1 + "instruction 0 (load) loads 128 elements as a "
+                     "elem value of 64");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "\"args\": [0]", "\"args\": [1]"))),
+            kStep1 + "instruction 1 (convert) reads instruction 1, "
+                     "which does not come before it");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "\"args\": [0]", "\"args\": [0, 0]"))),
+            kStep1 + "instruction 1 (convert) has 2 arguments, not 1");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "\"convert\"", "\"cube\""))),
+            "train_step step 1 (fused) group instruction 1 is an unknown "
+            "group instruction 'cube'");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "{\"value\": 1}",
+                                      "{\"value\": 1, \"store\": \"sideways\"}"))),
+            "train_step step 1 (fused) group output 0 has an unknown store "
+            "'sideways'");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "\"operand\": 0", "\"operand\": 3"))),
+            kStep1 + "instruction 0 (load) loads operand 3 of 1");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "\"type\": \"f32\"", "\"type\": \"bf16\""))),
+            kStep1 + "instruction 0 (load) loads a f32 tensor as bf16");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "{\"value\": 1}",
+                                      "{\"value\": 1, \"store\": \"row\"}"))),
+            kStep1 + "output 0 (row) stores a elem value");
+  EXPECT_EQ(errorOf(withGroup(replace(group, "\"rows\": 8",
+                                      "\"rows\": 281474976710656"))),
+            "train_step step 1 (fused) group has more than 2^48 points");
 }
 
 TEST(Plan, MissingFileIsAnError) {
   std::string error;
   EXPECT_FALSE(loadPlan("/nonexistent/step.kplan", error));
-  EXPECT_EQ(error, "cannot open plan '/nonexistent/step.kplan'");
-}
-
-TEST(Plan, ChecksTheShardOpsWeights) {
-  // shard_amax of the 16-element state, one weight per amax (value 2 has
-  // one element): offsets and sizes must be there, one each per weight, and
-  // inside the flat buffer of `ranks` shards.
-  std::string amax = replace(kValid, "\"op\": \"cast\", \"operands\": [1], \"results\": [3]",
-                             "\"op\": \"shard_amax\", \"operands\": [1], \"results\": [2]");
-  std::string error;
-  EXPECT_TRUE(parsePlan(replace(amax, "\"warmup_steps\": 10",
-                                "\"offsets\": [0], \"sizes\": [16], \"ranks\": 1"),
-                        error)
-                  .has_value())
-      << error;
-  std::string want = "eval_loss step 0: shard_amax needs one offset and one "
-                     "size per weight, inside the flat buffer of `ranks` "
-                     "shards";
-  EXPECT_EQ(errorOf(amax), want);
-  EXPECT_EQ(errorOf(replace(amax, "\"warmup_steps\": 10",
-                            "\"offsets\": [0], \"sizes\": [17], \"ranks\": 1")),
-            want);
-  EXPECT_EQ(errorOf(replace(amax, "\"warmup_steps\": 10",
-                            "\"offsets\": [0, 4], \"sizes\": [4, 4], \"ranks\": 1")),
-            want);
+  EXPECT_NE(error.find("/nonexistent/step.kplan"), std::string::npos);
 }

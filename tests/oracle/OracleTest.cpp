@@ -217,12 +217,12 @@ TEST(Oracle, AdamWWithClippingMatchesTorch) {
     param[i] = std::sin(0.37 * i);
   start["w"].assign(param.begin(), param.end());
 
-  PlanStep adamw{"adamw", {}, {}, {}, ""};
+  PlanStep adamw{"adamw", plan::Op::AdamW};
   adamw.attrs = {{"beta1", 0.9},        {"beta2", 0.95},
                  {"eps", 1e-8},         {"weight_decay", 0.1},
                  {"max_norm", 1.0}};
-  PlanStep norm{"grad_norm", {}, {}, {}, ""};
-  PlanStep schedule{"lr_schedule", {}, {}, {}, ""};
+  PlanStep norm{"grad_norm", plan::Op::GradNorm};
+  PlanStep schedule{"lr_schedule", plan::Op::LrSchedule};
   schedule.attrs = {{"peak", 1e-2},
                     {"min_lr", 1e-3},
                     {"warmup_steps", int64_t(3)},
@@ -245,8 +245,8 @@ TEST(Oracle, AdamWWithClippingMatchesTorch) {
     View normView{&normValue, DType::F32, {}};
     View lrView{&lr, DType::F32, {}};
     View stepView{&stepValue, DType::I64, {}};
-    ASSERT_EQ(findCpuOp("grad_norm")(norm, {gv}, {normView}), "");
-    ASSERT_EQ(findCpuOp("lr_schedule")(schedule, {stepView}, {lrView}), "");
+    ASSERT_EQ(findCpuOp(plan::Op::GradNorm)(norm, {gv}, {normView}), "");
+    ASSERT_EQ(findCpuOp(plan::Op::LrSchedule)(schedule, {stepView}, {lrView}), "");
     // Linear warm-up over 3 steps, then cosine from the peak to min_lr at
     // step 5, in fp64 here.
     double expected = t <= 3 ? 1e-2 * t / 3.0
@@ -256,7 +256,7 @@ TEST(Oracle, AdamWWithClippingMatchesTorch) {
     rates.push_back(lr);
     View p{param.data(), DType::F32, {n}}, mv{m.data(), DType::F32, {n}},
         vv{v.data(), DType::F32, {n}};
-    ASSERT_EQ(findCpuOp("adamw")(adamw, {p, gv, mv, vv, normView, lrView,
+    ASSERT_EQ(findCpuOp(plan::Op::AdamW)(adamw, {p, gv, mv, vv, normView, lrView,
                                          stepView},
                                  {p, mv, vv}),
               "");

@@ -119,7 +119,7 @@ ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
     key += "\n--set " + o;
   key += "\nranks " +
          std::to_string(config->parallelism.data_parallel_shard_degree);
-  key += "\n" + buildIdentity() + "\nplan " + std::to_string(kPlanVersion);
+  key += "\n" + buildIdentity() + "\nplan " + std::to_string(plan::kVersion);
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kplan",
                 static_cast<unsigned long long>(fnv1a(key)));

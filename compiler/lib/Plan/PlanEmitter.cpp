@@ -431,7 +431,7 @@ json::Value PlanBuilder::finish(int64_t vocab, int64_t ranks,
                                  {"outputs", json::Object()},
                                  {"arena_bytes", 0}};
   return json::Object{{"format", "kiln-plan"},
-                      {"version", kPlanVersion},
+                      {"version", plan::kVersion},
                       {"vocab_size", vocab},
                       {"ranks", ranks},
                       {"training", std::move(training)},

@@ -188,8 +188,9 @@ std::string consistentAttention(const Plan &plan, const PlanStep &step,
                                View{l.data(), DType::F32, lse.shape}};
   PlanStep forward = step;
   forward.op = "attention";
+  forward.kind = kiln::plan::Op::Attention;
   if (std::string failure =
-          findCpuOp("attention")(forward, operands, results);
+          findCpuOp(kiln::plan::Op::Attention)(forward, operands, results);
       !failure.empty())
     return failure;
   for (int64_t i = 0; i < out.numElements(); ++i)
@@ -241,7 +242,7 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
                              res[1].data());
     }
   } else if (std::string failure =
-                 findCpuOp(step.op)(step, operands, results);
+                 findCpuOp(step.kind)(step, operands, results);
              !failure.empty()) {
     return "the CPU backend fails: " + failure;
   }
@@ -409,6 +410,7 @@ Plan transposePlan(DType t) {
   plan.values = {x, y};
   PlanStep step;
   step.op = "transpose";
+  step.kind = kiln::plan::Op::Transpose;
   step.operands = {0};
   step.results = {1};
   step.attrs["permutation"] = std::vector<int64_t>{2, 0, 1};

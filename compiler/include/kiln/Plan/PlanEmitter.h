@@ -8,12 +8,12 @@
 #ifndef KILN_PLAN_PLANEMITTER_H
 #define KILN_PLAN_PLANEMITTER_H
 
+#include "kiln/Runtime/Plan/Format.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/JSON.h"
 
 namespace kiln {
-
-inline constexpr int kPlanVersion = 2;
 
 /// Lowers @train_step and @forward_loss to the plan. Emits a diagnostic and
 /// fails on IR the runtime cannot run (an op it does not know, a state that

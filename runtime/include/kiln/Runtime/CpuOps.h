@@ -21,8 +21,9 @@ using CpuOpFn = std::string (*)(const PlanStep &step,
                                 const std::vector<View> &operands,
                                 const std::vector<View> &results);
 
-/// The op's implementation, or nullptr if this backend has none.
-CpuOpFn findCpuOp(const std::string &op);
+/// The implementation of a library op (plan::Category::Library); nullptr
+/// for the ops the executor runs itself.
+CpuOpFn findCpuOp(plan::Op op);
 
 } // namespace kiln::runtime
 

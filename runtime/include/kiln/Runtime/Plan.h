@@ -11,6 +11,7 @@
 
 #include "kiln/Runtime/DType.h"
 #include "kiln/Runtime/FusedGroup.h"
+#include "kiln/Runtime/Plan/Format.h"
 
 #include <cstdint>
 #include <map>
@@ -21,8 +22,6 @@
 #include <vector>
 
 namespace kiln::runtime {
-
-inline constexpr int kSupportedPlanVersion = 2;
 
 /// How a parameter starts: TorchTitan's initialisers (docs/plan.md).
 struct InitSpec {
@@ -61,7 +60,8 @@ using AttrValue =
     std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;
 
 struct PlanStep {
-  std::string op;
+  std::string op;     // as written, for messages
+  plan::Op kind = plan::Op::Init; // the op, parsed once (plan/Format.h)
   std::vector<int64_t> operands, results;
   std::map<std::string, AttrValue> attrs;
   std::string loc; // the model component and its line in the model file
@@ -69,7 +69,7 @@ struct PlanStep {
   std::shared_ptr<const FusedGroup> group;
 
   /// Typed attribute access; a missing or mistyped attribute is a plan error
-  /// caught at load time by validatePlan, so these never fail later.
+  /// caught at load time by verifyPlan, so these never fail later.
   double f64(const std::string &name) const;
   int64_t i64(const std::string &name) const;
   bool flag(const std::string &name) const;
@@ -135,7 +135,21 @@ std::string describeStep(const Plan &plan, const PlanStep &step);
 /// one offset with one size (a result written in place of an operand).
 bool sameStorage(const PlanValue &a, const PlanValue &b);
 
-/// Reads and checks a plan file. On failure returns nothing and sets `error`
+/// Checks everything a backend relies on (PlanVerifier.cpp): every value's
+/// shape, dtype and place in the arena; every step's op, arity, attributes
+/// (plan/Format.h) and operand and result shapes; that every arena value is
+/// written before it is read and that no two values live at the same time
+/// share arena bytes; the entries, their outputs and the training section.
+/// Empty, or one line naming the entry, the step and the field.
+std::string verifyPlan(const Plan &plan);
+
+/// The per-op part of verifyPlan: the dtypes and shapes of one step's
+/// operands and results, and attributes that depend on them (PlanOpRules.cpp).
+/// Ids are in range. Empty, or what is wrong.
+std::string checkStepShapes(const Plan &plan, const PlanStep &step);
+
+/// Reads and checks a plan file (a regular file of bounded size), parses it
+/// and verifies it (verifyPlan). On failure returns nothing and sets `error`
 /// to one line saying what is wrong and where.
 std::optional<Plan> loadPlan(const std::string &path, std::string &error);
 /// The same, from text (for tests).
