@@ -6,10 +6,12 @@
 #include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/CpuFusedGroup.h"
 #include "kiln/Runtime/CpuOps.h"
+#include "kiln/Runtime/MemoryCheck.h"
 #include "kiln/Runtime/Cpu/Common.h"
 
 #include <cmath>
 #include <cstring>
+#include <new>
 
 namespace kiln::runtime {
 
@@ -32,6 +34,15 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
                                                  std::string &error) {
   // Every op of a verified plan is one this backend runs (plan/Format.h);
   // the dtypes are checked here.
+  std::string machine;
+  if (std::optional<int64_t> available = hostAvailableBytes(machine))
+    if (std::string why = memoryShortfall(plan, cpuBackendBytes(plan),
+                                          *available, machine,
+                                          kCpuBackendBuffers);
+        !why.empty()) {
+      error = why;
+      return nullptr;
+    }
   std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan));
   for (const PlanValue &v : plan.values) {
     if (v.dtype == DType::F16 || v.dtype == DType::F64) {
@@ -49,9 +60,17 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
       exec->consts[v.id] = static_cast<float>(v.constValue);
     }
   }
-  exec->states = zeroStates(plan);
-  exec->arenaFloats = (plan.arenaBytes + 3) / 4;
-  exec->arena.reset(new float[exec->arenaFloats]);
+  // The check above leaves what the kernel overcommits or other processes
+  // take meanwhile: an allocation can still fail, and says so.
+  try {
+    exec->states = zeroStates(plan);
+    exec->arenaFloats = (plan.arenaBytes + 3) / 4;
+    exec->arena.reset(new float[exec->arenaFloats]);
+  } catch (const std::bad_alloc &) {
+    error = "out of memory allocating the plan's state and arena (" +
+            formatBytes(plan.stateBytes + plan.arenaBytes) + ")";
+    return nullptr;
+  }
   return exec;
 }
 

@@ -3,7 +3,11 @@
 #include "kiln/Runtime/MemoryCheck.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace kiln::runtime {
 
@@ -21,8 +25,9 @@ std::string formatBytes(int64_t bytes) {
   return text;
 }
 
-std::vector<MemoryConsumer> deviceMemoryConsumers(const Plan &plan,
-                                                  int64_t backendBytes) {
+std::vector<MemoryConsumer>
+deviceMemoryConsumers(const Plan &plan, int64_t backendBytes,
+                      const std::string &backendWhat) {
   int64_t params = 0, moments = 0, histories = 0;
   for (const PlanValue &v : plan.values) {
     if (v.kind != PlanValue::State)
@@ -59,8 +64,7 @@ std::vector<MemoryConsumer> deviceMemoryConsumers(const Plan &plan,
   }
   out.push_back({"rest of the arena (other steps' buffers, alignment)",
                  std::max<int64_t>(0, plan.arenaBytes - recorded)});
-  out.push_back({"the backend's buffers (GEMM workspace, scratch, inputs)",
-                 backendBytes});
+  out.push_back({backendWhat, backendBytes});
   out.erase(std::remove_if(out.begin(), out.end(),
                            [](const MemoryConsumer &c) { return c.bytes <= 0; }),
             out.end());
@@ -79,23 +83,88 @@ int64_t predictedDeviceBytes(const Plan &plan, int64_t backendBytes) {
 }
 
 std::string memoryShortfall(const Plan &plan, int64_t backendBytes,
-                            int64_t freeBytes, const std::string &device) {
+                            int64_t freeBytes, const std::string &device,
+                            const std::string &backendWhat) {
   std::vector<MemoryConsumer> consumers =
-      deviceMemoryConsumers(plan, backendBytes);
+      deviceMemoryConsumers(plan, backendBytes, backendWhat);
   int64_t total = 0;
   for (const MemoryConsumer &c : consumers)
     total += c.bytes;
   if (total <= freeBytes)
     return "";
   std::string text = "the plan needs " + formatBytes(total) +
-                     " of device memory per rank but " +
-                     formatBytes(freeBytes) + " are free on " + device +
-                     "; the largest: ";
+                     " of memory per rank but " + formatBytes(freeBytes) +
+                     " are free on " + device + "; the largest: ";
   for (size_t i = 0; i < consumers.size() && i < 3; ++i)
     text += (i ? ", " : "") + consumers[i].what + " " +
             formatBytes(consumers[i].bytes);
-  return text + " (more ranks, activation checkpointing or a smaller batch "
-                "would need less; `kiln explain --memory` itemises it)";
+  // FSDP divides the state (parameters, moments, histories) by the ranks;
+  // the rest stays. When the rest fits, say how many ranks would do.
+  int64_t state = 0;
+  for (const PlanValue &v : plan.values)
+    if (v.kind == PlanValue::State)
+      state += v.bytes();
+  int64_t rest = total - state, room = freeBytes - rest;
+  std::string advice;
+  if (room > 0 && state > 0) {
+    // The whole state over r ranks: plan.ranks * state / r <= room.
+    double whole = static_cast<double>(state) * plan.ranks;
+    double ranks = std::ceil(whole / static_cast<double>(room));
+    if (ranks <= static_cast<double>(plan::kMaxRanks))
+      advice = "sharded over " + std::to_string(static_cast<int64_t>(ranks)) +
+               " ranks (mpirun -np N, or --world-size N to compile for N) "
+               "the state would fit; ";
+  }
+  return text + " (" + advice +
+         "activation checkpointing ([activation_checkpoint] mode), FP8 "
+         "([float8] enable), a smaller batch or a smaller model need less; "
+         "`kiln explain --memory` itemises it)";
+}
+
+std::optional<int64_t> hostAvailableBytes(std::string &where) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  int64_t kib = -1;
+  while (std::getline(meminfo, line))
+    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB",
+                    reinterpret_cast<long long *>(&kib)) == 1)
+      break;
+  if (kib < 0)
+    return std::nullopt;
+  int64_t ranks = 1;
+  if (const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+    ranks = std::max(1, std::atoi(local));
+  where = "this machine (MemAvailable" +
+          (ranks > 1 ? ", shared by " + std::to_string(ranks) + " ranks"
+                     : std::string()) +
+          ")";
+  return kib * 1024 / ranks;
+}
+
+int64_t cpuBackendBytes(const Plan &plan) {
+  int64_t scratch = 0;
+  for (const auto &[name, entry] : plan.entries)
+    for (const PlanStep &step : entry.steps) {
+      if (step.group || plan::category(step.kind) != plan::Category::Library)
+        continue;
+      int64_t bytes = 0;
+      for (const auto *ids : {&step.operands, &step.results})
+        for (int64_t id : *ids) {
+          const PlanValue &v = plan.values[id];
+          if (v.dtype != DType::F32 && v.dtype != DType::I32 &&
+              v.dtype != DType::I64)
+            bytes += v.numElements() * 4;
+        }
+      scratch = std::max(scratch, bytes);
+    }
+  int64_t inputs = 0, unsharded = 0;
+  for (const PlanValue &v : plan.values) {
+    if (v.kind == PlanValue::Input)
+      inputs += v.bytes();
+    if (v.kind == PlanValue::State)
+      unsharded += v.bytes() * (v.shardOf.empty() ? 1 : plan.ranks);
+  }
+  return scratch + inputs + unsharded;
 }
 
 } // namespace kiln::runtime

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 using namespace kiln::runtime;
 
 namespace {
@@ -62,7 +64,7 @@ TEST(MemoryCheck, RefusesWithTheLargestConsumersNamed) {
   int64_t need = predictedDeviceBytes(plan, 512);
   EXPECT_EQ(memoryShortfall(plan, 512, need, "GPU 0"), "");
   std::string why = memoryShortfall(plan, 512, need - 1, "GPU 0 (Test)");
-  EXPECT_NE(why.find("the plan needs 112.6 KiB of device memory per rank but "
+  EXPECT_NE(why.find("the plan needs 112.6 KiB of memory per rank but "
                      "112.6 KiB are free on GPU 0 (Test)"),
             std::string::npos)
       << why;
@@ -71,6 +73,38 @@ TEST(MemoryCheck, RefusesWithTheLargestConsumersNamed) {
                      "train_step 20.0 KiB, rest of the arena"),
             std::string::npos)
       << why;
+}
+
+// When everything but the state fits, the refusal says how many ranks
+// would shard the state small enough: 12 KiB + 64 B of state, 100.5 KiB of
+// the rest, 104 KiB free: 3.5 KiB of room, so 4 ranks.
+TEST(MemoryCheck, SaysHowManyRanksWouldFit) {
+  Plan plan = examplePlan();
+  std::string why = memoryShortfall(plan, 512, 104 << 10, "GPU 0");
+  EXPECT_NE(why.find("sharded over 4 ranks (mpirun -np N, or --world-size N "
+                     "to compile for N) the state would fit"),
+            std::string::npos)
+      << why;
+  // Without room for the rest, only the other remedies are named.
+  why = memoryShortfall(plan, 512, 50 << 10, "GPU 0");
+  EXPECT_EQ(why.find("sharded over"), std::string::npos) << why;
+  EXPECT_NE(why.find("activation checkpointing"), std::string::npos) << why;
+}
+
+// The host's free memory comes from /proc/meminfo, shared among the ranks
+// Open MPI started on the machine.
+TEST(MemoryCheck, ReadsTheHostsAvailableMemory) {
+  std::string where;
+  std::optional<int64_t> all = hostAvailableBytes(where);
+  ASSERT_TRUE(all);
+  EXPECT_GT(*all, 0);
+  EXPECT_EQ(where, "this machine (MemAvailable)");
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  std::optional<int64_t> quarter = hostAvailableBytes(where);
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  ASSERT_TRUE(quarter);
+  EXPECT_NEAR(static_cast<double>(*quarter), *all / 4.0, *all / 10.0);
+  EXPECT_EQ(where, "this machine (MemAvailable, shared by 4 ranks)");
 }
 
 TEST(MemoryCheck, FormatsBytes) {

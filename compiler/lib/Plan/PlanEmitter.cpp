@@ -79,6 +79,57 @@ FailureOr<json::Value> attrToJson(Operation *op, NamedAttribute attr) {
          << attr.getName() << "' cannot be written to the plan";
 }
 
+/// Whether the JSON the emitter wrote for an attribute has the type the plan
+/// format gives it.
+bool hasType(const json::Value &v, plan::AttrType type) {
+  switch (type) {
+  case plan::AttrType::Bool:
+    return v.getAsBoolean().has_value();
+  case plan::AttrType::Int:
+    return v.getAsInteger().has_value();
+  case plan::AttrType::Float:
+    return v.getAsNumber().has_value();
+  case plan::AttrType::String:
+    return v.getAsString().has_value();
+  case plan::AttrType::IntList:
+    return v.getAsArray() &&
+           llvm::all_of(*v.getAsArray(), [](const json::Value &e) {
+             return e.getAsInteger().has_value();
+           });
+  }
+  return false;
+}
+
+/// The attributes of a library op's step, as the plan format's table
+/// (kiln/Runtime/Plan/Format.h) lists them: every one the op carries is in
+/// the table with its type, every required one is there.
+FailureOr<json::Object> stepAttributes(Operation *op, plan::Op kind) {
+  json::Object attrs;
+  for (NamedAttribute attr : op->getAttrDictionary()) {
+    StringRef name = attr.getName().getValue();
+    FailureOr<json::Value> v = attrToJson(op, attr);
+    if (failed(v))
+      return failure();
+    if (!name.starts_with(plan::kAnnotationPrefix.data())) {
+      const plan::AttrSpec *spec = plan::findAttr(kind, name);
+      if (!spec)
+        return op->emitOpError("attribute '")
+               << name << "' is not in the plan format's table for "
+               << plan::name(kind);
+      if (!hasType(*v, spec->type))
+        return op->emitOpError("attribute '")
+               << name << "' must be " << plan::attrTypeName(spec->type)
+               << " in the plan";
+    }
+    attrs[name] = std::move(*v);
+  }
+  for (const plan::AttrSpec &spec : plan::kAttrs)
+    if (spec.op == kind && spec.required && !attrs.get(spec.name))
+      return op->emitOpError("lacks attribute '")
+             << spec.name << "', which the plan format requires";
+  return attrs;
+}
+
 /// "model.layers.0.self_attn.q_proj at model.toml:7:1", for messages.
 std::string locString(Location loc) {
   std::string name;
@@ -345,15 +396,19 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
       step["attrs"] = json::Object{{"ops", groupOps}};
       step["group"] = std::move(*group);
     } else {
-      json::Object attrs;
-      for (NamedAttribute attr : op.getAttrDictionary()) {
-        FailureOr<json::Value> v = attrToJson(&op, attr);
-        if (failed(v))
-          return failure();
-        attrs[attr.getName().getValue()] = std::move(*v);
-      }
-      step["op"] = op.getName().stripDialect().str();
-      step["attrs"] = std::move(attrs);
+      std::string name = op.getName().stripDialect().str();
+      const plan::OpInfo *info = plan::findOp(name);
+      if (!info || (info->category != plan::Category::Library &&
+                    info->category != plan::Category::ShardCast &&
+                    info->category != plan::Category::Collective &&
+                    info->category != plan::Category::Wait))
+        return op.emitOpError("is not a step of the plan format "
+                              "(kiln/Runtime/Plan/Format.h)");
+      FailureOr<json::Object> attrs = stepAttributes(&op, info->op);
+      if (failed(attrs))
+        return failure();
+      step["op"] = std::move(name);
+      step["attrs"] = std::move(*attrs);
     }
     steps.push_back(std::move(step));
   }
@@ -421,7 +476,7 @@ json::Value PlanBuilder::finish(int64_t vocab, int64_t ranks,
     const json::Object &value = *v.getAsObject();
     if (value.getString("kind") != "state")
       continue;
-    initSteps.push_back(json::Object{{"op", "init"},
+    initSteps.push_back(json::Object{{"op", plan::name(plan::Op::Init)},
                                      {"operands", json::Array{seed}},
                                      {"results", json::Array{*value.getInteger("id")}},
                                      {"attrs", json::Object()},
