@@ -6,7 +6,7 @@ import lit.formats
 config.name = "Kiln"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".test", ".toml"]
-config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "check_plan.py", "group_ops.py", "check_sample.py", "check_loss.py", "check_safetensors.py", "compare_runs.py", "kill_rank.py", "check_trace.py"]
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "check_plan.py", "group_ops.py", "mutate_plan.py", "check_sample.py", "check_loss.py", "check_safetensors.py", "compare_runs.py", "kill_rank.py", "check_trace.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kiln_obj_root, "tests")
 
