@@ -207,6 +207,7 @@ Plan parse(const std::string &text) {
   t.checkpointInterval = jt.at("checkpoint_interval").get<int64_t>();
   t.data = jt.at("data").get<std::string>();
   t.checkpointFolder = jt.at("checkpoint_folder").get<std::string>();
+  t.commTimeoutSeconds = jt.value("comm_timeout_seconds", int64_t(100));
   if (t.steps < 0 || t.seed < 0 || t.evalInterval < 0 || t.evalSteps < 1 ||
       t.checkpointInterval < 0)
     throw PlanError{"the training section has a negative count"};
