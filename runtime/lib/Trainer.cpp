@@ -371,6 +371,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     metrics << "{\"step\": " << step << ", \"loss\": " << loss
             << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
             << ", \"tokens_per_s\": " << tokensPerSecond << "}\n";
+    metrics.flush(); // visible while a long validation runs
 
     std::optional<double> valid;
     if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
@@ -400,6 +401,10 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
       saved = step;
     }
 
+    // Once a stop is asked for, nothing more goes to stdout before the
+    // checkpoint is saved (see below).
+    if (stopSignal())
+      continue;
     double eta = secondsSince(began) / (step - done) * (t.steps - step);
     if (options.progressBar) {
       int width = 30;
@@ -427,18 +432,34 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
 
   int64_t last = step - 1;
   if (stopping) {
-    std::printf("\ninterrupted by %s after step %lld%s\n",
-                signalName(stopping), static_cast<long long>(last),
-                stoppedIn.c_str());
-    std::fflush(stdout);
-    if (last > saved)
+    // Save first, say so after. A launcher that is about to kill may no
+    // longer read this rank's stdout: Open MPI's mpirun stops draining the
+    // terminal it gives rank 0 while it waits to send SIGKILL, and drops
+    // what is queued there (Signals.cpp makes writes to it fail rather than
+    // block). Its stderr is a pipe mpirun still forwards, so under a
+    // launcher the lines go there.
+    FILE *says = comm::launchedByMpi() ? stderr : stdout;
+    if (last > saved) {
+      if (std::string note = launcherGraceNote(10); !note.empty() && lead)
+        std::fprintf(stderr, "%s\n", note.c_str());
       if (std::optional<std::string> failure = save(last))
         return fail("checkpoint at step " + std::to_string(last) + ": " +
                     *failure);
-  }
-  if (last > done)
+    }
+    if (lead) {
+      std::fprintf(says, "\ninterrupted by %s after step %lld%s\n",
+                   signalName(stopping), static_cast<long long>(last),
+                   stoppedIn.c_str());
+      if (last > done)
+        std::fprintf(says, "checkpoint: %s/%s/step-%lld\n",
+                     options.outDir.c_str(), t.checkpointFolder.c_str(),
+                     static_cast<long long>(last));
+      std::fflush(says);
+    }
+  } else if (last > done) {
     std::printf("checkpoint: %s/%s/step-%lld\n", options.outDir.c_str(),
                 t.checkpointFolder.c_str(), static_cast<long long>(last));
+  }
   if (trace) {
     std::string path = options.tracePath;
     if (plan.ranks > 1) {

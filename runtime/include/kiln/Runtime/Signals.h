@@ -22,6 +22,8 @@
 #ifndef KILN_RUNTIME_SIGNALS_H
 #define KILN_RUNTIME_SIGNALS_H
 
+#include <string>
+
 namespace kiln::runtime {
 
 enum class StopPhase { Immediate, Deferred, Saving };
@@ -40,8 +42,14 @@ StopPhase setStopPhase(StopPhase phase);
 int stopSignal();
 void clearStopSignal();
 
-/// "SIGINT", "SIGTERM", or "signal N".
+/// "SIGINT", "SIGTERM", or "a signal".
 const char *signalName(int signal);
+
+/// Open MPI's mpirun sends the ranks SIGKILL odls_base_sigkill_timeout
+/// seconds (default 1) after its SIGTERM. When the stop signal came from
+/// mpirun and that leaves less than `seconds` to save, a line saying how to
+/// give the ranks longer; else empty.
+std::string launcherGraceNote(int seconds);
 
 } // namespace kiln::runtime
 
