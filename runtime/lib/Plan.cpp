@@ -18,6 +18,7 @@ namespace kiln::runtime {
 using nlohmann::json;
 using plan::kMaxBytes;
 using plan::kMaxEvalSteps;
+using plan::kMaxTimeoutSeconds;
 using plan::kMaxTrainingSteps;
 
 int64_t dtypeBytes(DType type) {
@@ -383,6 +384,11 @@ Plan parse(const std::string &source) {
   t.data = text(member(jt, "data", training), training + " data");
   t.checkpointFolder = text(member(jt, "checkpoint_folder", training),
                             training + " checkpoint_folder");
+  // Optional: plans written before the collective deadline existed.
+  if (jt.contains("comm_timeout_seconds"))
+    t.commTimeoutSeconds =
+        integer(jt["comm_timeout_seconds"], 0, kMaxTimeoutSeconds,
+                training + " comm_timeout_seconds");
   for (const json &jv : array(member(j, "values", "the plan"), "values"))
     plan.values.push_back(parseValue(jv, plan));
   const json &entries = member(j, "entries", "the plan");

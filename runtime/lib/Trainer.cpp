@@ -12,6 +12,7 @@
 #include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Data.h"
 #include "kiln/Runtime/LossPlot.h"
+#include "kiln/Runtime/Signals.h"
 #include "kiln/Runtime/Trace.h"
 
 #include <chrono>
@@ -30,9 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-volatile std::sig_atomic_t interrupted = 0;
-void onInterrupt(int) { interrupted = 1; }
 
 int fail(const std::string &message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
@@ -62,14 +60,21 @@ int defaultThreads(comm::Communicator *c) {
   return std::max(1, cores / std::max(1, perMachine));
 }
 
-/// Whether `flag` is set on any rank (every rank must call this in step).
-bool onAnyRank(comm::Communicator *c, bool flag) {
+/// The stop signal some rank received (the largest number when they differ,
+/// 0 when none), so that every rank stops at the same point and exits with
+/// the same code. Every rank must call this at the same points; nothing on
+/// success, else the communicator's error.
+std::optional<std::string> agreeOnStop(comm::Communicator *c, int &signal) {
+  signal = stopSignal();
   if (!c || c->size() == 1)
-    return flag;
-  float mine = flag ? 1.0f : 0.0f, any = 0.0f;
+    return std::nullopt;
+  float mine = static_cast<float>(signal), any = 0.0f;
   comm::CommHandle h = c->startAllReduce(&mine, &any, 1, comm::ElementType::F32,
                                          comm::ReduceOp::Max);
-  return c->wait(h).has_value() || any > 0.0f;
+  if (std::optional<std::string> failure = c->wait(h))
+    return failure;
+  signal = static_cast<int>(any);
+  return std::nullopt;
 }
 
 /// This rank's rows of the global batch `counter` (ranks x `batch` rows,
@@ -82,15 +87,23 @@ void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
             tg.data(), rank * batch, batch);
 }
 
-/// Mean loss over `batches` fixed validation batches.
-std::optional<double> validationLoss(Executor &exec,
-                                     const std::vector<uint32_t> &tokens,
-                                     const Split &split, int64_t batch,
-                                     int64_t seq, uint64_t seed,
-                                     int64_t batches, std::string &error) {
+/// Mean loss over `batches` fixed validation batches. A stop signal on any
+/// rank abandons it between batches: then nothing is returned, `error` is
+/// empty and `signal` holds the signal.
+std::optional<double>
+validationLoss(Executor &exec, comm::Communicator *c,
+               const std::vector<uint32_t> &tokens, const Split &split,
+               int64_t batch, int64_t seq, uint64_t seed, int64_t batches,
+               int &signal, std::string &error) {
   std::vector<int32_t> in(batch * seq), tg(batch * seq);
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
+    if (std::optional<std::string> failure = agreeOnStop(c, signal)) {
+      error = "the ranks' agreement to go on: " + *failure;
+      return std::nullopt;
+    }
+    if (signal)
+      return std::nullopt;
     fillRankBatch(tokens, split.validBegin, split.validEnd, batch, seq, seed,
                   (uint64_t(1) << 40) + i, exec.rank(), exec.plan().ranks, in,
                   tg);
@@ -250,6 +263,14 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (std::string problem = exec->setCommunicator(options.communicator);
       !problem.empty())
     return fail(problem);
+  // A rank that stops without dying (SIGSTOP, a deadlock) must not hold the
+  // others in a collective forever.
+  if (t.commTimeoutSeconds < 0)
+    return fail("the collective deadline (comm.train_timeout_seconds) must "
+                "be 0 (none) or more seconds, got " +
+                std::to_string(t.commTimeoutSeconds));
+  if (options.communicator)
+    options.communicator->setTimeout(t.commTimeoutSeconds);
   // Rank 0 speaks for the run; the others print only errors.
   const bool lead = exec->rank() == 0;
   if (!lead && !std::freopen("/dev/null", "w", stdout))
@@ -296,8 +317,19 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
               options.outDir.c_str());
   std::fflush(stdout);
 
-  interrupted = 0;
-  auto previous = std::signal(SIGINT, onInterrupt);
+  // From here a SIGINT or SIGTERM stops the loop at the next step or
+  // validation batch, on every rank, with a checkpoint.
+  clearStopSignal();
+  setStopPhase(StopPhase::Deferred);
+  int stopping = 0; // the signal the ranks agreed to stop on
+  std::string stoppedIn;
+  int64_t saved = done; // the last step with a checkpoint
+  auto save = [&](int64_t at) {
+    StopPhase before = setStopPhase(StopPhase::Saving);
+    std::optional<std::string> failure = run.save(at);
+    setStopPhase(before);
+    return failure;
+  };
   std::vector<int32_t> in(batch * seq), tg(batch * seq);
   auto began = Clock::now();
   int64_t step = done + 1;
@@ -312,10 +344,12 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   }
   for (; step <= t.steps; ++step) {
     // Ranks stop together: after the same step.
-    if (onAnyRank(options.communicator, interrupted != 0)) {
-      interrupted = 1;
+    if (std::optional<std::string> failure =
+            agreeOnStop(options.communicator, stopping))
+      return fail("before step " + std::to_string(step) +
+                  ": the ranks' agreement to go on: " + *failure);
+    if (stopping)
       break;
-    }
     fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
                   seed, step, exec->rank(), plan.ranks, in, tg);
     auto t0 = Clock::now();
@@ -337,11 +371,19 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     metrics << "{\"step\": " << step << ", \"loss\": " << loss
             << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
             << ", \"tokens_per_s\": " << tokensPerSecond << "}\n";
+    metrics.flush(); // visible while a long validation runs
 
     std::optional<double> valid;
     if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
-      valid = validationLoss(*exec, *tokens, *split, batch, seq, seed,
-                             t.evalSteps, error);
+      valid = validationLoss(*exec, options.communicator, *tokens, *split,
+                             batch, seq, seed, t.evalSteps, stopping, error);
+      if (!valid && stopping) {
+        // The step is done, its validation abandoned: save the step.
+        metrics.flush();
+        stoppedIn = " (its validation abandoned)";
+        ++step;
+        break;
+      }
       if (!valid)
         return fail("validation at step " + std::to_string(step) + ": " +
                     error);
@@ -352,11 +394,17 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
 
     bool checkpointNow =
         t.checkpointInterval > 0 && step % t.checkpointInterval == 0;
-    if (checkpointNow || step == t.steps)
-      if (std::optional<std::string> failure = run.save(step))
+    if (checkpointNow || step == t.steps) {
+      if (std::optional<std::string> failure = save(step))
         return fail("checkpoint at step " + std::to_string(step) + ": " +
                     *failure);
+      saved = step;
+    }
 
+    // Once a stop is asked for, nothing more goes to stdout before the
+    // checkpoint is saved (see below).
+    if (stopSignal())
+      continue;
     double eta = secondsSince(began) / (step - done) * (t.steps - step);
     if (options.progressBar) {
       int width = 30;
@@ -380,20 +428,38 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     }
     std::fflush(stdout);
   }
-  std::signal(SIGINT, previous);
   metrics.close();
 
   int64_t last = step - 1;
-  if (interrupted) {
-    std::printf("\ninterrupted after step %lld\n", static_cast<long long>(last));
-    if (last > done)
-      if (std::optional<std::string> failure = run.save(last))
+  if (stopping) {
+    // Save first, say so after. A launcher that is about to kill may no
+    // longer read this rank's stdout: Open MPI's mpirun stops draining the
+    // terminal it gives rank 0 while it waits to send SIGKILL, and drops
+    // what is queued there (Signals.cpp makes writes to it fail rather than
+    // block). Its stderr is a pipe mpirun still forwards, so under a
+    // launcher the lines go there.
+    FILE *says = comm::launchedByMpi() ? stderr : stdout;
+    if (last > saved) {
+      if (std::string note = launcherGraceNote(10); !note.empty() && lead)
+        std::fprintf(stderr, "%s\n", note.c_str());
+      if (std::optional<std::string> failure = save(last))
         return fail("checkpoint at step " + std::to_string(last) + ": " +
                     *failure);
-  }
-  if (last > done)
+    }
+    if (lead) {
+      std::fprintf(says, "\ninterrupted by %s after step %lld%s\n",
+                   signalName(stopping), static_cast<long long>(last),
+                   stoppedIn.c_str());
+      if (last > done)
+        std::fprintf(says, "checkpoint: %s/%s/step-%lld\n",
+                     options.outDir.c_str(), t.checkpointFolder.c_str(),
+                     static_cast<long long>(last));
+      std::fflush(says);
+    }
+  } else if (last > done) {
     std::printf("checkpoint: %s/%s/step-%lld\n", options.outDir.c_str(),
                 t.checkpointFolder.c_str(), static_cast<long long>(last));
+  }
   if (trace) {
     std::string path = options.tracePath;
     if (plan.ranks > 1) {
@@ -408,13 +474,14 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     std::printf("trace: %s (%zu events)\n", path.c_str(), trace->size());
   }
   std::string png = options.outDir + "/loss.png";
+  int code = stopping ? 128 + stopping : 0;
   if (!lead)
-    return interrupted ? 130 : 0;
+    return code;
   if (std::optional<std::string> failure = plotLossCurve(metricsPath, png))
     std::fprintf(stderr, "warning: no loss curve: %s\n", failure->c_str());
   else
     std::printf("loss curve: %s\n", png.c_str());
-  return interrupted ? 130 : 0;
+  return code;
 }
 
 int runTrainingOnRanks(const Plan &plan, TrainOptions options,
@@ -424,6 +491,11 @@ int runTrainingOnRanks(const Plan &plan, TrainOptions options,
   if (code != 0 && ranks.size() > 1) {
     std::fflush(stdout);
     std::fflush(stderr);
+    // A failed collective (a deadline passed) may leave ranks that never
+    // notice: one that is stopped, or waits in a collective that will not
+    // complete. End them all; otherwise the launcher does when this exits.
+    if (ranks.failure())
+      ranks.abortRun(code);
     std::_Exit(code);
   }
   return code;

@@ -12,6 +12,7 @@
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Runtime/Comm/Communicator.h"
+#include "kiln/Runtime/Signals.h"
 #include "kiln/Runtime/Trainer.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -29,6 +30,9 @@ using namespace kiln::runtime;
 
 
 int kiln::runTrain(const TrainCommand &command) {
+  // Ctrl-C while compiling ends the process with a line; in the training
+  // loop it saves a checkpoint first.
+  installStopHandlers();
   std::vector<std::string> overrides = command.overrides;
   if (command.steps > 0)
     overrides.push_back("training.steps=" + std::to_string(command.steps));

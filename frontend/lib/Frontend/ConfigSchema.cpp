@@ -195,6 +195,15 @@ const std::vector<KeySpec> &kiln::configSchema() {
       otherKey("float8", "amax_compute_algo", FIELD(float8.amax_compute_algo),
                "max|most_recent",
                "How the delayed recipe reads its amax history.", kFp8, true),
+      // [comm]
+      intKey("comm", "train_timeout_seconds",
+             FIELD(comm.train_timeout_seconds), 0, 1e6,
+             "Deadline of every collective of a multi-rank run: one not "
+             "complete this many seconds after a rank began it ends the run "
+             "with a line naming it, the step and the ranks that did not "
+             "arrive (0: wait forever). Keep it above a step's duration and "
+             "the time rank 0 takes to write a checkpoint.",
+             kTrainCmd, true),
   };
   return schema;
 }

@@ -261,7 +261,10 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
            b.getNamedAttr("checkpoint_interval",
                           b.getI64IntegerAttr(config.checkpoint.interval)),
            b.getNamedAttr("checkpoint_folder",
-                          b.getStringAttr(config.checkpoint.folder))}));
+                          b.getStringAttr(config.checkpoint.folder)),
+           b.getNamedAttr("comm_timeout_seconds",
+                          b.getI64IntegerAttr(
+                              config.comm.train_timeout_seconds))}));
 
   module->getOperation()->setAttr(
       "kiln.activation_checkpoint",

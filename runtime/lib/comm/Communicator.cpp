@@ -11,11 +11,18 @@
 #include "kiln/Runtime/Comm/LocalCommunicator.h"
 #include "kiln/Runtime/Comm/MpiCommunicator.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace kiln::runtime::comm {
 
 Communicator::~Communicator() = default;
+
+void Communicator::abortRun(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
 
 int64_t elementBytes(ElementType type) {
   switch (type) {

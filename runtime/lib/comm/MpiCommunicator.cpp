@@ -27,6 +27,17 @@
 //   barrier         MPI_Ibarrier.
 // Counts of zero complete without MPI calls (every rank skips them alike).
 //
+// Deadline (setTimeout). MPI cannot say which ranks have joined a
+// collective, so the ranks keep a side channel, a second duplicate of
+// MPI_COMM_WORLD: the communication thread answers "which collective have
+// you reached?" whenever it polls, and every 100 ms while idle. When a
+// collective passes its deadline the thread asks every other rank, waits 2 s
+// for the answers, fails the collective with a line naming the ranks that
+// had not reached it (those that did not answer are stopped or hung), and
+// leaves the MPI request pending: a collective cannot be cancelled, so the
+// communicator is never finalised after that and the run ends by abortRun
+// (MPI_Abort, made by this thread, so FUNNELED still suffices).
+//
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Comm/MpiCommunicator.h"
@@ -36,9 +47,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -60,6 +74,11 @@ namespace {
 constexpr std::chrono::microseconds kSpin{50};
 constexpr std::chrono::microseconds kMinSleep{2};
 constexpr std::chrono::microseconds kMaxSleep{200};
+// The side channel: how often an idle thread looks for questions, how long
+// a rank whose collective passed its deadline waits for the answers.
+constexpr std::chrono::milliseconds kIdlePoll{100};
+constexpr std::chrono::seconds kAnswerGrace{2};
+constexpr int kAskTag = 1, kAnswerTag = 2;
 
 /// MPI may be initialised once per process; these track who holds it.
 std::mutex processMutex;
@@ -149,6 +168,11 @@ public:
     return failure_.message;
   }
 
+  void setTimeout(int64_t seconds) override {
+    timeoutSeconds_.store(std::max<int64_t>(0, seconds));
+  }
+  [[noreturn]] void abortRun(int code) override;
+
 private:
   CommHandle enqueue(CollectiveKind kind, const void *send, void *recv,
                      int64_t count, ElementType type, ReduceOp op);
@@ -161,6 +185,9 @@ private:
   std::optional<std::string> run(const Request &request);
   std::optional<std::string> finish(MPI_Request &request, const char *call);
   std::optional<std::string> allReduce(const Request &request);
+  void answerPeers();
+  std::string missingRanks();
+  void abortIfAsked();
 
   // Shared, guarded by mu_.
   mutable std::mutex mu_;
@@ -177,9 +204,25 @@ private:
   // Written by the communication thread before set-up ends, then constant.
   int rank_ = 0, size_ = 1;
 
+  // Set by any thread, read by the communication thread.
+  std::atomic<int64_t> timeoutSeconds_{0};
+  std::atomic<int> abortCode_{-1};
+
   // The communication thread's own.
   std::thread thread_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm side_ = MPI_COMM_NULL; // questions and answers about progress
+  uint64_t running_ = 0;          // the request in MPI now, else 0
+  uint64_t finished_ = 0;         // the last request this thread completed
+  std::chrono::steady_clock::time_point runningSince_;
+  // A request left pending when its deadline passed: MPI may still write
+  // to its buffers, so MPI is not finalised and the run ends by abortRun.
+  bool abandoned_ = false;
+  // Buffers of the side channel's messages; they stay put, since sends and
+  // receives of a timed-out ask may never complete.
+  std::deque<int64_t> answers_;
+  int64_t asked_ = 0;
+  std::vector<int64_t> peerReached_;
   bool ownsMpi_ = false;
   std::vector<unsigned char> rows_;
   std::vector<float> scratch_;
@@ -269,7 +312,18 @@ void MpiCommunicator::threadMain() {
     bool failed;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      workCv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      // Idle, the thread still answers other ranks' questions (a rank
+      // that never issues the next collective is told apart from one that
+      // is stopped) and looks for an abortRun.
+      while (!stopping_ && queue_.empty()) {
+        if (workCv_.wait_for(lock, kIdlePoll) == std::cv_status::timeout ||
+            abortCode_.load() >= 0) {
+          lock.unlock();
+          abortIfAsked();
+          answerPeers();
+          lock.lock();
+        }
+      }
       if (queue_.empty())
         break; // stopping, and every issued request is done
       request = std::move(queue_.front());
@@ -277,10 +331,15 @@ void MpiCommunicator::threadMain() {
       failed = failure_.failed();
     }
     std::optional<std::string> result;
-    if (!failed && !request.invalid.empty())
+    if (!failed && !request.invalid.empty()) {
       result = request.invalid;
-    else if (!failed)
+    } else if (!failed) {
+      running_ = request.id;
+      runningSince_ = std::chrono::steady_clock::now();
       result = runCaught(request);
+      running_ = 0;
+    }
+    finished_ = request.id;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (result)
@@ -289,7 +348,8 @@ void MpiCommunicator::threadMain() {
     }
     doneCv_.notify_all();
   }
-  tearDown();
+  if (!abandoned_)
+    tearDown();
 }
 
 std::optional<std::string> MpiCommunicator::setUp() {
@@ -325,6 +385,10 @@ std::optional<std::string> MpiCommunicator::setUp() {
   if (rc == MPI_SUCCESS)
     rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &side_);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
     rc = MPI_Comm_rank(comm_, &rank_);
   if (rc == MPI_SUCCESS)
     rc = MPI_Comm_size(comm_, &size_);
@@ -341,6 +405,8 @@ std::optional<std::string> MpiCommunicator::setUp() {
 void MpiCommunicator::tearDown() {
   if (comm_ != MPI_COMM_NULL)
     MPI_Comm_free(&comm_);
+  if (side_ != MPI_COMM_NULL)
+    MPI_Comm_free(&side_);
   if (ownsMpi_) {
     MPI_Finalize();
     std::lock_guard<std::mutex> lock(processMutex);
@@ -360,11 +426,113 @@ std::optional<std::string> MpiCommunicator::finish(MPI_Request &request,
       return std::string(call) + " failed: " + mpiErrorText(rc);
     if (done)
       return std::nullopt;
-    if (Clock::now() < spinUntil)
+    Clock::time_point now = Clock::now();
+    if (now < spinUntil)
       continue;
+    abortIfAsked();
+    answerPeers();
+    int64_t timeout = timeoutSeconds_.load();
+    if (timeout > 0 && now - runningSince_ >= std::chrono::seconds(timeout)) {
+      abandoned_ = true;
+      return "not complete after " + std::to_string(timeout) +
+             " s (the deadline, comm.train_timeout_seconds); " +
+             missingRanks();
+    }
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, kMaxSleep);
   }
+}
+
+void MpiCommunicator::answerPeers() {
+  for (;;) {
+    int asked = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, side_, &asked, &status) !=
+            MPI_SUCCESS ||
+        !asked)
+      return;
+    int64_t question = 0;
+    if (MPI_Recv(&question, 1, MPI_INT64_T, status.MPI_SOURCE, kAskTag, side_,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return;
+    // The collective this rank has reached: the one in MPI now, else the
+    // last one done (its successor is not issued yet).
+    answers_.push_back(static_cast<int64_t>(running_ ? running_ : finished_));
+    MPI_Request sent;
+    if (MPI_Isend(&answers_.back(), 1, MPI_INT64_T, status.MPI_SOURCE,
+                  kAnswerTag, side_, &sent) == MPI_SUCCESS)
+      MPI_Request_free(&sent);
+  }
+}
+
+std::string MpiCommunicator::missingRanks() {
+  using Clock = std::chrono::steady_clock;
+  asked_ = static_cast<int64_t>(running_);
+  peerReached_.assign(size_, -1);
+  std::vector<MPI_Request> answers(size_, MPI_REQUEST_NULL);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_)
+      continue;
+    MPI_Request sent;
+    if (MPI_Irecv(&peerReached_[r], 1, MPI_INT64_T, r, kAnswerTag, side_,
+                  &answers[r]) != MPI_SUCCESS ||
+        MPI_Isend(&asked_, 1, MPI_INT64_T, r, kAskTag, side_, &sent) !=
+            MPI_SUCCESS)
+      continue;
+    MPI_Request_free(&sent);
+  }
+  // Other ranks waiting on this collective ask too: keep answering.
+  Clock::time_point until = Clock::now() + kAnswerGrace;
+  for (int pending = size_ - 1; pending > 0 && Clock::now() < until;) {
+    answerPeers();
+    pending = 0;
+    for (int r = 0; r < size_; ++r) {
+      int done = 1;
+      if (answers[r] != MPI_REQUEST_NULL &&
+          MPI_Test(&answers[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        done = 0;
+      pending += done ? 0 : 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::string missing;
+  for (int r = 0; r < size_; ++r) {
+    std::string why;
+    if (r == rank_)
+      continue;
+    if (answers[r] != MPI_REQUEST_NULL)
+      why = "no answer within " + std::to_string(kAnswerGrace.count()) +
+            " s: stopped or hung";
+    else if (peerReached_[r] < asked_)
+      why = peerReached_[r] == 0
+                ? "alive, no collective issued yet"
+                : "alive, its latest collective is #" +
+                      std::to_string(peerReached_[r]);
+    else
+      continue;
+    missing += (missing.empty() ? "" : ", ") + std::string("rank ") +
+               std::to_string(r) + " (" + why + ")";
+  }
+  if (missing.empty())
+    return "every rank reached it: MPI itself is stuck";
+  return "did not arrive: " + missing;
+}
+
+void MpiCommunicator::abortIfAsked() {
+  int code = abortCode_.load();
+  if (code >= 0)
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void MpiCommunicator::abortRun(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  abortCode_.store(std::max(code, 0));
+  workCv_.notify_one();
+  // The communication thread calls MPI_Abort within its next poll; should
+  // it be unable to, this process at least ends.
+  std::this_thread::sleep_for(std::chrono::seconds(10));
+  std::_Exit(code);
 }
 
 std::optional<std::string> MpiCommunicator::runCaught(const Request &r) {

@@ -45,11 +45,13 @@ void setTarget(Target target);
 const Target &target();
 
 /// Harness checks (CommHarness.*): the rank that fails
-/// CommHarness.InjectedFailure, and the rank that never reaches the
-/// barrier of CommHarness.InjectedHang (it sleeps instead); -1: none.
+/// CommHarness.InjectedFailure, the rank that never reaches the barrier of
+/// CommHarness.InjectedHang (it sleeps instead), and the rank that joins
+/// CommDeadline.LateRankIsNamed 30 s late; -1: none.
 struct Injection {
   int failRank = -1;
   int hangRank = -1;
+  int lateRank = -1;
 };
 void setInjection(Injection injection);
 

@@ -5,7 +5,7 @@
 // the caller computes (a large collective must complete with only test(),
 // which never drives progress, looked at; the 30 s limit is a fallback
 // against hanging, not the assertion), unknown handles, the failed state
-// (run alone), and the harness's own checks.
+// (run alone), the collective deadline, and the harness's own checks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -223,4 +224,29 @@ TEST(CommHarness, InjectedHang) {
   if (target().comm->rank() == injection().hangRank)
     std::this_thread::sleep_for(std::chrono::hours(1));
   EXPECT_OK(target().comm->barrier());
+}
+
+// The deadline (setTimeout). Without injection a barrier under a deadline
+// that it meets. With it, one rank issues the all-reduce 30 s late while its
+// process stays alive: the others' all-reduce must fail after 2 s with a
+// line that names that rank and the collective it is at; then they end the
+// run (abortRun), as the trainer does, and the ctest case checks the line.
+TEST(CommDeadline, LateRankIsNamed) {
+  Communicator *comm = target().comm;
+  ASSERT_NE(comm, nullptr);
+  comm->setTimeout(2);
+  if (injection().lateRank < 0) {
+    EXPECT_OK(comm->barrier());
+    comm->setTimeout(0);
+    return;
+  }
+  if (comm->rank() == injection().lateRank)
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+  float one = 1.0f, sum = 0.0f;
+  std::optional<std::string> failure = comm->wait(
+      comm->startAllReduce(&one, &sum, 1, ElementType::F32, ReduceOp::Sum));
+  ASSERT_TRUE(failure.has_value()) << "the late rank was not waited for";
+  std::fprintf(stderr, "[rank %d] error: %s\n", comm->rank(),
+               failure->c_str());
+  comm->abortRun(1);
 }

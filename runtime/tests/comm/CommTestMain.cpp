@@ -20,6 +20,8 @@
 //   --failure-tests    run only the CommFailure suite (it leaves the
 //                      communicator failed); otherwise it is excluded
 //   --inject-failure-rank=R, --inject-hang-rank=R   check the harness
+//   --inject-late-rank=R   check the collective deadline (the run must end
+//                      with the line naming rank R)
 //   --watchdog-seconds=S
 //
 //===----------------------------------------------------------------------===//
@@ -54,6 +56,7 @@ int main(int argc, char **argv) {
     else if (!intOption(arg, "--expect-size", expectSize) &&
              !intOption(arg, "--inject-failure-rank", injection.failRank) &&
              !intOption(arg, "--inject-hang-rank", injection.hangRank) &&
+             !intOption(arg, "--inject-late-rank", injection.lateRank) &&
              !intOption(arg, "--watchdog-seconds", watchdogSeconds)) {
       std::fprintf(stderr, "error: unknown argument '%s'\n", arg);
       return 2;

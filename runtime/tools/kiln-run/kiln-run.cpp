@@ -11,6 +11,7 @@
 #include "kiln/Runtime/Devices.h"
 #include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Signals.h"
 #include "kiln/Runtime/Trainer.h"
 
 #include <cstdlib>
@@ -66,7 +67,7 @@ constexpr const char *kUsage =
     "DIR]\n"
     "                     [--threads N] [--seed N] [--trace FILE]\n"
     "                     [--no-check-numerics] [--backend cpu|cuda]\n"
-    "                     [--no-cuda-graphs]\n"
+    "                     [--no-cuda-graphs] [--comm-timeout SECONDS]\n"
     "                                   train with a compiled plan (defaults: "
     "the\n"
     "                                   plan's training section; --out "
@@ -85,6 +86,7 @@ std::optional<int64_t> count(const char *flag, const char *text) {
 }
 
 int train(const Plan &plan, int argc, char **argv) {
+  installStopHandlers();
   TrainOptions options;
   options.training = plan.training;
   options.outDir = "runs/plan";
@@ -102,7 +104,8 @@ int train(const Plan &plan, int argc, char **argv) {
     }
     static const char *withValue[] = {"--steps",   "--data", "--out",
                                       "--resume",  "--threads", "--seed",
-                                      "--trace", "--backend"};
+                                      "--trace", "--backend",
+                                      "--comm-timeout"};
     if (std::find(std::begin(withValue), std::end(withValue), flag) ==
         std::end(withValue)) {
       std::cerr << "error: unknown option '" << flag << "' (see kiln-run --help)\n";
@@ -139,6 +142,8 @@ int train(const Plan &plan, int argc, char **argv) {
         options.training.steps = *n;
       else if (flag == "--seed")
         options.training.seed = *n;
+      else if (flag == "--comm-timeout")
+        options.training.commTimeoutSeconds = *n;
       else if (*n < 1 || *n > 1024) {
         std::cerr << "error: --threads expects 1 to 1024\n";
         return 1;

@@ -81,6 +81,11 @@ struct ActivationCheckpointConfig {
   std::string mode = "none";
 };
 
+/// TorchTitan's [comm] section.
+struct CommConfig {
+  int64_t train_timeout_seconds = 100;
+};
+
 struct Float8Config {
   bool enable = false;
   std::string recipe = "tensorwise";
@@ -107,6 +112,7 @@ struct Config {
   MixedPrecisionConfig mixed_precision;
   ActivationCheckpointConfig activation_checkpoint;
   Float8Config float8;
+  CommConfig comm;
 
   /// The file (or preset name) the description came from.
   std::string sourceName;

@@ -96,6 +96,7 @@ struct TrainingSpec {
   int64_t evalInterval = 0, evalSteps = 1;
   int64_t checkpointInterval = 0;
   std::string data, checkpointFolder;
+  int64_t commTimeoutSeconds = 100; // a collective's deadline; 0: none
 };
 
 struct Plan {

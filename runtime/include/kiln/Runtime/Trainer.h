@@ -54,13 +54,17 @@ struct TrainOptions {
 };
 
 /// Trains; returns the process exit code (0 done, 1 an error already
-/// reported, 130 interrupted by SIGINT after saving a checkpoint).
+/// reported, 130 or 143 stopped by SIGINT or SIGTERM after saving a
+/// checkpoint). SIGINT and SIGTERM (Signals.h) stop the loop before the next
+/// step or validation batch on every rank, whichever rank got the signal.
+/// Collectives get the deadline `training.commTimeoutSeconds` (0: none).
 int runTraining(const Plan &plan, const TrainOptions &options);
 
 /// runTraining as one of `ranks`. When it fails with other ranks in the
 /// run, the process leaves at once (output flushed, no destructors): the
 /// others may be inside a collective this rank will never join, and the
-/// launcher ends them when this one exits.
+/// launcher ends them when this one exits. When the communicator failed
+/// (a collective's deadline passed), every rank is ended (abortRun).
 int runTrainingOnRanks(const Plan &plan, TrainOptions options,
                        comm::Communicator &ranks);
 

@@ -110,6 +110,19 @@ public:
   /// The first error of this communicator, if it has failed.
   virtual std::optional<std::string> failure() const = 0;
 
+  /// A deadline for collectives from now on: one this rank's backend has
+  /// been running for `seconds` without completing fails the communicator
+  /// with a line saying which ranks had not arrived at it. 0 (the default)
+  /// waits forever. Backends whose collectives complete at once (local)
+  /// ignore it.
+  virtual void setTimeout(int64_t seconds) { (void)seconds; }
+
+  /// Ends every rank of the run with exit code `code`, now: for when this
+  /// communicator failed and other ranks may wait forever (stopped, or in
+  /// a collective that cannot complete). The caller prints why first. MPI:
+  /// MPI_Abort; the default ends this process only.
+  [[noreturn]] virtual void abortRun(int code);
+
   /// Whether reductions follow the rank-order f32 rule above bit for bit
   /// (MPI, local). A backend that reduces in its library's own order
   /// (NCCL) returns false and documents what it guarantees instead; the

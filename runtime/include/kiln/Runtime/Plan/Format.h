@@ -46,6 +46,9 @@ inline constexpr int64_t kMaxBytes = int64_t(1) << 62;
 /// describes ends.
 inline constexpr int64_t kMaxTrainingSteps = 1000000000;
 inline constexpr int64_t kMaxEvalSteps = 100000;
+/// The collective deadline in seconds (0 waits forever), as the config
+/// key comm.train_timeout_seconds allows.
+inline constexpr int64_t kMaxTimeoutSeconds = 1000000;
 
 /// What kind of step an op is, which decides who runs it.
 enum class Category : uint8_t {
