@@ -157,7 +157,7 @@ std::string CpuExecutor::waitCollective(const PlanStep &step) {
   Pending p = it->second;
   pending.erase(it);
   if (std::optional<std::string> failure = communicator->wait(p.handle))
-    return *failure;
+    return p.name + ": " + *failure;
   if (trace && !p.recorded)
     trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
   if (p.divisor != 1) {
