@@ -48,19 +48,23 @@ cudaKernel_t LoadedModule::kernel(const std::string &name,
   return k;
 }
 
+bool isGemm(plan::Op op) {
+  return op == plan::Op::Linear || op == plan::Op::LinearGradInput ||
+         op == plan::Op::LinearGradWeight || op == plan::Op::ScaledMatmul;
+}
+
 namespace {
 
 int64_t lastDim(const PlanValue &v) { return v.shape.empty() ? 1 : v.shape.back(); }
 int64_t rowsOf(const PlanValue &v) { return v.numElements() / lastDim(v); }
 
-bool isCollectiveStart(const std::string &op) {
-  return op == "all_gather_start" || op == "reduce_scatter_start" ||
-         op == "all_reduce_start";
+bool isCollectiveStart(plan::Op op) {
+  return plan::category(op) == plan::Category::Collective;
 }
 
-bool isGemm(const std::string &op) {
-  return op == "linear" || op == "linear_grad_input" ||
-         op == "linear_grad_weight" || op == "scaled_matmul";
+/// reshape and unflatten move bytes only (Builder::layout).
+bool isLayout(plan::Op op) {
+  return op == plan::Op::Reshape || op == plan::Op::Unflatten;
 }
 
 uint64_t bitsOf(const void *p) { return reinterpret_cast<uint64_t>(p); }
@@ -130,15 +134,15 @@ std::string Builder::step(size_t index, const PlanStep &s) {
   current = index;
   if (s.group)
     return fused(s);
-  if (isGemm(s.op))
+  if (isGemm(s.kind))
     return gemm(s);
-  if (isCollectiveStart(s.op))
+  if (isCollectiveStart(s.kind))
     return collective(s);
-  if (s.op == "wait")
+  if (s.kind == plan::Op::Wait)
     return wait(s);
-  if (s.op == "reshape" || s.op == "unflatten")
+  if (isLayout(s.kind))
     return layout(s);
-  if (!isKernelOp(s.op))
+  if (!isKernelOp(s.kind))
     return "the CUDA backend cannot run op '" + s.op + "'";
   std::string error;
   std::optional<OpLaunchPlan> launches =
@@ -212,7 +216,7 @@ std::string Builder::fused(const PlanStep &s) {
 }
 
 std::string Builder::gemm(const PlanStep &s) {
-  if (s.op == "scaled_matmul") {
+  if (s.kind == plan::Op::ScaledMatmul) {
     // Operands: a [m, k], a_scale, b [n, k], b_scale (rank-0 or per row).
     const PlanValue &a = value(s.operands[0]), &b = value(s.operands[2]);
     Action &act = add(Action::Scaled);
@@ -248,12 +252,12 @@ std::string Builder::gemm(const PlanStep &s) {
   act.b = addr(in1.id);
   act.c = addr(res.id);
   act.m = rowsOf(in0);
-  if (s.op == "linear") {
+  if (s.kind == plan::Op::Linear) {
     // y [m, n] = x [m, k] W^T.
     act.gemm = Action::Gemm::Forward;
     act.k = lastDim(in0);
     act.n = in1.shape[0];
-  } else if (s.op == "linear_grad_input") {
+  } else if (s.kind == plan::Op::LinearGradInput) {
     // dx [m, k] = dy [m, n] W [n, k].
     act.gemm = Action::Gemm::GradInput;
     act.n = lastDim(in0);
@@ -349,9 +353,9 @@ std::string Builder::checkFinite(size_t index, const PlanStep &s) {
   if (!ctx.numericsFlag)
     return "";
   // As the CPU backend: every step but collectives and the shard ops.
-  bool computes = s.group || isGemm(s.op) ||
-                  (isKernelOp(s.op) && s.op != "shard_amax" &&
-                   s.op != "shard_quantize");
+  bool computes = s.group || isGemm(s.kind) ||
+                  (isKernelOp(s.kind) &&
+                   plan::category(s.kind) != plan::Category::ShardCast);
   if (!computes)
     return "";
   current = index;
@@ -378,7 +382,7 @@ std::string Builder::layout(const PlanStep &s) {
   if (in.dtype != res.dtype)
     return std::string("a ") + s.op + " from " + dtypeName(in.dtype) +
            " to " + dtypeName(res.dtype);
-  int64_t offset = s.op == "unflatten" ? s.i64("offset") : 0;
+  int64_t offset = s.kind == plan::Op::Unflatten ? s.i64("offset") : 0;
   const char *from = static_cast<const char *>(addr(in.id)) +
                      offset * dtypeBytes(in.dtype);
   if (from == addr(res.id))
@@ -393,7 +397,7 @@ std::string Builder::layout(const PlanStep &s) {
 std::string Builder::collective(const PlanStep &s) {
   const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
   Action &act = add(Action::Collective);
-  act.collective = s.op.substr(0, s.op.size() - 6); // drop "_start"
+  act.collective = s.kind;
   act.resultId = res.id;
   act.src = addr(in.id);
   act.dst = addr(res.id);
@@ -402,8 +406,8 @@ std::string Builder::collective(const PlanStep &s) {
                                        : comm::ElementType::F32;
   std::string reduction = s.attrs.count("reduction") ? s.str("reduction") : "";
   act.reduce = reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
-  act.count = act.collective == "reduce_scatter" ? res.numElements()
-                                                  : in.numElements();
+  act.count = s.kind == plan::Op::ReduceScatterStart ? res.numElements()
+                                                      : in.numElements();
   divisors[res.id] = reduction == "mean" ? plan.ranks : 1;
   return "";
 }
@@ -437,8 +441,7 @@ int64_t scratchBytesNeeded(const Plan &plan, int rank, std::string &error) {
           return -1;
         }
         most = std::max(most, alignUp(geometry->partialBytes));
-      } else if (isKernelOp(s.op) && s.op != "reshape" &&
-                 s.op != "unflatten") {
+      } else if (isKernelOp(s.kind) && !isLayout(s.kind)) {
         std::optional<OpLaunchPlan> p = opLaunchPlan(plan, s, error, rank);
         if (!p) {
           error = name + ", " + describeStep(plan, s) + ": " + error;
@@ -458,7 +461,7 @@ buildActions(const ActionContext &ctx, const std::string &entry,
   Builder builder(ctx, actions);
   for (size_t i = 0; i < e->steps.size(); ++i) {
     const PlanStep &s = e->steps[i];
-    if (s.op == "init")
+    if (s.kind == plan::Op::Init)
       continue;
     // AdamW over all the parameters whose updates follow one another.
     std::vector<const PlanStep *> run = {&s};
@@ -523,9 +526,9 @@ std::string enqueue(const Action &a, Gemms &gemms,
     if (!comm)
       return "a collective in a plan run without a communicator";
     comm::CommHandle h;
-    if (a.collective == "all_gather")
+    if (a.collective == plan::Op::AllGatherStart)
       h = comm->startAllGather(a.src, a.dst, a.count, a.element);
-    else if (a.collective == "reduce_scatter")
+    else if (a.collective == plan::Op::ReduceScatterStart)
       h = comm->startReduceScatter(a.src, a.dst, a.count, a.element, a.reduce);
     else
       h = comm->startAllReduce(a.src, a.dst, a.count, a.element, a.reduce);

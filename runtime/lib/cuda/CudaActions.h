@@ -76,7 +76,8 @@ struct Action {
   Gemms::Scaled scaled;
 
   // Collective / Wait: the collective is named by its result's value id.
-  std::string collective; // all_gather, reduce_scatter, all_reduce
+  /// AllGatherStart, ReduceScatterStart or AllReduceStart.
+  plan::Op collective = plan::Op::AllReduceStart;
   int64_t resultId = 0;
   comm::ElementType element = comm::ElementType::F32;
   comm::ReduceOp reduce = comm::ReduceOp::Sum;
@@ -112,6 +113,9 @@ struct ActionContext {
   /// and every Launch's `kernel` is null; everything else is as for a run.
   bool dryRun = false;
 };
+
+/// Whether cuBLASLt runs `op` (the linears and the scaled GEMM).
+bool isGemm(plan::Op op);
 
 /// The scratch bytes `plan`'s steps need at most on rank `rank` (op
 /// kernels' scratch, column-sum partials), so it can be allocated before

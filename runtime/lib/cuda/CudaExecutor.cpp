@@ -20,13 +20,22 @@ namespace kiln::runtime::cuda {
 namespace {
 int64_t aligned(int64_t n) { return (n + 255) / 256 * 256; }
 
-/// Which ops the backend runs, besides fused groups and op kernels.
-bool runsOp(const std::string &op) {
-  return op == "init" || op == "wait" || op == "linear" ||
-         op == "linear_grad_input" || op == "linear_grad_weight" ||
-         op == "scaled_matmul" || op == "all_gather_start" ||
-         op == "reduce_scatter_start" || op == "all_reduce_start" ||
-         isKernelOp(op);
+/// Which ops the backend runs outside fused groups: init, the GEMMs, the
+/// collectives and their waits, and the op kernels.
+bool runsOp(plan::Op op) {
+  switch (plan::category(op)) {
+  case plan::Category::Init:
+  case plan::Category::Collective:
+  case plan::Category::Wait:
+    return true;
+  case plan::Category::Library:
+  case plan::Category::ShardCast:
+    return isGemm(op) || isKernelOp(op);
+  case plan::Category::Fused:
+  case plan::Category::GroupOnly:
+    return false;
+  }
+  return false;
 }
 } // namespace
 
@@ -165,7 +174,7 @@ std::unique_ptr<CudaExecutor> CudaExecutor::create(const Plan &plan,
   }
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &step : entry.steps)
-      if (!step.group && !runsOp(step.op)) {
+      if (!step.group && !runsOp(step.kind)) {
         error = "the CUDA backend cannot run op '" + step.op + "' (" + name +
                 ", " + step.loc + ")";
         return nullptr;

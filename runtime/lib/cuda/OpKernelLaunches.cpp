@@ -10,7 +10,6 @@
 #include "OpLaunchArgs.h"
 
 #include <algorithm>
-#include <set>
 
 namespace kiln::runtime::cuda {
 
@@ -361,42 +360,85 @@ std::optional<OpLaunchPlan> optimLaunchPlan(const Plan &plan,
                                             const PlanStep &step, int rank,
                                             std::string &error);
 
-bool isKernelOp(const std::string &op) {
-  static const std::set<std::string> ops = {
-      "embedding",     "embedding_grad",      "rope",
-      "rope_grad",     "attention",           "attention_grad",
-      "cross_entropy", "cross_entropy_grad",  "reshape",
-      "transpose",     "flatten",             "unflatten",
-      "delayed_amax",  "amax_history_update", "grad_norm",
-      "lr_schedule",   "adamw",               "shard_amax",
-      "shard_quantize"};
-  return ops.count(op) != 0;
+bool isKernelOp(plan::Op op) {
+  using plan::Op;
+  switch (op) {
+  case Op::Embedding:
+  case Op::EmbeddingGrad:
+  case Op::Rope:
+  case Op::RopeGrad:
+  case Op::Attention:
+  case Op::AttentionGrad:
+  case Op::CrossEntropy:
+  case Op::CrossEntropyGrad:
+  case Op::Reshape:
+  case Op::Transpose:
+  case Op::Flatten:
+  case Op::Unflatten:
+  case Op::DelayedAmax:
+  case Op::AmaxHistoryUpdate:
+  case Op::GradNorm:
+  case Op::LrSchedule:
+  case Op::AdamW:
+  case Op::ShardAmax:
+  case Op::ShardQuantize:
+    return true;
+  // cuBLASLt runs the GEMMs, NCCL the collectives; init runs at load, fused
+  // groups are generated kernels, and group-only ops never stand alone.
+  case Op::Init:
+  case Op::Linear:
+  case Op::LinearGradInput:
+  case Op::LinearGradWeight:
+  case Op::ScaledMatmul:
+  case Op::AllGatherStart:
+  case Op::ReduceScatterStart:
+  case Op::AllReduceStart:
+  case Op::Wait:
+  case Op::Fused:
+  case Op::Add:
+  case Op::Mul:
+  case Op::Silu:
+  case Op::SiluGrad:
+  case Op::Sqrt:
+  case Op::Cast:
+  case Op::RmsNorm:
+  case Op::RmsNormGrad:
+  case Op::Amax:
+  case Op::Quantize:
+    return false;
+  }
+  return false;
 }
 
 std::optional<OpLaunchPlan> opLaunchPlan(const Plan &plan,
                                          const PlanStep &step,
                                          std::string &error, int rank) {
   StepReader r(plan, step, error);
-  const std::string &op = step.op;
-  if (op == "embedding")
+  switch (step.kind) {
+  case plan::Op::Embedding:
     return embedding(r);
-  if (op == "embedding_grad")
+  case plan::Op::EmbeddingGrad:
     return embeddingGrad(r);
-  if (op == "rope" || op == "rope_grad")
-    return rope(r, op == "rope" ? 1.0f : -1.0f);
-  if (op == "attention")
+  case plan::Op::Rope:
+    return rope(r, 1.0f);
+  case plan::Op::RopeGrad:
+    return rope(r, -1.0f);
+  case plan::Op::Attention:
     return attention(r);
-  if (op == "attention_grad")
+  case plan::Op::AttentionGrad:
     return attentionGrad(r);
-  if (op == "reshape")
+  case plan::Op::Reshape:
     return copyLike(r, 0);
-  if (op == "unflatten")
+  case plan::Op::Unflatten:
     return copyLike(r, step.i64("offset"));
-  if (op == "flatten")
+  case plan::Op::Flatten:
     return flatten(r);
-  if (op == "transpose")
+  case plan::Op::Transpose:
     return transpose(r);
-  return optimLaunchPlan(plan, step, rank, error);
+  default:
+    // The loss, optimizer and FP8 ops; it says which ops it does not run.
+    return optimLaunchPlan(plan, step, rank, error);
+  }
 }
 
 OpLaunchPlan meanDivideLaunch(DType dtype, int64_t n, int64_t divisor) {

@@ -202,7 +202,7 @@ shardWeights(const Step &s) {
 }
 
 Result shardOp(const Step &s, int rank) {
-  bool quantize = s.step.op == "shard_quantize";
+  bool quantize = s.step.kind == plan::Op::ShardQuantize;
   if (!s.shaped(quantize ? 2 : 1, quantize ? 2 : 1, 0, {},
                 quantize ? std::initializer_list<int>{1}
                          : std::initializer_list<int>{0}))
@@ -256,16 +256,19 @@ std::optional<OpLaunchPlan> optimLaunchPlan(const Plan &plan,
                                             const PlanStep &step, int rank,
                                             std::string &error) {
   Step s{plan, step, error};
-  const std::string &op = step.op;
-  if (op == "cross_entropy" || op == "cross_entropy_grad")
-    return crossEntropy(s, op == "cross_entropy_grad");
-  if (op == "grad_norm")
+  switch (step.kind) {
+  case plan::Op::CrossEntropy:
+    return crossEntropy(s, false);
+  case plan::Op::CrossEntropyGrad:
+    return crossEntropy(s, true);
+  case plan::Op::GradNorm:
     return gradNorm(s);
-  if (op == "adamw")
+  case plan::Op::AdamW:
     return adamw(s);
-  if (op == "shard_amax" || op == "shard_quantize")
+  case plan::Op::ShardAmax:
+  case plan::Op::ShardQuantize:
     return shardOp(s, rank);
-  if (op == "lr_schedule") {
+  case plan::Op::LrSchedule: {
     if (!s.shaped(1, 1, 0, {}, {0}))
       return std::nullopt;
     if (s.in(0).dtype != DType::I64)
@@ -278,7 +281,7 @@ std::optional<OpLaunchPlan> optimLaunchPlan(const Plan &plan,
          real(step.f64("min_lr")), integer(step.str("decay") != "constant")}));
     return p;
   }
-  if (op == "delayed_amax") {
+  case plan::Op::DelayedAmax: {
     if (!s.shaped(1, 1, 2, {0}, {0}))
       return std::nullopt;
     if (step.operands.size() > 1 && s.in(1).dtype != DType::F32)
@@ -291,7 +294,7 @@ std::optional<OpLaunchPlan> optimLaunchPlan(const Plan &plan,
          step.operands.size() > 1 ? operand(1) : integer(0), result(0)}));
     return p;
   }
-  if (op == "amax_history_update") {
+  case plan::Op::AmaxHistoryUpdate: {
     if (!s.shaped(2, 1, 0, {0, 1}, {0}))
       return std::nullopt;
     int64_t n = s.in(0).numElements();
@@ -303,13 +306,16 @@ std::optional<OpLaunchPlan> optimLaunchPlan(const Plan &plan,
         {operand(0), operand(1), result(0), integer(n)}));
     return p;
   }
-  error = "the CUDA op kernels do not run '" + op + "'";
+  default:
+    break;
+  }
+  error = "the CUDA op kernels do not run '" + step.op + "'";
   return std::nullopt;
 }
 
 bool adamwJoins(const Plan &plan, const PlanStep &first,
                 const PlanStep &next) {
-  if (first.op != "adamw" || next.op != "adamw" ||
+  if (first.kind != plan::Op::AdamW || next.kind != plan::Op::AdamW ||
       first.operands.size() != 7 || next.operands.size() != 7 ||
       first.results.size() != 3 || next.results.size() != 3)
     return false;

@@ -37,6 +37,7 @@
 
 using namespace kiln::runtime;
 using namespace kiln::runtime::cuda;
+namespace plan = kiln::plan;
 
 namespace {
 
@@ -207,13 +208,14 @@ std::string checkAction(const Plan &plan, const PlanStep &s,
     ++c.collectives;
     int64_t bytes = a.count * static_cast<int64_t>(comm::elementBytes(a.element));
     int64_t all = bytes * plan.ranks;
-    int64_t in = a.collective == "reduce_scatter" ? all : bytes;
-    int64_t out = a.collective == "all_gather" ? all : bytes;
+    int64_t in = a.collective == plan::Op::ReduceScatterStart ? all : bytes;
+    int64_t out = a.collective == plan::Op::AllGatherStart ? all : bytes;
+    std::string name = plan::name(a.collective);
     if (std::string p =
-            d.isValue(s.operands.at(0), a.src, in, a.collective + "'s input");
+            d.isValue(s.operands.at(0), a.src, in, name + "'s input");
         !p.empty())
       return p;
-    return d.isValue(s.results.at(0), a.dst, out, a.collective + "'s result");
+    return d.isValue(s.results.at(0), a.dst, out, name + "'s result");
   }
   case Action::Wait:
     return "";

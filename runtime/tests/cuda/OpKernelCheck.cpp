@@ -45,6 +45,7 @@
 using namespace kiln::runtime;
 using hostshim::valueAt;
 using namespace kiln::runtime::opcheck;
+namespace plan = kiln::plan;
 
 namespace {
 
@@ -86,21 +87,28 @@ struct Tolerance {
 /// sums), cross-entropy and the gradient norm (double sums as trees) are
 /// not bit for bit; on a GPU, CUDA's expf, logf, pow, sin and cos are not
 /// the host's libm either.
-Tolerance toleranceOf(const std::string &op, bool gpu) {
-  if (op == "attention")
+/// AdamW over a list of parameters (kiln_adamw_list) has adamw's.
+Tolerance toleranceOf(plan::Op op, bool gpu) {
+  switch (op) {
+  case plan::Op::Attention:
     return {2, 1e-6};
-  if (op == "cross_entropy" || op == "grad_norm")
+  case plan::Op::CrossEntropy:
+  case plan::Op::GradNorm:
     return {gpu ? 4.0 : 2.0, 0};
-  if (op == "cross_entropy_grad")
+  case plan::Op::CrossEntropyGrad:
     return {gpu ? 2.0 : 1.0, 0};
-  if (gpu && (op == "rope" || op == "rope_grad" || op == "lr_schedule"))
-    return {1, 0};
-  if (gpu && (op == "adamw" || op == "adamw_list"))
-    return {4, 0};
-  return {};
+  case plan::Op::Rope:
+  case plan::Op::RopeGrad:
+  case plan::Op::LrSchedule:
+    return {gpu ? 1.0 : 0.0, 0};
+  case plan::Op::AdamW:
+    return {gpu ? 4.0 : 0.0, 0};
+  default:
+    return {};
+  }
 }
 
-std::string toleranceText(const std::string &op, bool gpu) {
+std::string toleranceText(plan::Op op, bool gpu) {
   Tolerance t = toleranceOf(op, gpu);
   if (t.ulps == 0 && t.ofMax == 0)
     return "bit for bit";
@@ -111,6 +119,7 @@ std::string toleranceText(const std::string &op, bool gpu) {
 }
 
 struct Stats {
+  plan::Op op = plan::Op::Init; // whose tolerance applies
   int steps = 0;
   double maxUlps = 0, maxOfLargest = 0;
 };
@@ -122,14 +131,16 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
   const PlanValue &v = plan.values[step.operands[index]];
   int64_t n = v.numElements();
   std::vector<uint8_t> b(n * dtypeBytes(v.dtype));
-  const std::string &op = step.op;
+  const plan::Op op = step.kind;
   if (v.dtype == DType::I32) {
     const PlanValue &table =
-        op == "embedding_grad" ? plan.values[step.results[0]]
-        : op == "embedding"    ? plan.values[step.operands[0]]
-                               : plan.values[step.operands[index - 1]];
-    int64_t range = op.rfind("embedding", 0) == 0 ? table.shape[0]
-                                                  : table.shape.back();
+        op == plan::Op::EmbeddingGrad ? plan.values[step.results[0]]
+        : op == plan::Op::Embedding   ? plan.values[step.operands[0]]
+                                      : plan.values[step.operands[index - 1]];
+    int64_t range =
+        op == plan::Op::Embedding || op == plan::Op::EmbeddingGrad
+            ? table.shape[0]
+            : table.shape.back();
     std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(range - 1));
     for (int64_t i = 0; i < n; ++i) {
       int32_t x = id(rng);
@@ -138,7 +149,8 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
     return b;
   }
   if (v.dtype == DType::I64) {
-    int64_t most = op == "lr_schedule" ? step.i64("total_steps") + 100 : 200;
+    int64_t most =
+        op == plan::Op::LrSchedule ? step.i64("total_steps") + 100 : 200;
     for (int64_t i = 0; i < n; ++i) {
       int64_t x = 1 + static_cast<int64_t>(rng() % most);
       std::memcpy(b.data() + 8 * i, &x, 8);
@@ -148,21 +160,21 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t i = 0; i < n; ++i) {
     float x = normal(rng);
-    if (op == "delayed_amax" || op == "amax_history_update")
+    if (op == plan::Op::DelayedAmax || op == plan::Op::AmaxHistoryUpdate)
       x = std::fabs(x) * 4;
-    else if (op == "adamw" && index == 2)
+    else if (op == plan::Op::AdamW && index == 2)
       x *= 0.1f;
-    else if (op == "adamw" && index == 3)
+    else if (op == plan::Op::AdamW && index == 3)
       x = std::fabs(x) * 0.01f;
-    else if (op == "adamw" && index == 4)
+    else if (op == plan::Op::AdamW && index == 4)
       x = 0.5f + std::fabs(x); // the norm: clipping or not
-    else if (op == "adamw" && index == 5)
+    else if (op == plan::Op::AdamW && index == 5)
       x = 1e-3f;
-    else if (op == "shard_quantize" && index == 1)
+    else if (op == plan::Op::ShardQuantize && index == 1)
       x = 0.5f + 3 * std::fabs(x);
-    else if (op == "cross_entropy_grad" && index == 0)
+    else if (op == plan::Op::CrossEntropyGrad && index == 0)
       x = 0.5f + std::fabs(x);
-    else if (op.rfind("cross_entropy", 0) == 0)
+    else if (op == plan::Op::CrossEntropy || op == plan::Op::CrossEntropyGrad)
       x *= 3; // logits with a spread
     setValue(v.dtype, b, i, x);
   }
@@ -188,9 +200,9 @@ std::string consistentAttention(const Plan &plan, const PlanStep &step,
                                View{l.data(), DType::F32, lse.shape}};
   PlanStep forward = step;
   forward.op = "attention";
-  forward.kind = kiln::plan::Op::Attention;
+  forward.kind = plan::Op::Attention;
   if (std::string failure =
-          findCpuOp(kiln::plan::Op::Attention)(forward, operands, results);
+          findCpuOp(plan::Op::Attention)(forward, operands, results);
       !failure.empty())
     return failure;
   for (int64_t i = 0; i < out.numElements(); ++i)
@@ -223,7 +235,7 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
     results.push_back(View{res[k].data(), DType::F32, v.shape});
   }
   out.clear();
-  if (step.op == "shard_amax" || step.op == "shard_quantize") {
+  if (plan::category(step.kind) == plan::Category::ShardCast) {
     // As CpuExecutor::runShardOp: the rank's part of each weight.
     const auto &offsets = std::get<std::vector<int64_t>>(step.attrs.at("offsets"));
     const auto &sizes = std::get<std::vector<int64_t>>(step.attrs.at("sizes"));
@@ -232,7 +244,7 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
       weights.push_back({offsets[i], sizes[i]});
     int64_t n = operands[0].numElements();
     int64_t count = static_cast<int64_t>(weights.size());
-    if (step.op == "shard_amax") {
+    if (step.kind == plan::Op::ShardAmax) {
       cpu::shardAmax(operands[0].f32(), n, rank * n, weights.data(), count,
                      res[0].data());
     } else {
@@ -262,7 +274,7 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
                            const std::vector<std::vector<uint8_t>> &want,
                            const Buffers &b, size_t at, bool gpu,
                            Stats &stats) {
-  Tolerance tol = toleranceOf(step.op, gpu);
+  Tolerance tol = toleranceOf(step.kind, gpu);
   ++stats.steps;
   for (size_t k = 0; k < step.results.size(); ++k) {
     const PlanValue &v = plan.values[step.results[k]];
@@ -284,7 +296,7 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
                     "result %zu element %lld: kernel %.9g, CPU backend %.9g "
                     "(%s)",
                     k, static_cast<long long>(i), g, w,
-                    toleranceText(step.op, gpu).c_str());
+                    toleranceText(step.kind, gpu).c_str());
       return step.op + " " + text;
     }
   }
@@ -307,7 +319,7 @@ std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
   std::vector<std::vector<uint8_t>> in;
   for (size_t k = 0; k < step.operands.size(); ++k)
     in.push_back(randomOperand(plan, step, k, rng));
-  if (step.op == "attention_grad")
+  if (step.kind == plan::Op::AttentionGrad)
     if (std::string failure = consistentAttention(plan, step, in);
         !failure.empty())
       return "the CPU forward fails: " + failure;
@@ -410,7 +422,7 @@ Plan transposePlan(DType t) {
   plan.values = {x, y};
   PlanStep step;
   step.op = "transpose";
-  step.kind = kiln::plan::Op::Transpose;
+  step.kind = plan::Op::Transpose;
   step.operands = {0};
   step.results = {1};
   step.attrs["permutation"] = std::vector<int64_t>{2, 0, 1};
@@ -585,6 +597,11 @@ int main(int argc, char **argv) {
 
   std::set<std::string> checked;
   std::map<std::string, Stats> perOp;
+  auto statsOf = [&](const std::string &label, plan::Op op) -> Stats & {
+    Stats &s = perOp[label];
+    s.op = op;
+    return s;
+  };
   std::mt19937 rng(11);
   int count = 0;
   for (const std::string &path : plans) {
@@ -596,15 +613,16 @@ int main(int argc, char **argv) {
     }
     for (const auto &[name, entry] : plan->entries)
       for (const PlanStep &step : entry.steps) {
-        if (step.group || !cuda::isKernelOp(step.op))
+        if (step.group || !cuda::isKernelOp(step.kind))
           continue;
-        bool shard = step.op == "shard_amax" || step.op == "shard_quantize";
+        bool shard =
+            plan::category(step.kind) == plan::Category::ShardCast;
         for (int rank = 0; rank < (shard ? plan->ranks : 1); ++rank) {
           if (!checked.insert(signature(*plan, step, rank)).second)
             continue;
           ++count;
           std::string failure = checkStep(*plan, step, rank, *device, rng,
-                                          perOp[step.op]);
+                                          statsOf(step.op, step.kind));
           if (!failure.empty()) {
             std::fprintf(stderr, "%s: %s, %s (rank %d): %s\n", path.c_str(),
                          name.c_str(), step.loc.c_str(), rank,
@@ -627,7 +645,9 @@ int main(int argc, char **argv) {
         for (int perLaunch : {cuda::kMaxAdamWListTensors, 3}) {
           ++count;
           std::string failure = checkAdamWList(*plan, run, perLaunch, *device,
-                                               rng, perOp["adamw_list"]);
+                                               rng,
+                                               statsOf("adamw_list",
+                                                       plan::Op::AdamW));
           if (!failure.empty()) {
             std::fprintf(stderr, "%s: %s, AdamW over %zu parameters: %s\n",
                          path.c_str(), name.c_str(), run.size(),
@@ -643,7 +663,7 @@ int main(int argc, char **argv) {
     ++count;
     if (std::string failure =
             checkStep(plan, plan.entries["transpose"].steps[0], 0, *device,
-                      rng, perOp["transpose"]);
+                      rng, statsOf("transpose", plan::Op::Transpose));
         !failure.empty()) {
       std::fprintf(stderr, "transpose: %s\n", failure.c_str());
       return 1;
@@ -670,7 +690,7 @@ int main(int argc, char **argv) {
       std::printf("%-20s %3d steps, largest difference %.3g ulp, %.3g of the "
                   "largest magnitude (%s)\n",
                   op.c_str(), s.steps, s.maxUlps, s.maxOfLargest,
-                  toleranceText(op, device->onGpu()).c_str());
+                  toleranceText(s.op, device->onGpu()).c_str());
   std::printf("%d op kernels on the %s match the CPU backend\n", count,
               deviceName.c_str());
   std::system((std::string("rm -rf ") + dir).c_str());

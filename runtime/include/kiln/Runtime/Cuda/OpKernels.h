@@ -91,8 +91,9 @@ struct OpLaunchPlan {
 /// includes only <cuda_fp8.h>, as the group kernels do).
 const std::string &opKernelLibrarySource();
 
-/// Whether the CUDA backend runs `op` through opLaunchPlan.
-bool isKernelOp(const std::string &op);
+/// Whether the CUDA backend runs `op` through opLaunchPlan: a switch over
+/// every plan::Op with no default, so that -Wswitch names a new op.
+bool isKernelOp(plan::Op op);
 
 /// The launches of a library step of `plan` whose op isKernelOp. Nothing,
 /// with `error` saying why, for a shape or dtype the kernels do not take.
