@@ -243,7 +243,10 @@ std::string CudaExecutor::setCommunicator(comm::Communicator *c) {
     // One rank per GPU; NCCL picks this rank's device and sets it.
 #ifdef KILN_HAVE_NCCL
     std::string error;
-    s->nccl = comm::createNcclCommunicator(*c, /*watchdogSeconds=*/300, error);
+    // The collective deadline of the run (comm.train_timeout_seconds; 0
+    // waits forever), as the MPI communicator keeps it.
+    s->nccl = comm::createNcclCommunicator(
+        *c, static_cast<double>(s->plan.training.commTimeoutSeconds), error);
     if (!s->nccl)
       return error;
     s->device = s->nccl->device();
