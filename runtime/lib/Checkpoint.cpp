@@ -112,6 +112,12 @@ std::optional<std::string> saveCheckpoint(const std::string &dir,
     return error;
   if (auto error = stageSafetensors(optimizer, checkpoint.optimizer, metadata))
     return error;
+  // model.safetensors is renamed into place last: a folder that holds it
+  // holds everything else of its step (isCompleteCheckpoint), whenever the
+  // writer was killed.
+  for (const auto &[name, contents] : checkpoint.files)
+    if (auto error = writeFileAtomically(join(dir, name.c_str()), contents))
+      return error;
   if (auto error = optimizer.commit())
     return error;
   return model.commit();

@@ -1,13 +1,12 @@
 //===- Data.cpp - Training tokens and deterministic batches ---------------===//
 
 #include "kiln/Runtime/Data.h"
+#include "kiln/Runtime/Files.h"
 #include "kiln/Runtime/Init.h"
 
 #include <algorithm>
 #include <cstring>
 #include <dirent.h>
-#include <fstream>
-#include <sstream>
 
 namespace kiln::runtime {
 
@@ -15,14 +14,16 @@ namespace {
 constexpr int32_t kTokenFileMagic = 20240520;
 constexpr size_t kHeaderInts = 256;
 
-bool readFile(const std::string &path, std::string &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  out = buffer.str();
-  return true;
+/// The largest data file read whole: 16 GiB (4 G uint32 tokens; text
+/// becomes four bytes a token in memory). Larger corpora are token shards.
+constexpr int64_t kMaxDataBytes = int64_t(1) << 34;
+
+bool readFile(const std::string &path, std::string &out, std::string &error) {
+  std::optional<std::string> text =
+      readRegularFile(path, kMaxDataBytes, "data file", error);
+  if (text)
+    out = std::move(*text);
+  return text.has_value();
 }
 
 /// Every fortune file (not the .dat indexes, not the .u8 duplicates).
@@ -43,8 +44,8 @@ bool readFortunes(std::string &out, std::string &error) {
   closedir(dir);
   std::sort(names.begin(), names.end());
   for (const std::string &name : names) {
-    std::string text;
-    if (readFile(std::string(kFortunesDir) + "/" + name, text))
+    std::string text, skipped;
+    if (readFile(std::string(kFortunesDir) + "/" + name, text, skipped))
       out += text;
   }
   return true;
@@ -57,8 +58,7 @@ loadTokens(const std::string &path, int64_t vocab, std::string &error) {
   if (path == kDefaultData) {
     if (!readFortunes(bytes, error))
       return std::nullopt;
-  } else if (!readFile(path, bytes)) {
-    error = "cannot open data file '" + path + "'";
+  } else if (!readFile(path, bytes, error)) {
     return std::nullopt;
   }
   if (bytes.empty()) {

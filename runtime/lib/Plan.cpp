@@ -6,12 +6,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Files.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 namespace kiln::runtime {
 
@@ -497,14 +496,12 @@ std::optional<Plan> parsePlan(const std::string &text, std::string &error) {
 }
 
 std::optional<Plan> loadPlan(const std::string &path, std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = "cannot open plan '" + path + "'";
+  // The largest plans (405B over 8 ranks, 1024 layers) are tens of MB.
+  std::optional<std::string> text =
+      readRegularFile(path, int64_t(1) << 30, "plan", error);
+  if (!text)
     return std::nullopt;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  std::optional<Plan> plan = parsePlan(text.str(), error);
+  std::optional<Plan> plan = parsePlan(*text, error);
   if (!plan)
     error = path + ": " + error;
   return plan;

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Safetensors.h"
+#include "kiln/Runtime/Files.h"
 
 #include <nlohmann/json.hpp>
 
@@ -315,6 +316,8 @@ AtomicFile::~AtomicFile() {
 std::optional<std::string>
 AtomicFile::write(const std::function<bool(std::FILE *)> &fill) {
   written = false;
+  if (std::optional<std::string> why = checkReplaceable(target))
+    return "cannot save: " + *why;
   std::FILE *f = std::fopen(temp.c_str(), "wb");
   if (!f)
     return "cannot save '" + target + "': cannot create '" + temp +
@@ -341,6 +344,11 @@ AtomicFile::write(const std::function<bool(std::FILE *)> &fill) {
 std::optional<std::string> AtomicFile::commit() {
   if (!written)
     return "cannot save '" + target + "': nothing was written";
+  // Checked again: what was a regular file or nothing may have changed.
+  if (std::optional<std::string> why = checkReplaceable(target)) {
+    ::unlink(temp.c_str());
+    return "cannot save: " + *why;
+  }
   if (std::rename(temp.c_str(), target.c_str()) != 0) {
     std::string error = "cannot save '" + target + "': cannot rename '" + temp +
                         "' over it: " + errnoText();
@@ -418,18 +426,15 @@ std::optional<SafetensorsContents> readSafetensors(const std::string &path,
     error = path + ": " + what;
     return std::nullopt;
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    error = "cannot open '" + path + "': " + errnoText();
+  // A FIFO in a checkpoint's place must not block the open: the check
+  // refuses anything but a regular file.
+  int64_t fileBytes = 0;
+  int fd = openRegularFile(path, kMaxSafetensorsBytes, "checkpoint file",
+                           fileBytes, error);
+  if (fd < 0)
     return std::nullopt;
-  }
   FdCloser closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0)
-    return fail("cannot stat: " + errnoText());
-  if (!S_ISREG(st.st_mode))
-    return fail("not a regular file");
-  uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t size = static_cast<uint64_t>(fileBytes);
   if (size < 8)
     return fail("the file has " + std::to_string(size) +
                 " bytes, too short for the 8-byte header length");

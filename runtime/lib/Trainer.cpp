@@ -10,6 +10,7 @@
 #include "kiln/Runtime/Checkpoint.h"
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/Executor.h"
+#include "kiln/Runtime/Files.h"
 #include "kiln/Runtime/Data.h"
 #include "kiln/Runtime/LossPlot.h"
 #include "kiln/Runtime/Signals.h"
@@ -24,6 +25,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 namespace kiln::runtime {
 
@@ -143,21 +145,18 @@ std::optional<std::string> Run::save(int64_t step) {
     (isOptimizerState(t.name) ? c.optimizer : c.model).push_back(std::move(t));
   std::string dir = options.outDir + "/" + options.training.checkpointFolder +
                     "/step-" + std::to_string(step);
-  if (std::optional<std::string> error = saveCheckpoint(dir, c))
-    return error;
   if (!options.configText.empty())
-    if (std::optional<std::string> error =
-            writeFileAtomically(dir + "/config.toml", options.configText))
-      return error;
-  return std::nullopt;
+    c.files["config.toml"] = options.configText;
+  return saveCheckpoint(dir, c);
 }
 
 std::optional<std::string> Run::restore(const std::string &path,
                                         int64_t &step) {
   std::string error;
-  std::optional<std::string> dir = findCheckpoint(path, error);
+  std::optional<std::string> dir =
+      findCheckpoint(path, error, options.training.checkpointFolder);
   if (!dir)
-    return error;
+    return "cannot resume: " + error;
   std::map<std::string, std::vector<int64_t>> model, optimizer;
   unshardedShapes(plan, model, optimizer);
   std::optional<Checkpoint> c = loadCheckpoint(*dir, model, optimizer, error);
@@ -198,39 +197,133 @@ void truncateMetrics(const std::string &path, int64_t step) {
   (void)writeFileAtomically(path, kept.str());
 }
 
-} // namespace
-
-std::optional<std::string> findCheckpoint(const std::string &path,
-                                          std::string &error) {
+/// The step-N subfolders of `dir` (a checkpoint folder), by N.
+std::map<int64_t, std::string> stepFolders(const std::string &dir) {
+  std::map<int64_t, std::string> steps;
   std::error_code ec;
-  if (fs::is_regular_file(path + "/model.safetensors", ec))
-    return path;
-  if (!fs::is_directory(path, ec)) {
-    error = "cannot resume: '" + path + "' is not a folder";
-    return std::nullopt;
-  }
-  long long best = -1;
-  std::string found;
-  for (const fs::directory_entry &e : fs::directory_iterator(path, ec)) {
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
     long long n = -1;
     char tail = 0;
-    if (std::sscanf(name.c_str(), "step-%lld%c", &n, &tail) == 1 && n > best &&
-        fs::is_regular_file(e.path() / "model.safetensors", ec)) {
-      best = n;
-      found = e.path().string();
-    }
+    if (std::sscanf(name.c_str(), "step-%lld%c", &n, &tail) == 1 && n >= 0 &&
+        fs::is_directory(e.path(), ec))
+      steps[n] = e.path().string();
   }
-  if (best < 0) {
-    error = "cannot resume: no checkpoint in '" + path +
-            "' (expected model.safetensors or step-N folders holding it)";
+  return steps;
+}
+
+/// Where this rank writes its trace: the --trace path, or, in a run of
+/// several ranks, that path with `.rank<r>` before its extension.
+std::string tracePathOf(const TrainOptions &options, int rank, int64_t ranks) {
+  std::string path = options.tracePath;
+  if (ranks <= 1)
+    return path;
+  size_t dot = path.rfind('.');
+  std::string suffix = ".rank" + std::to_string(rank);
+  return dot == std::string::npos || path.find('/', dot) != std::string::npos
+             ? path + suffix
+             : path.substr(0, dot) + suffix + path.substr(dot);
+}
+
+/// Before anything is loaded or computed: the run's output folder exists
+/// (created) and holds no earlier run unless that is resumed or to be
+/// overwritten; temporary files of killed writers are gone; the trace can
+/// be written. Rank 0 alone looks at the folder; every rank checks its
+/// trace. Empty, or the one line to fail with.
+std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
+  int rank = options.communicator ? options.communicator->rank() : 0;
+  if (options.outDir.empty())
+    return "the output folder (--out) must not be empty";
+  if (!options.tracePath.empty())
+    if (std::optional<std::string> why =
+            checkReplaceable(tracePathOf(options, rank, plan.ranks)))
+      return "--trace: " + *why;
+  if (rank != 0)
+    return "";
+  // Nothing is created yet (a run that fails on its data writes nothing),
+  // but a folder that could not be is an error now, not after training.
+  if (std::optional<std::string> why = checkCreatableFolder(options.outDir))
+    return "cannot create the output folder '" + options.outDir + "': " +
+           *why;
+  std::error_code ec;
+  std::string checkpoints =
+      options.outDir + "/" + options.training.checkpointFolder;
+  std::map<int64_t, std::string> steps = stepFolders(checkpoints);
+  bool metrics = fs::exists(options.outDir + "/metrics.jsonl", ec);
+  if ((!steps.empty() || metrics) && options.resume.empty()) {
+    if (!options.overwrite)
+      return "'" + options.outDir + "' holds an earlier run (" +
+             (steps.empty() ? std::string("metrics.jsonl")
+                            : "checkpoints up to step " +
+                                  std::to_string(steps.rbegin()->first)) +
+             "); pass --resume " + options.outDir +
+             " to continue it, --overwrite to replace it, or another --out";
+    // --overwrite: what an earlier run wrote here, and only that.
+    for (const auto &[n, dir] : steps)
+      fs::remove_all(dir, ec);
+    for (const char *file : {"metrics.jsonl", "loss.png"})
+      fs::remove(options.outDir + "/" + file, ec);
+  }
+  // Writers killed mid-save leave NAME.tmp.PID beside the file.
+  removeStaleTemporaries(options.outDir);
+  removeStaleTemporaries(checkpoints);
+  for (const auto &[n, dir] : stepFolders(checkpoints))
+    removeStaleTemporaries(dir);
+  return "";
+}
+} // namespace
+
+const std::vector<std::string> &resumeFiles() {
+  static const std::vector<std::string> files = {kModelCheckpointFile,
+                                                 kOptimizerCheckpointFile};
+  return files;
+}
+
+bool isCompleteCheckpoint(const std::string &dir,
+                          const std::vector<std::string> &files) {
+  std::error_code ec;
+  for (const std::string &file : files)
+    if (!fs::is_regular_file(dir + "/" + file, ec))
+      return false;
+  return true;
+}
+
+
+std::optional<std::string>
+findCheckpoint(const std::string &path, std::string &error,
+               const std::string &checkpointFolder,
+               const std::vector<std::string> &files) {
+  std::error_code ec;
+  if (isCompleteCheckpoint(path, files))
+    return path;
+  if (!fs::is_directory(path, ec)) {
+    error = "no checkpoint: '" + path + "' is not a folder";
     return std::nullopt;
   }
-  return found;
+  // A checkpoint folder of step-N folders, or a run's --out folder holding
+  // one; the latest complete step wins (a writer killed mid-save leaves a
+  // folder without model.safetensors, which is renamed into place last).
+  for (const std::string &dir :
+       {path, path + "/" + checkpointFolder}) {
+    std::map<int64_t, std::string> steps = stepFolders(dir);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      if (isCompleteCheckpoint(it->second, files))
+        return it->second;
+  }
+  std::string needed;
+  for (size_t i = 0; i < files.size(); ++i)
+    needed += (i == 0 ? "" : i + 1 == files.size() ? " and " : ", ") +
+              files[i];
+  error = "no complete checkpoint in '" + path + "' (a folder holding " +
+          needed + ", or step-N folders of them, or a run folder with " +
+          checkpointFolder + "/)";
+  return std::nullopt;
 }
 
 int runTraining(const Plan &plan, const TrainOptions &options) {
   const TrainingSpec &t = options.training;
+  if (std::string problem = prepareOutputs(plan, options); !problem.empty())
+    return fail(problem);
   const PlanValue *tokensValue = plan.named(PlanValue::Input, "tokens");
   if (!tokensValue || tokensValue->shape.size() != 2 ||
       !plan.entry("train_step") || !plan.entry("eval_loss"))
@@ -461,14 +554,11 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                 t.checkpointFolder.c_str(), static_cast<long long>(last));
   }
   if (trace) {
-    std::string path = options.tracePath;
-    if (plan.ranks > 1) {
-      size_t dot = path.rfind('.');
-      std::string suffix = ".rank" + std::to_string(exec->rank());
-      path = dot == std::string::npos || path.find('/', dot) != std::string::npos
-                 ? path + suffix
-                 : path.substr(0, dot) + suffix + path.substr(dot);
-    }
+    std::string path = tracePathOf(options, exec->rank(), plan.ranks);
+    fs::path folder = fs::path(path).parent_path();
+    std::error_code ec;
+    if (!folder.empty())
+      fs::create_directories(folder, ec);
     if (std::optional<std::string> failure = trace->write(path))
       return fail("cannot write the trace: " + *failure);
     std::printf("trace: %s (%zu events)\n", path.c_str(), trace->size());

@@ -65,6 +65,13 @@ LogicalResult writeOutput(const std::string &path,
     return failure();
   }
   print(file->os());
+  file->os().flush();
+  if (file->os().has_error()) {
+    llvm::errs() << "error: cannot write '" << path
+                 << "': " << file->os().error().message() << "\n";
+    file->os().clear_error();
+    return failure();
+  }
   file->keep();
   return success();
 }
@@ -100,6 +107,16 @@ int kiln::runCompile(const CompileCommand &command) {
   if (!session.load(command.model, command.overrides) ||
       !session.setRanks(command.worldSize))
     return 1;
+  // The result never replaces the model file it came from (a symbolic
+  // link or another spelling of the path included).
+  bool same = false;
+  if (!command.output.empty() && command.output != "-" &&
+      !session.source->isPreset &&
+      !llvm::sys::fs::equivalent(command.output, session.source->name, same) &&
+      same)
+    return commandError("-o '" + command.output +
+                        "' is the model file itself; write the result "
+                        "elsewhere");
   OwningOpRef<ModuleOp> module = importModel(&session.context, *session.config);
   if (failed(verify(*module)))
     return commandError("internal: the imported IR does not verify");

@@ -10,6 +10,7 @@
 #include "kiln/Compiler/Session.h"
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/Sampler.h"
+#include "kiln/Runtime/Checkpoint.h"
 #include "kiln/Runtime/Trainer.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -29,9 +30,10 @@ int kiln::runSample(const SampleCommand &command) {
 
   // A checkpoint folder, a folder of step-N checkpoints, or a run folder.
   std::string error;
-  std::optional<std::string> dir = findCheckpoint(command.checkpoint, error);
-  if (!dir && llvm::sys::fs::is_directory(command.checkpoint + "/checkpoints"))
-    dir = findCheckpoint(command.checkpoint + "/checkpoints", error);
+  // Only complete folders count, with the config.toml the model comes from.
+  std::optional<std::string> dir =
+      findCheckpoint(command.checkpoint, error, "checkpoints",
+                     {kModelCheckpointFile, "config.toml"});
   if (!dir)
     return commandError(error);
   std::string configPath = *dir + "/config.toml";

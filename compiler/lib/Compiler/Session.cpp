@@ -5,6 +5,8 @@
 #include "kiln/Frontend/ModelImporter.h"
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Runtime/Cache.h"
+#include "kiln/Runtime/Files.h"
+#include "kiln/Runtime/Safetensors.h"
 
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/FileSystem.h"
@@ -112,8 +114,9 @@ std::string buildIdentity() {
 }
 } // namespace
 
-std::optional<std::string>
-ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
+std::optional<runtime::Plan>
+ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
+                                bool &hit) {
   std::string key = source->text;
   for (const std::string &o : overrides)
     key += "\n--set " + o;
@@ -123,33 +126,43 @@ ModelSession::cachedPlan(const std::vector<std::string> &overrides, bool &hit) {
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kplan",
                 static_cast<unsigned long long>(fnv1a(key)));
-  std::string path = kiln::runtime::kilnCacheDir() + "/" + name;
-  std::ifstream in(path);
-  if (in) {
-    std::stringstream text;
-    text << in.rdbuf();
-    hit = true;
-    return text.str();
-  }
+  std::string dir = runtime::kilnCacheDir(), path = dir + "/" + name;
   hit = false;
-  std::optional<std::string> plan = compilePlan();
-  if (plan && !llvm::sys::fs::create_directories(kiln::runtime::kilnCacheDir())) {
-    std::string tmp = path + ".tmp" + std::to_string(getpid());
-    std::ofstream(tmp) << *plan;
-    std::rename(tmp.c_str(), path.c_str());
+  std::string error;
+  // A cache entry is input like any other: one that does not load (cut
+  // short by a full disk, corrupted, not a regular file) is discarded and
+  // compiled again, never a lasting failure.
+  if (llvm::sys::fs::exists(path)) {
+    std::optional<std::string> text =
+        runtime::readRegularFile(path, int64_t(1) << 30, "cached plan", error);
+    std::optional<runtime::Plan> plan;
+    if (text)
+      plan = runtime::parsePlan(*text, error);
+    if (plan) {
+      hit = true;
+      return plan;
+    }
+    llvm::errs() << "warning: discarding the cached plan '" << path
+                 << "' (" << error << "); compiling the model again\n";
+    if (runtime::fileKind(path) == "a regular file")
+      llvm::sys::fs::remove(path);
   }
-  return plan;
-}
-
-std::optional<runtime::Plan>
-ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
-                                bool &hit) {
-  std::optional<std::string> text = cachedPlan(overrides, hit);
+  std::optional<std::string> text = compilePlan();
   if (!text)
     return std::nullopt;
-  std::string error;
   std::optional<runtime::Plan> plan = runtime::parsePlan(*text, error);
-  if (!plan)
+  if (!plan) {
     commandError("internal: the compiled plan does not load: " + error);
+    return std::nullopt;
+  }
+  // A cache that cannot be written only costs time; every write, flush and
+  // close is checked, and the entry appears whole or not at all.
+  std::optional<std::string> failure;
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    failure = "cannot create '" + dir + "': " + ec.message();
+  else if (!llvm::sys::fs::exists(path))
+    failure = runtime::writeFileAtomically(path, *text);
+  if (failure)
+    llvm::errs() << "warning: the plan is not cached: " << *failure << "\n";
   return plan;
 }

@@ -1,6 +1,7 @@
 //===- Train.cpp - `kiln train`: compile, then run training steps ---------===//
 //
-// The compiled plan comes from the on-disk cache (ModelSession::cachedPlan).
+// The compiled plan comes from the on-disk cache
+// (ModelSession::cachedRuntimePlan).
 // The loop itself (data, steps,
 // validation, checkpoints, the loss curve) is the runtime's
 // (kiln/Runtime/Trainer.h), the same that `kiln-run PLAN` runs.
@@ -67,6 +68,7 @@ int kiln::runTrain(const TrainCommand &command) {
           ? "runs/" + llvm::sys::path::stem(session.source->name).str()
           : command.out;
   options.resume = command.resume;
+  options.overwrite = command.overwrite;
   options.configText = configText;
   options.threads = command.threads;
   options.checkNumerics = command.checkNumerics;

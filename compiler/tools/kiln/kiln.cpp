@@ -12,6 +12,8 @@
 
 #include <iostream>
 
+#include "llvm/Support/raw_ostream.h"
+
 #ifndef KILN_GIT_HASH
 #define KILN_GIT_HASH "unknown"
 #endif
@@ -77,7 +79,11 @@ int main(int argc, char **argv) {
                        "Override a key: section.key=value (repeatable)");
   trainCmd->add_option("--resume", train.resume,
                        "Continue from a checkpoint folder, or the latest "
-                       "step-N checkpoint under a folder");
+                       "complete step-N checkpoint under a folder or a run's "
+                       "--out folder");
+  trainCmd->add_flag("--overwrite", train.overwrite,
+                     "Replace an earlier run in the --out folder (its "
+                     "checkpoints, metrics and loss curve)");
   trainCmd->add_option("--threads", train.threads,
                        "CPU threads (default: every core)")
       ->check(CLI::Range(1, 1024));
@@ -152,22 +158,37 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  if (compileCmd->parsed()) {
-    for (const std::string &extra : compileCmd->remaining()) {
-      if (extra.rfind("--mlir-", 0) != 0) {
-        std::cerr << "error: unknown argument '" << extra
-                  << "' (see kiln compile --help)\n";
-        return 1;
+  auto run = [&]() -> int {
+    if (compileCmd->parsed()) {
+      for (const std::string &extra : compileCmd->remaining()) {
+        if (extra.rfind("--mlir-", 0) != 0) {
+          std::cerr << "error: unknown argument '" << extra
+                    << "' (see kiln compile --help)\n";
+          return 1;
+        }
+        compile.mlirFlags.push_back(extra);
       }
-      compile.mlirFlags.push_back(extra);
+      return kiln::runCompile(compile);
     }
-    return kiln::runCompile(compile);
+    if (trainCmd->parsed())
+      return kiln::runTrain(train);
+    if (sampleCmd->parsed())
+      return kiln::runSample(sample);
+    if (explainCmd->parsed())
+      return kiln::runExplain(explain);
+    return kiln::runConfig(config);
+  };
+  int code = run();
+  // Output that could not be written (`> /dev/full`, a closed pipe) is one
+  // error line and exit 1, not LLVM's "IO failure" abort at exit.
+  llvm::outs().flush();
+  std::cout.flush();
+  if (llvm::outs().has_error() || !std::cout) {
+    std::error_code ec = llvm::outs().error();
+    llvm::outs().clear_error();
+    std::cerr << "error: cannot write the output: "
+              << (ec ? ec.message() : std::string("write failed")) << "\n";
+    return 1;
   }
-  if (trainCmd->parsed())
-    return kiln::runTrain(train);
-  if (sampleCmd->parsed())
-    return kiln::runSample(sample);
-  if (explainCmd->parsed())
-    return kiln::runExplain(explain);
-  return kiln::runConfig(config);
+  return code;
 }

@@ -53,9 +53,26 @@ std::optional<ModelSource> kiln::loadModelSource(llvm::StringRef arg,
                                                  std::string &error) {
   bool looksLikePath = arg.contains('/') || arg.ends_with(".toml");
   if (llvm::sys::fs::exists(arg) || looksLikePath) {
-    if (llvm::sys::fs::is_directory(arg)) {
-      error = "error: '" + arg.str() + "' is a directory, not a model file";
-      return std::nullopt;
+    // A FIFO or a device would block or never end: model files are regular
+    // files of at most 16 MiB (a model file is a few hundred bytes).
+    llvm::sys::fs::file_status status;
+    if (!llvm::sys::fs::status(arg, status)) {
+      llvm::sys::fs::file_type type = status.type();
+      if (type == llvm::sys::fs::file_type::directory_file) {
+        error = "error: '" + arg.str() + "' is a directory, not a model file";
+        return std::nullopt;
+      }
+      if (type != llvm::sys::fs::file_type::regular_file) {
+        error = "error: model file '" + arg.str() +
+                "' is not a regular file";
+        return std::nullopt;
+      }
+      if (status.getSize() > (16u << 20)) {
+        error = "error: model file '" + arg.str() + "' has " +
+                std::to_string(status.getSize()) +
+                " bytes; model files are at most 16 MiB";
+        return std::nullopt;
+      }
     }
     auto buffer = llvm::MemoryBuffer::getFile(arg, /*IsText=*/true);
     if (!buffer) {

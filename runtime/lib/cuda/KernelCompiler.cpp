@@ -2,6 +2,7 @@
 
 #include "kiln/Runtime/Cuda/KernelCompiler.h"
 #include "kiln/Runtime/Cache.h"
+#include "kiln/Runtime/Files.h"
 #include "kiln/Runtime/Safetensors.h"
 
 #include <cuda_runtime_api.h>
@@ -19,13 +20,13 @@ namespace kiln::runtime::cuda {
 
 namespace {
 
+/// A cached cubin, or "" when there is none that can be read (a cache
+/// entry that is not a regular file is ignored, and rewritten).
 std::string readFile(const std::filesystem::path &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return "";
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string error;
+  return readRegularFile(path.string(), int64_t(1) << 30, "cached kernel",
+                         error)
+      .value_or("");
 }
 
 } // namespace

@@ -67,6 +67,7 @@ constexpr const char *kUsage =
     "DIR]\n"
     "                     [--threads N] [--seed N] [--trace FILE]\n"
     "                     [--no-check-numerics] [--backend cpu|cuda]\n"
+    "                     [--overwrite] (replace an earlier run in --out)\n"
     "                     [--no-cuda-graphs] [--comm-timeout SECONDS]\n"
     "                                   train with a compiled plan (defaults: "
     "the\n"
@@ -100,6 +101,10 @@ int train(const Plan &plan, int argc, char **argv) {
     }
     if (flag == "--no-cuda-graphs") {
       options.cudaGraphs = false;
+      continue;
+    }
+    if (flag == "--overwrite") {
+      options.overwrite = true;
       continue;
     }
     static const char *withValue[] = {"--steps",   "--data", "--out",

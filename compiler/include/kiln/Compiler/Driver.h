@@ -41,6 +41,7 @@ struct TrainCommand {
   std::string out;                    // empty: runs/<model>
   std::vector<std::string> overrides; // --set section.key=value
   std::string resume;                 // checkpoint to continue from
+  bool overwrite = false;             // replace an earlier run in `out`
   int threads = 0;                    // 0: every core
   bool checkNumerics = true;          // name the op of a NaN/Inf
   std::string trace;                  // Chrome trace file; empty: none

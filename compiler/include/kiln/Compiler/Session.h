@@ -54,17 +54,13 @@ struct ModelSession {
   mlir::OwningOpRef<mlir::ModuleOp> compileThrough(llvm::StringRef phase,
                                                    bool fuse = true);
 
-  /// compilePlan's result from the on-disk cache ($KILN_CACHE_DIR, else
-  /// $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed by the model text, the
-  /// `overrides` it was loaded with, the ranks it is compiled for and this
-  /// build; compiled and stored
-  /// there when missing (a cache that cannot be written only costs time).
-  /// `hit` says which.
-  std::optional<std::string> cachedPlan(const std::vector<std::string> &overrides,
-                                        bool &hit);
-
-  /// cachedPlan's result read as the runtime reads it; nothing after
-  /// printing what went wrong.
+  /// compilePlan's result, as the runtime reads it, from the on-disk cache
+  /// ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed
+  /// by the model text, the `overrides` it was loaded with, the ranks it is
+  /// compiled for and this build; compiled and stored there when missing.
+  /// An entry that does not load is discarded with a warning naming it and
+  /// compiled again; a cache that cannot be written only costs time. `hit`
+  /// says which; nothing after printing what went wrong.
   std::optional<runtime::Plan>
   cachedRuntimePlan(const std::vector<std::string> &overrides, bool &hit);
 };

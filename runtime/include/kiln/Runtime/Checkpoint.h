@@ -40,6 +40,9 @@ struct Checkpoint {
   std::vector<CheckpointTensor> model;
   /// E.g. exp_avg.<param>, exp_avg_sq.<param>.
   std::vector<CheckpointTensor> optimizer;
+  /// Other files of the folder, name -> contents (config.toml, the model
+  /// to sample from): written before the weights.
+  std::map<std::string, std::string> files;
 };
 
 /// The tensors a checkpoint must hold: name -> shape.

@@ -43,6 +43,9 @@ struct SafetensorsContents {
 
 /// The largest header the reader accepts; real headers are kilobytes.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100u << 20;
+/// The largest checkpoint file read: 4 TiB, past any model's weights and
+/// optimizer state in f32.
+inline constexpr int64_t kMaxSafetensorsBytes = int64_t(1) << 42;
 
 /// A file written beside its destination, at `<path>.tmp.<pid>`, that
 /// replaces the destination only on commit(), so `path` always holds either

@@ -15,6 +15,7 @@
 #include "kiln/Runtime/Plan.h"
 
 #include <string>
+#include <vector>
 
 namespace kiln::runtime {
 
@@ -48,6 +49,9 @@ struct TrainOptions {
   /// metrics, the loss curve and checkpoints (in the unsharded layout,
   /// gathered from every rank).
   comm::Communicator *communicator = nullptr;
+  /// Replace an earlier run in `outDir` (its step-N checkpoints, metrics
+  /// and loss curve); without it, or `resume`, such a folder is refused.
+  bool overwrite = false;
   /// Write a Chrome trace of every step here (each rank of a multi-rank
   /// run its own file, `.rank<r>` before the extension); empty for none.
   std::string tracePath;
@@ -68,10 +72,25 @@ int runTraining(const Plan &plan, const TrainOptions &options);
 int runTrainingOnRanks(const Plan &plan, TrainOptions options,
                        comm::Communicator &ranks);
 
-/// The checkpoint folder `path` names: itself if it holds
-/// model.safetensors, else its step-N subfolder with the largest N.
-std::optional<std::string> findCheckpoint(const std::string &path,
-                                          std::string &error);
+/// What a checkpoint folder must hold to resume from: model.safetensors
+/// and optimizer.safetensors. A save renames model.safetensors into place
+/// last, after the optimizer state and config.toml, so a folder holding it
+/// was written whole.
+const std::vector<std::string> &resumeFiles();
+
+/// Whether `dir` holds each of `files` as a regular file.
+bool isCompleteCheckpoint(const std::string &dir,
+                          const std::vector<std::string> &files);
+
+/// The checkpoint folder `path` names: itself if it holds a complete
+/// checkpoint; else, of its step-N subfolders, the complete one with the
+/// largest N; else the same in `path/<checkpointFolder>` (a run's --out
+/// folder). Complete: holding `files`; incomplete folders (a save killed
+/// halfway) are skipped.
+std::optional<std::string>
+findCheckpoint(const std::string &path, std::string &error,
+               const std::string &checkpointFolder = "checkpoints",
+               const std::vector<std::string> &files = resumeFiles());
 
 } // namespace kiln::runtime
 
