@@ -13,6 +13,8 @@
 #include "kiln/Runtime/Checkpoint.h"
 #include "kiln/Runtime/Trainer.h"
 
+#include <cmath>
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -25,8 +27,9 @@ using namespace kiln::runtime;
 int kiln::runSample(const SampleCommand &command) {
   if (command.prompt.empty())
     return commandError("--prompt must not be empty");
-  if (command.temperature < 0)
-    return commandError("--temperature must not be negative");
+  if (!(command.temperature >= 0) || !std::isfinite(command.temperature))
+    return commandError("--temperature must be a finite number of 0 or more "
+                        "(0 picks the likeliest byte)");
 
   // A checkpoint folder, a folder of step-N checkpoints, or a run folder.
   std::string error;

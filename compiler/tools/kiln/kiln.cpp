@@ -7,6 +7,7 @@
 
 #include "kiln/Compiler/Driver.h"
 #include "kiln/Runtime/Executor.h"
+#include "kiln/Runtime/Plan/Format.h"
 
 #include <CLI/CLI.hpp>
 
@@ -19,6 +20,13 @@
 #endif
 
 int main(int argc, char **argv) {
+  // An option given as "" (--out "") is an error, not the default.
+  CLI::Validator nonEmpty(
+      [](std::string &value) {
+        return value.empty() ? std::string("must not be empty")
+                             : std::string();
+      },
+      "", "non-empty");
   CLI::App app{"Kiln: a JIT compiler for transformer training steps"};
   app.set_version_flag("--version", "kiln " KILN_GIT_HASH);
   app.require_subcommand(1);
@@ -69,12 +77,13 @@ int main(int argc, char **argv) {
   trainCmd->add_option("MODEL", train.model,
                        "Model file or preset (default llama3-debug)");
   trainCmd->add_option("--steps", train.steps, "Steps (training.steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t(1), kiln::plan::kMaxTrainingSteps));
   trainCmd->add_option("--data", train.data,
                        "Text or token file (training.data; default: the "
                        "fortunes)");
   trainCmd->add_option("--out", train.out,
-                       "Output folder (default runs/<model>)");
+                       "Output folder (default runs/<model>)")
+      ->check(nonEmpty);
   trainCmd->add_option("--set", train.overrides,
                        "Override a key: section.key=value (repeatable)");
   trainCmd->add_option("--resume", train.resume,
@@ -138,7 +147,10 @@ int main(int argc, char **argv) {
   sampleCmd->add_option("--top-k", sample.topK,
                         "Draw among the k most likely bytes (default: all)")
       ->check(CLI::NonNegativeNumber);
-  sampleCmd->add_option("--seed", sample.seed, "Random seed (default 0)");
+  // Seeds are integers in [0, 2^53] everywhere (training.seed too): each
+  // one a double holds exactly, none wrapped or clamped.
+  sampleCmd->add_option("--seed", sample.seed, "Random seed (default 0)")
+      ->check(CLI::Range(uint64_t(0), uint64_t(1) << 53));
   sampleCmd->add_option("--threads", sample.threads,
                         "CPU threads (default: every core)")
       ->check(CLI::Range(1, 1024));

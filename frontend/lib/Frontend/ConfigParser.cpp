@@ -318,9 +318,18 @@ bool ConfigParser::assign(const KeySpec &spec, const toml::node &value,
     auto i = value.as_integer();
     if (!i)
       return wrongType("an integer");
-    if (!checkRange(spec, static_cast<double>(i->get()), at,
-                    std::to_string(i->get())))
+    // Exactly: 2^53 + 1 is past a bound of 2^53 though it converts to it.
+    int64_t v = i->get();
+    bool inRange = static_cast<double>(v) >= spec.min &&
+                   static_cast<double>(v) <= spec.max &&
+                   !(static_cast<double>(v) == spec.max &&
+                     spec.max >= 9007199254740992.0 &&
+                     v > static_cast<int64_t>(spec.max));
+    if (!inRange) {
+      error(at) << spec.section << "." << spec.key << " must be in "
+                << describeRange(spec) << ", got " << v;
       return false;
+    }
     std::get<0>(spec.field)(config) = i->get();
     return true;
   }
@@ -387,6 +396,15 @@ bool ConfigParser::assign(const KeySpec &spec, const toml::node &value,
 }
 
 void ConfigParser::parseOverride(const std::string &assignment) {
+  // One line: a value that spans two would be cut at the first (a TOML
+  // value cannot hold a raw newline), and the message could not show it.
+  if (assignment.find_first_of("\n\r") != std::string::npos) {
+    std::string shown = assignment.substr(0, assignment.find_first_of("\n\r"));
+    error(FileLineColLoc::get(context, "--set " + shown, 1, 1))
+        << "--set takes one line; this value holds a line break (write "
+           "\\n inside a quoted string)";
+    return;
+  }
   const std::string name = "--set " + assignment;
   Location start = FileLineColLoc::get(context, name, 1, 1);
   size_t eq = assignment.find('=');
@@ -488,6 +506,25 @@ void ConfigParser::validate() {
     error(at("parallelism.data_parallel_shard_degree"))
         << "parallelism.data_parallel_shard_degree must be -1 (all ranks) or "
            "at least 1, got 0";
+    return;
+  }
+
+  if (m.ffnHiddenDim() < 1) {
+    error(at("model.ffn_dim_multiplier"))
+        << "the FFN's hidden size rounds to " << m.ffnHiddenDim()
+        << " (dim " << m.dim << ", ffn_dim_multiplier "
+        << m.ffn_dim_multiplier << "); it must be at least 1";
+    return;
+  }
+  if (config.lr_scheduler.min_lr > config.optimizer.lr) {
+    error(at("lr_scheduler.min_lr"))
+        << "lr_scheduler.min_lr (" << config.lr_scheduler.min_lr
+        << ") must not exceed optimizer.lr (" << config.optimizer.lr << ")";
+    return;
+  }
+  if (config.checkpoint.folder.find('\0') != std::string::npos) {
+    error(at("checkpoint.folder"))
+        << "checkpoint.folder holds a NUL character, which no path can";
     return;
   }
 

@@ -102,7 +102,7 @@ const std::vector<KeySpec> &kiln::configSchema() {
       intKey("training", "eval_interval", FIELD(training.eval_interval), 0,
              1e9, "Steps between validation-loss evaluations (0: never).",
              kTrainCmd, true),
-      intKey("training", "eval_steps", FIELD(training.eval_steps), 1, 1e6,
+      intKey("training", "eval_steps", FIELD(training.eval_steps), 1, 1e5,
              "Batches per validation-loss evaluation.", kTrainCmd, true),
       otherKey("training", "data", FIELD(training.data), "",
                "Training data: `fortunes` (Debian's fortunes text), a text "

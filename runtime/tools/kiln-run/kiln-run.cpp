@@ -14,6 +14,7 @@
 #include "kiln/Runtime/Signals.h"
 #include "kiln/Runtime/Trainer.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -74,13 +75,16 @@ constexpr const char *kUsage =
     "                                   plan's training section; --out "
     "runs/plan)\n";
 
-/// A non-negative integer option value, or nothing after printing why.
-std::optional<int64_t> count(const char *flag, const char *text) {
+/// An integer option value in [lo, hi], or nothing after printing why
+/// (digits only: no sign games, no wrap past int64).
+std::optional<int64_t> count(const char *flag, const char *text, int64_t lo,
+                             int64_t hi) {
   char *end = nullptr;
+  errno = 0;
   long long v = std::strtoll(text, &end, 10);
-  if (!*text || *end || v < 0) {
-    std::cerr << "error: " << flag << " expects a non-negative integer, got '"
-              << text << "'\n";
+  if (!*text || *end || errno == ERANGE || v < lo || v > hi) {
+    std::cerr << "error: " << flag << " expects an integer in [" << lo << ", "
+              << hi << "], got '" << text << "'\n";
     return std::nullopt;
   }
   return v;
@@ -140,7 +144,14 @@ int train(const Plan &plan, int argc, char **argv) {
       }
       options.backend = value;
     } else {
-      std::optional<int64_t> n = count(flag.c_str(), value);
+      // The ranges of the model file's keys (plan/Format.h).
+      using namespace kiln::plan;
+      int64_t lo = flag == "--seed" || flag == "--comm-timeout" ? 0 : 1;
+      int64_t hi = flag == "--steps"          ? kMaxTrainingSteps
+                   : flag == "--seed"         ? int64_t(1) << 53
+                   : flag == "--comm-timeout" ? kMaxTimeoutSeconds
+                                              : 1024;
+      std::optional<int64_t> n = count(flag.c_str(), value, lo, hi);
       if (!n)
         return 1;
       if (flag == "--steps")
@@ -149,10 +160,7 @@ int train(const Plan &plan, int argc, char **argv) {
         options.training.seed = *n;
       else if (flag == "--comm-timeout")
         options.training.commTimeoutSeconds = *n;
-      else if (*n < 1 || *n > 1024) {
-        std::cerr << "error: --threads expects 1 to 1024\n";
-        return 1;
-      } else
+      else
         options.threads = static_cast<int>(*n);
     }
   }

@@ -138,6 +138,22 @@ func.func @attention_c1(%q: tensor<2x16x32xf32>, %k: tensor<2x16x2x8xf32>) {
 
 // -----
 
+func.func @attention_scale_c1(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op scale must be in (0, 1e4], got nan}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 0x7FF8000000000000 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale_c1_huge(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x8xf32>) {
+  // expected-error @+1 {{'kiln.attention' op scale must be in (0, 1e4], got 1.000000e+308}}
+  %o, %l = kiln.attention %q, %k, %k {causal, scale = 1.0e308 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
 func.func @attention_c2(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x8xf32>, %v: tensor<2x16x1x8xf32>) {
   // expected-error @+1 {{'kiln.attention' op key [2, 16, 2, 8] and value [2, 16, 1, 8] must have one type}}
   %o, %l = kiln.attention %q, %k, %v {causal, scale = 0.35 : f64} : tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x1x8xf32> -> tensor<2x4x16xf32>

@@ -76,7 +76,8 @@ LogicalResult RopeGradOp::verify() {
 
 LogicalResult AttentionGradOp::verify() {
   return detail::verifyAttention(*this, getQuery(), getKey(), getValue(),
-                                 getCausal(), getLogsumexp());
+                                 getCausal(), getLogsumexp(),
+                                 getScale().convertToDouble());
 }
 
 LogicalResult CrossEntropyGradOp::verify() {

@@ -111,8 +111,14 @@ LogicalResult RopeOp::verify() {
 
 LogicalResult kiln::detail::verifyAttention(Operation *op, Value query,
                                             Value key, Value value,
-                                            bool causal, Value logsumexp) {
+                                            bool causal, Value logsumexp,
+                                            double scale) {
   auto emitOpError = [&](const Twine &msg) { return op->emitOpError(msg); };
+  // attention_scale_c1: the softmax scale multiplies q·k in f32; NaN,
+  // zero, a negative or a scale past 1e4 (1/sqrt(head_dim) is at most 1)
+  // is a corrupted module, not a model.
+  if (!(scale > 0.0 && scale <= 1e4))
+    return op->emitOpError("scale must be in (0, 1e4], got ") << scale;
   RankedTensorType q = tensorOf(query);
   RankedTensorType k = tensorOf(key);
   if (q.getRank() != 4 || k.getRank() != 4 || tensorOf(value).getRank() != 4)
@@ -148,7 +154,8 @@ LogicalResult kiln::detail::verifyAttention(Operation *op, Value query,
 
 LogicalResult AttentionOp::verify() {
   return detail::verifyAttention(*this, getQuery(), getKey(), getValue(),
-                                 getCausal(), getLogsumexp());
+                                 getCausal(), getLogsumexp(),
+                                 getScale().convertToDouble());
 }
 
 LogicalResult ReshapeOp::verify() {

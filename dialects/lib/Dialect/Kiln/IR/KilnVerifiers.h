@@ -35,7 +35,8 @@ mlir::LogicalResult verifyRope(mlir::Operation *op, mlir::Value input,
                                double theta);
 mlir::LogicalResult verifyAttention(mlir::Operation *op, mlir::Value query,
                                     mlir::Value key, mlir::Value value,
-                                    bool causal, mlir::Value logsumexp);
+                                    bool causal, mlir::Value logsumexp,
+                                    double scale);
 mlir::LogicalResult verifyCrossEntropy(mlir::Operation *op,
                                        mlir::Value logits,
                                        mlir::Value targets);
