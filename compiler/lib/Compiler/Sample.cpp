@@ -63,6 +63,9 @@ int kiln::runSample(const SampleCommand &command) {
   std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(*plan, error);
   if (!exec)
     return commandError(error);
+  // A NaN or an infinity stops sampling at the op that made it, as in
+  // training, instead of printing junk.
+  exec->setCheckNumerics(true);
   if (std::optional<std::string> problem =
           loadWeightsForSampling(*exec, *dir))
     return commandError(*problem);
@@ -83,6 +86,7 @@ int kiln::runSample(const SampleCommand &command) {
   };
   if (!sampleTokens(*exec, prompt, options, print, error)) {
     std::fputc('\n', stdout);
+    std::fflush(stdout);
     return commandError(error);
   }
   std::fputc('\n', stdout);
