@@ -12,6 +12,7 @@
 #include "kiln/Compiler/Session.h"
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
+#include "kiln/Frontend/ConfigSchema.h"
 #include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/Signals.h"
 #include "kiln/Runtime/Trainer.h"
@@ -21,6 +22,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -29,6 +31,58 @@
 using namespace kiln;
 using namespace kiln::runtime;
 
+
+namespace {
+/// `section.key` -> value, from a rendered model file.
+std::map<std::string, std::string> renderedKeys(const std::string &toml) {
+  std::map<std::string, std::string> keys;
+  std::istringstream lines(toml);
+  std::string line, section;
+  while (std::getline(lines, line)) {
+    if (line.size() > 2 && line.front() == '[' && line.back() == ']')
+      section = line.substr(1, line.size() - 2);
+    size_t eq = line.find(" = ");
+    if (!line.empty() && line[0] != '#' && eq != std::string::npos)
+      keys[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return keys;
+}
+
+/// Why the checkpoint `resume` names was trained with another model than
+/// `configText` describes (the keys mustMatchOnResume lists), or nothing;
+/// nothing too when it has no config.toml (a kiln-run checkpoint), which the
+/// runtime's shape check then covers alone.
+std::optional<std::string> resumeMismatch(const std::string &resume,
+                                          const std::string &folder,
+                                          const std::string &configText) {
+  std::string error;
+  std::optional<std::string> dir = findCheckpoint(resume, error, folder);
+  if (!dir || !llvm::sys::fs::exists(*dir + "/config.toml"))
+    return std::nullopt;
+  ModelSession saved;
+  if (!saved.load(*dir + "/config.toml", {}))
+    return "cannot resume: " + *dir + "/config.toml does not load";
+  std::map<std::string, std::string> was =
+      renderedKeys(renderConfigToml(*saved.config));
+  std::map<std::string, std::string> now = renderedKeys(configText);
+  std::string differences;
+  for (const KeySpec &spec : configSchema()) {
+    if (!mustMatchOnResume(spec))
+      continue;
+    std::string key = std::string(spec.section) + "." + spec.key;
+    std::string a = was.count(key) ? was[key] : "unset";
+    std::string b = now.count(key) ? now[key] : "unset";
+    if (a != b)
+      differences += (differences.empty() ? "" : ", ") + key + " " + a +
+                     " in the checkpoint, " + b + " now";
+  }
+  if (differences.empty())
+    return std::nullopt;
+  return "cannot resume from " + *dir + ": it was trained with another "
+         "model (" + differences + "); resume with the model it was trained "
+         "with, or start a new run";
+}
+} // namespace
 
 int kiln::runTrain(const TrainCommand &command) {
   // Ctrl-C while compiling ends the process with a line; in the training
@@ -49,6 +103,10 @@ int kiln::runTrain(const TrainCommand &command) {
     return 1;
   // As written: checkpoints say "all ranks", not this run's count.
   std::string configText = renderConfigToml(*session.config);
+  if (!command.resume.empty())
+    if (std::optional<std::string> why = resumeMismatch(
+            command.resume, session.config->checkpoint.folder, configText))
+      return commandError(*why);
   if (!session.setRanks(ranks->size()))
     return 1;
 

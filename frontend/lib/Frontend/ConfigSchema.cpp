@@ -322,6 +322,11 @@ std::string kiln::describeType(const KeySpec &spec) {
   }
 }
 
+bool kiln::mustMatchOnResume(const KeySpec &spec) {
+  std::string section = spec.section, key = spec.key;
+  return section == "model" || (section == "training" && key == "seed");
+}
+
 std::string kiln::describeRange(const KeySpec &spec) {
   switch (spec.field.index()) {
   case 0:

@@ -49,6 +49,13 @@ struct KeyAlias {
 };
 
 const std::vector<KeySpec> &configSchema();
+
+/// Whether a key must have the value a checkpoint was trained with to
+/// resume from it: everything in [model] (the same tensor shapes can hold
+/// another model: n_heads, rope_theta, norm_eps) and training.seed (the
+/// data order). Steps, learning rates, intervals, data, precision and
+/// parallelism may change between runs.
+bool mustMatchOnResume(const KeySpec &spec);
 const std::vector<KeyAlias> &configAliases();
 /// Section names in schema order.
 std::vector<std::string> configSections();
