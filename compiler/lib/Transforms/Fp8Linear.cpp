@@ -25,6 +25,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
 
+#include <map>
+
 namespace kiln {
 #define GEN_PASS_DEF_KILNFP8LINEAR
 #include "kiln/Transforms/Passes.h.inc"
@@ -361,8 +363,26 @@ LogicalResult Fp8Rewriter::run() {
   for (const Fp8Decision &d : decisions)
     if (d.fp8)
       byParam[d.param] = &d;
-  if (byParam.empty())
+  if (byParam.empty()) {
+    // float8.enable that changes nothing is said, with each exclusion's
+    // reason (the same decisions `kiln explain --fp8` lists).
+    if (warn && !decisions.empty()) {
+      std::map<std::string, std::vector<std::string>> byReason;
+      for (const Fp8Decision &d : decisions)
+        byReason[d.reason].push_back(d.param);
+      std::string why;
+      for (const auto &[reason, params] : byReason)
+        why += (why.empty() ? "" : "; ") + reason + ": " +
+               (params.size() == 1 ? params[0]
+                                   : std::to_string(params.size()) +
+                                         " linears (" + params[0] + ", ...)");
+      decisions.front().linear->emitWarning(
+          "float8.enable is set but no linear qualifies for FP8, so the "
+          "model trains in BF16: ")
+          << why << " (`kiln explain --fp8` lists each)";
+    }
     return success();
+  }
 
   // Collect first: rewriting erases ops.
   SmallVector<LinearOp> recomputed;
