@@ -392,13 +392,26 @@ TEST_F(CheckpointTest, WriteFileAtomically) {
   ASSERT_EQ(writeFileAtomically(file, "b = 2\n"), std::nullopt);
   EXPECT_EQ(readBytes(file), "b = 2\n");
   EXPECT_EQ(tempFiles(root), 0);
-  // A directory in the way: the rename fails and the temp file goes.
+  // A directory in the way is never replaced, and no temp file is left.
   fs::create_directory(path("d"));
   fs::create_directory(path("d/x"));
   auto error = writeFileAtomically(path("d/x"), "c");
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("cannot rename"), std::string::npos) << *error;
+  EXPECT_NE(error->find("is a directory, not a regular file; Kiln replaces "
+                        "only regular files"),
+            std::string::npos)
+      << *error;
   EXPECT_EQ(tempFiles(path("d")), 0);
+  // Nor a symbolic link (even to a regular file), nor a device node.
+  fs::create_symlink(file, path("link"));
+  error = writeFileAtomically(path("link"), "c");
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("is a symbolic link"), std::string::npos) << *error;
+  EXPECT_EQ(readBytes(file), "b = 2\n");
+  error = writeFileAtomically("/dev/null", "c");
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("is a character device"), std::string::npos)
+      << *error;
 }
 
 //===----------------------------------------------------------------------===//

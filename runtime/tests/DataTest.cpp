@@ -51,7 +51,13 @@ TEST(Data, TokenFiles) {
 TEST(Data, BadInputs) {
   std::string error;
   EXPECT_FALSE(loadTokens("/nonexistent/data.txt", 256, error));
-  EXPECT_EQ(error, "cannot open data file '/nonexistent/data.txt'");
+  EXPECT_EQ(error, "cannot open data file '/nonexistent/data.txt': No such "
+                   "file or directory");
+  // Not a regular file: refused before anything is read (a FIFO would
+  // block, /dev/zero never end).
+  EXPECT_FALSE(loadTokens("/dev/zero", 256, error));
+  EXPECT_EQ(error, "data file '/dev/zero' is not a regular file (it is a "
+                   "character device)");
 
   std::string empty = writeTemp("empty.txt", "");
   EXPECT_FALSE(loadTokens(empty, 256, error));
