@@ -21,6 +21,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <functional>
+#include <numeric>
 
 using namespace mlir;
 using namespace kiln;
@@ -419,11 +420,19 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
     values[id].getAsObject()->try_emplace("offset", offset);
   arenaBytes = std::max(arenaBytes, peak);
 
-  // The step where the most bytes are live, and what they are.
-  std::vector<int64_t> live(n + 1, 0);
-  for (const BufferRequest &r : requests)
-    for (int64_t s = r.first; s <= r.last && s <= n; ++s)
-      live[s] += (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
+  // The step where the most bytes are live, and what they are: each buffer
+  // adds its bytes where it starts and takes them back after its last step
+  // (summed over the steps, not over every step of every lifetime).
+  std::vector<int64_t> live(n + 2, 0);
+  for (const BufferRequest &r : requests) {
+    if (r.first > std::min(r.last, n))
+      continue;
+    int64_t bytes = (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
+    live[r.first] += bytes;
+    live[std::min(r.last, n) + 1] -= bytes;
+  }
+  std::partial_sum(live.begin(), live.end(), live.begin());
+  live.pop_back();
   int64_t peakStep =
       std::max_element(live.begin(), live.end()) - live.begin();
   int64_t atPeak[3] = {0, 0, 0};
