@@ -132,17 +132,12 @@ int kiln::runCompile(const CompileCommand &command) {
            }))
                ? 1
                : 0;
-  FailureOr<llvm::json::Value> plan = emitPlan(*module);
-  if (failed(plan))
-    return 1;
   // Indented for a reader on stdout, compact in files.
   bool toStdout = command.output.empty() || command.output == "-";
-  auto printPlan = [&](llvm::raw_ostream &os) {
-    if (toStdout)
-      os << llvm::formatv("{0:1}", *plan) << "\n";
-    else
-      os << *plan << "\n";
-  };
+  FailureOr<std::string> plan = emitPlan(*module, toStdout ? 1 : 0);
+  if (failed(plan))
+    return 1;
+  auto printPlan = [&](llvm::raw_ostream &os) { os << *plan << "\n"; };
   if (!command.dumpDir.empty()) {
     llvm::SmallString<256> path(command.dumpDir);
     llvm::sys::path::append(path, "08-plan.kplan");

@@ -11,14 +11,17 @@
 #include "kiln/Runtime/Plan/Format.h"
 
 #include "mlir/IR/BuiltinOps.h"
-#include "llvm/Support/JSON.h"
+
+#include <string>
 
 namespace kiln {
 
-/// Lowers @train_step and @forward_loss to the plan. Emits a diagnostic and
-/// fails on IR the runtime cannot run (an op it does not know, a state that
-/// cannot be updated in place).
-mlir::FailureOr<llvm::json::Value> emitPlan(mlir::ModuleOp module);
+/// Lowers @train_step and @forward_loss to the plan: its JSON text, compact
+/// or indented by `indent` spaces a level. Emits a diagnostic and fails on
+/// IR the runtime cannot run (an op it does not know, a state that cannot
+/// be updated in place).
+mlir::FailureOr<std::string> emitPlan(mlir::ModuleOp module,
+                                      unsigned indent = 0);
 
 } // namespace kiln
 
