@@ -29,11 +29,10 @@ std::vector<int64_t> scanFirstFit(const std::vector<BufferRequest> &req,
   std::vector<size_t> active;
   peak = 0;
   for (size_t i : order) {
-    active.erase(std::remove_if(active.begin(), active.end(),
-                                [&](size_t a) {
-                                  return req[a].last < req[i].first;
-                                }),
-                 active.end());
+    active.erase(
+        std::remove_if(active.begin(), active.end(),
+                       [&](size_t a) { return req[a].last < req[i].first; }),
+        active.end());
     int64_t offset = 0;
     for (size_t a : active) {
       if (offsets[a] - offset >= sizes[i])
@@ -93,7 +92,8 @@ void expectDisjoint(const std::vector<BufferRequest> &req,
                    alignment * alignment;
       int64_t sb = (std::max<int64_t>(req[b].bytes, 1) + alignment - 1) /
                    alignment * alignment;
-      ASSERT_TRUE(offsets[a] + sa <= offsets[b] || offsets[b] + sb <= offsets[a])
+      ASSERT_TRUE(offsets[a] + sa <= offsets[b] ||
+                  offsets[b] + sb <= offsets[a])
           << "buffers " << a << " and " << b << " overlap";
     }
 }
@@ -113,9 +113,8 @@ TEST(BufferPlanner, SameOffsetsAsTheScan) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 200; ++round) {
     int n = 1 + static_cast<int>(rng() % 400);
-    std::vector<BufferRequest> req =
-        randomRequests(rng, n, 1 + rng() % 300, (rng() % 5) / 4.0,
-                       rng() % 2 == 0);
+    std::vector<BufferRequest> req = randomRequests(
+        rng, n, 1 + rng() % 300, (rng() % 5) / 4.0, rng() % 2 == 0);
     int64_t peak = 0, scanPeak = 0;
     std::vector<int64_t> offsets = planBuffers(req, 64, peak);
     ASSERT_EQ(firstDifference(offsets, scanFirstFit(req, 64, scanPeak)), -1)

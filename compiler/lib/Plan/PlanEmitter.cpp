@@ -167,10 +167,11 @@ struct ValueRow {
   StringRef name; // a state's or an input's
   ArrayRef<int64_t> shape;
   StringRef dtype;
-  std::optional<json::Object> init; // a state's
-  ArrayAttr shardOf;                // a flat shard's parts
-  double value = 0;                 // a constant's
-  int64_t offset = -1;              // an arena buffer's
+  InitAttr init;       // a parameter's
+  bool zeros = false;  // a state that starts at zero
+  ArrayAttr shardOf;   // a flat shard's parts
+  double value = 0;    // a constant's
+  int64_t offset = -1; // an arena buffer's
 };
 
 /// One entry point: its function (none for `init`), the value id of every
@@ -200,7 +201,7 @@ private:
     return values.size() - 1;
   }
   FailureOr<int64_t> named(Operation *at, StringRef kind, StringRef name,
-                           Type type, std::optional<json::Object> init,
+                           Type type, InitAttr init = {}, bool zeros = false,
                            ArrayAttr shardOf = {});
   FailureOr<json::Object> step(const EntryPoint &entry, Operation &op);
   json::Object valueJson(int64_t id) const;
@@ -215,9 +216,8 @@ private:
 } // namespace
 
 FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
-                                      StringRef name, Type type,
-                                      std::optional<json::Object> init,
-                                      ArrayAttr shardOf) {
+                                      StringRef name, Type type, InitAttr init,
+                                      bool zeros, ArrayAttr shardOf) {
   std::string key = (kind + ":" + name).str();
   if (auto it = byName.find(key); it != byName.end())
     return it->second;
@@ -227,8 +227,8 @@ FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
   if (kind == "state")
     stateBytes += byteSize(type);
   int64_t id = addValue({kind == "state" ? "state" : "input", name,
-                         cast<RankedTensorType>(type).getShape(), *dtype,
-                         std::move(init), shardOf});
+                         cast<RankedTensorType>(type).getShape(), *dtype, init,
+                         zeros, shardOf});
   byName[key] = id;
   return id;
 }
@@ -242,7 +242,9 @@ json::Object PlanBuilder::valueJson(int64_t id) const {
   if (row.kind == "state" || row.kind == "input")
     entry["name"] = row.name.str();
   if (row.init)
-    entry["init"] = json::Object(*row.init);
+    entry["init"] = initToJson(row.init);
+  else if (row.zeros)
+    entry["init"] = json::Object{{"kind", "zeros"}};
   if (row.shardOf) {
     // A flat shard: what each part of the whole flat buffer holds.
     json::Array parts;
@@ -278,18 +280,18 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
     unsigned i = arg.getArgNumber();
     FailureOr<int64_t> id = failure();
     if (auto p = func.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttrName))
-      id = named(func, "state", p.getValue(), arg.getType(),
-                 initToJson(func.getArgAttrOfType<InitAttr>(
-                     i, KilnDialect::kInitAttrName)));
+      id =
+          named(func, "state", p.getValue(), arg.getType(),
+                func.getArgAttrOfType<InitAttr>(i, KilnDialect::kInitAttrName));
     else if (auto s = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kStateAttrName))
-      id = named(func, "state", s.getValue(), arg.getType(),
-                 json::Object{{"kind", "zeros"}},
-                 func.getArgAttrOfType<ArrayAttr>(
-                     i, KilnDialect::kShardOfAttrName));
+      id = named(
+          func, "state", s.getValue(), arg.getType(), InitAttr(),
+          /*zeros=*/true,
+          func.getArgAttrOfType<ArrayAttr>(i, KilnDialect::kShardOfAttrName));
     else if (auto in = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kInputAttrName))
-      id = named(func, "input", in.getValue(), arg.getType(), std::nullopt);
+      id = named(func, "input", in.getValue(), arg.getType());
     else
       return func.emitOpError("argument ")
              << i << " is neither a parameter, a state nor an input";
@@ -395,9 +397,9 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
                                        liveUntil.lookup(r)));
       requests.push_back({byteSize(r.getType()), index.lookup(&op), last});
       categories.push_back(categoryOf(op, r));
-      ids[r] = addValue(
-          {"arena", "", cast<RankedTensorType>(r.getType()).getShape(),
-           *dtype});
+      ids[r] =
+          addValue({"arena", "", cast<RankedTensorType>(r.getType()).getShape(),
+                    *dtype});
       arenaIds.push_back(ids[r]);
     }
   }
@@ -481,8 +483,8 @@ FailureOr<json::Object> PlanBuilder::step(const EntryPoint &entry,
       return failure();
     group = std::move(*lowered);
     for (Operation *m : members)
-      groupOps += (groupOps.empty() ? "" : ", ") +
-                  m->getName().stripDialect().str();
+      groupOps +=
+          (groupOps.empty() ? "" : ", ") + m->getName().stripDialect().str();
     loc = members.back()->getLoc();
   } else if (auto space = fusionSpace(&op)) {
     FailureOr<json::Object> lowered =
@@ -561,8 +563,8 @@ LogicalResult PlanBuilder::writeEntry(json::OStream &j,
   return success(ok);
 }
 
-LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab,
-                                 int64_t ranks, json::Object training) {
+LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, int64_t ranks,
+                                 json::Object training) {
   addValue({"input", "seed", {}, "i64"});
   entries.push_back(std::make_unique<EntryPoint>());
   entries.back()->name = "init";

@@ -178,8 +178,7 @@ LogicalResult FunctionSharder::addShardArguments() {
     auto shardType = RankedTensorType::get({g.shard}, f32());
     add(&g.shardArg, shardType,
         {b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(g.name)),
-         b.getNamedAttr(KilnDialect::kShardOfAttrName,
-                        b.getArrayAttr(parts))});
+         b.getNamedAttr(KilnDialect::kShardOfAttrName, b.getArrayAttr(parts))});
     if (g.params.front()->adamw) {
       for (auto [prefix, arg] :
            {std::pair<StringRef, BlockArgument *>{"exp_avg.", &g.expAvg},

@@ -107,8 +107,8 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   }
   auto i64Scalar = RankedTensorType::get({}, b.getI64Type());
   newTypes.push_back(i64Scalar);
-  newAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
-      KilnDialect::kInputAttrName, b.getStringAttr("step"))));
+  newAttrs.push_back(b.getDictionaryAttr(
+      b.getNamedAttr(KilnDialect::kInputAttrName, b.getStringAttr("step"))));
   newIndices.append(newTypes.size(), firstNew);
   if (failed(func.insertArguments(newIndices, newTypes, newAttrs,
                                   SmallVector<Location>(newTypes.size(), loc))))
