@@ -602,7 +602,8 @@ LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, int64_t ranks,
   return success(ok);
 }
 
-FailureOr<std::string> kiln::emitPlan(ModuleOp module, unsigned indent) {
+LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
+                             unsigned indent) {
   auto train = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
   auto eval = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
   auto grads = module.lookupSymbol<func::FuncOp>(kLossAndGradsFunc);
@@ -641,10 +642,14 @@ FailureOr<std::string> kiln::emitPlan(ModuleOp module, unsigned indent) {
   int64_t ranks = 1;
   if (auto r = module->getAttrOfType<IntegerAttr>(kRanksAttr))
     ranks = r.getInt();
+  json::OStream j(os, indent);
+  return builder.write(j, vocab, ranks, std::move(training));
+}
+
+FailureOr<std::string> kiln::emitPlan(ModuleOp module, unsigned indent) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  json::OStream j(os, indent);
-  if (failed(builder.write(j, vocab, ranks, std::move(training))))
+  if (failed(emitPlan(module, os, indent)))
     return failure();
   return text;
 }
