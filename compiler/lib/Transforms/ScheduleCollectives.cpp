@@ -25,8 +25,10 @@ namespace {
 /// Where each op of a block is, kept up to date as the pass moves ops. MLIR's
 /// own order (isBeforeInBlock) is dropped by every move and rebuilt over the
 /// whole block at the next query, which made this pass quadratic in the
-/// layers; here a moved op takes a position between its new neighbours', and
-/// the block is numbered again only when there is no room left between them.
+/// layers. Here a moved op takes a position between its new neighbours';
+/// when they leave no room (a wait after wait moved before the same op),
+/// the ops around it are spread over a window twice as wide at each try
+/// until it has room, so that no move walks the whole block.
 class BlockOrder {
 public:
   explicit BlockOrder(Block &block) : block(block) { renumber(); }
@@ -44,15 +46,56 @@ public:
   }
 
 private:
+  /// Between neighbours at first; a window is spread when each of its ops
+  /// gets at least kRoom.
   static constexpr int64_t kStride = int64_t(1) << 32;
+  static constexpr int64_t kRoom = int64_t(1) << 16;
 
   void place(Operation *op) {
     Operation *previous = op->getPrevNode(), *next = op->getNextNode();
-    int64_t low = previous ? position[previous] : 0;
-    int64_t high = next ? position[next] : low + 2 * kStride;
-    if (high - low < 2)
-      return renumber();
-    position[op] = low + (high - low) / 2;
+    // At either end of the block there is always room.
+    if (!previous || !next) {
+      position[op] = previous ? position[previous] + kStride
+                     : next   ? position[next] - kStride
+                              : 0;
+      return;
+    }
+    int64_t low = position[previous], high = position[next];
+    if (high - low >= 2) {
+      position[op] = low + (high - low) / 2;
+      return;
+    }
+    // [first, last] around `op`, between `previous` and `next`.
+    Operation *first = op, *last = op;
+    int64_t count = 1;
+    for (;;) {
+      for (int64_t i = 0, grow = count; i < grow; ++i) {
+        if (first->getPrevNode()) {
+          first = first->getPrevNode();
+          ++count;
+        }
+        if (last->getNextNode()) {
+          last = last->getNextNode();
+          ++count;
+        }
+      }
+      previous = first->getPrevNode();
+      next = last->getNextNode();
+      if (!previous || !next)
+        return renumber();
+      low = position[previous];
+      high = position[next];
+      int64_t room = (high - low) / (count + 1);
+      if (room < kRoom)
+        continue;
+      int64_t at = low;
+      for (Operation *o = first;; o = o->getNextNode()) {
+        position[o] = at += room;
+        if (o == last)
+          break;
+      }
+      return;
+    }
   }
   void renumber() {
     int64_t at = 0;
