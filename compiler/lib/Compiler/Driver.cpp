@@ -50,13 +50,15 @@ bool applyMlirFlags(const std::vector<std::string> &flags) {
   return true;
 }
 
-/// Writes `print`'s output to `path` ("-" or empty: stdout).
-LogicalResult writeOutput(const std::string &path,
-                          llvm::function_ref<void(llvm::raw_ostream &)> print) {
+/// Writes `print`'s output to `path` ("-" or empty: stdout); a file is
+/// removed again when `print` fails.
+LogicalResult
+writeOutput(const std::string &path,
+            llvm::function_ref<LogicalResult(llvm::raw_ostream &)> print) {
   if (path.empty() || path == "-") {
-    print(llvm::outs());
+    LogicalResult result = print(llvm::outs());
     llvm::outs().flush();
-    return success();
+    return result;
   }
   std::string error;
   auto file = openOutputFile(path, &error);
@@ -64,7 +66,8 @@ LogicalResult writeOutput(const std::string &path,
     llvm::errs() << "error: cannot write '" << path << "': " << error << "\n";
     return failure();
   }
-  print(file->os());
+  if (failed(print(file->os())))
+    return failure();
   file->os().flush();
   if (file->os().has_error()) {
     llvm::errs() << "error: cannot write '" << path
@@ -76,9 +79,10 @@ LogicalResult writeOutput(const std::string &path,
   return success();
 }
 
-void printModule(ModuleOp module, llvm::raw_ostream &os) {
+LogicalResult printModule(ModuleOp module, llvm::raw_ostream &os) {
   module.print(os);
   os << "\n";
+  return success();
 }
 } // namespace
 
@@ -133,7 +137,7 @@ int kiln::runCompile(const CompileCommand &command) {
                                                 phase.name)
                                       .str());
     return writeOutput(path.str().str(), [&](llvm::raw_ostream &os) {
-      printModule(*module, os);
+      return printModule(*module, os);
     });
   };
   auto configure = [&](PassManager &pm) { return applyPassManagerCLOptions(pm); };
@@ -145,28 +149,38 @@ int kiln::runCompile(const CompileCommand &command) {
 
   if (llvm::StringRef(last->name) != "plan")
     return failed(writeOutput(command.output, [&](llvm::raw_ostream &os) {
-             printModule(*module, os);
+             return printModule(*module, os);
            }))
                ? 1
                : 0;
-  FailureOr<llvm::json::Value> plan = emitPlan(*module);
-  if (failed(plan))
-    return 1;
-  // Indented for a reader on stdout, compact in files.
+  // Indented for a reader on stdout, compact in files. A file gets the plan
+  // as it is written (tens of MB at a thousand layers; a failure removes
+  // it), stdout only a whole plan.
   bool toStdout = command.output.empty() || command.output == "-";
-  auto printPlan = [&](llvm::raw_ostream &os) {
-    if (toStdout)
-      os << llvm::formatv("{0:1}", *plan) << "\n";
-    else
-      os << *plan << "\n";
+  unsigned indent = toStdout ? 1 : 0;
+  auto writePlan = [&](const std::string &path) {
+    if (path.empty() || path == "-") {
+      FailureOr<std::string> plan = emitPlan(*module, indent);
+      if (failed(plan))
+        return failure();
+      llvm::outs() << *plan << "\n";
+      llvm::outs().flush();
+      return success();
+    }
+    return writeOutput(path, [&](llvm::raw_ostream &os) {
+      if (failed(emitPlan(*module, os, indent)))
+        return failure();
+      os << "\n";
+      return success();
+    });
   };
   if (!command.dumpDir.empty()) {
     llvm::SmallString<256> path(command.dumpDir);
     llvm::sys::path::append(path, "08-plan.kplan");
-    if (failed(writeOutput(path.str().str(), printPlan)))
+    if (failed(writePlan(path.str().str())))
       return 1;
   }
-  return failed(writeOutput(command.output, printPlan)) ? 1 : 0;
+  return failed(writePlan(command.output)) ? 1 : 0;
 }
 
 int kiln::runConfig(const ConfigCommand &command) {

@@ -87,13 +87,10 @@ std::optional<std::string> ModelSession::compilePlan(bool fuse) {
   OwningOpRef<ModuleOp> module = compileThrough("plan", fuse);
   if (!module)
     return std::nullopt;
-  FailureOr<llvm::json::Value> json = emitPlan(*module);
-  if (failed(json))
+  FailureOr<std::string> text = emitPlan(*module);
+  if (failed(text))
     return std::nullopt;
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << *json;
-  return text;
+  return std::move(*text);
 }
 
 namespace {

@@ -5,7 +5,9 @@
 // step), a constant, or a buffer in the arena. Each function becomes a list
 // of steps over value ids; arena offsets come from liveness (BufferPlanner),
 // and AdamW writes its results over the state it read (checked: it must be
-// the state's last reader).
+// the state's last reader). The plan is written as a stream: a value's or a
+// step's JSON exists only while it is written (docs/perf.md, "Compile time
+// and memory against n_layers").
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +23,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <functional>
+#include <numeric>
 
 using namespace mlir;
 using namespace kiln;
@@ -156,50 +159,96 @@ json::Object initToJson(InitAttr init) {
   return o;
 }
 
+/// A row of the value table, kept small until the plan is written: a step
+/// keeps tens of values per layer, and an llvm::json object costs
+/// kilobytes, so the table is written a row at a time from these.
+struct ValueRow {
+  StringRef kind; // "state", "input", "const" or "arena"
+  StringRef name; // a state's or an input's
+  ArrayRef<int64_t> shape;
+  StringRef dtype;
+  InitAttr init;       // a parameter's
+  bool zeros = false;  // a state that starts at zero
+  ArrayAttr shardOf;   // a flat shard's parts
+  double value = 0;    // a constant's
+  int64_t offset = -1; // an arena buffer's
+};
+
+/// One entry point: its function (none for `init`), the value id of every
+/// SSA value in it, and what its entry object says besides its steps.
+struct EntryPoint {
+  std::string name;
+  func::FuncOp func;
+  DenseMap<Value, int64_t> ids;
+  json::Object outputs;
+  std::optional<json::Object> liveAtPeak;
+  int64_t arenaBytes = 0;
+};
+
+/// The plan in two passes: addFunction gives every value its id and every
+/// arena buffer its offset; write then streams the plan, building each
+/// step's and each value's JSON only while writing it, so the memory the
+/// plan needs is its text, not a tree of JSON objects.
 class PlanBuilder {
 public:
   LogicalResult addFunction(func::FuncOp func, StringRef entry);
-  json::Value finish(int64_t vocab, int64_t ranks, json::Object training);
+  LogicalResult write(json::OStream &j, int64_t vocab, int64_t ranks,
+                      json::Object training);
 
 private:
-  int64_t addValue(json::Object entry) {
-    entry["id"] = static_cast<int64_t>(values.size());
-    values.push_back(std::move(entry));
+  int64_t addValue(ValueRow row) {
+    values.push_back(std::move(row));
     return values.size() - 1;
   }
   FailureOr<int64_t> named(Operation *at, StringRef kind, StringRef name,
-                           Type type, std::optional<json::Object> init,
+                           Type type, InitAttr init = {}, bool zeros = false,
                            ArrayAttr shardOf = {});
+  FailureOr<json::Object> step(const EntryPoint &entry, Operation &op);
+  json::Object valueJson(int64_t id) const;
+  LogicalResult writeEntry(json::OStream &j, const EntryPoint &entry);
 
-  json::Array values;
+  std::vector<ValueRow> values;
   llvm::StringMap<int64_t> byName; // "state:<name>" / "input:<name>"
-  json::Object entries;
+  std::vector<std::unique_ptr<EntryPoint>> entries;
   int64_t arenaBytes = 0;
   int64_t stateBytes = 0;
 };
 } // namespace
 
 FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
-                                      StringRef name, Type type,
-                                      std::optional<json::Object> init,
-                                      ArrayAttr shardOf) {
+                                      StringRef name, Type type, InitAttr init,
+                                      bool zeros, ArrayAttr shardOf) {
   std::string key = (kind + ":" + name).str();
   if (auto it = byName.find(key); it != byName.end())
     return it->second;
   FailureOr<StringRef> dtype = dtypeName(at, type);
   if (failed(dtype))
     return failure();
-  json::Object entry{
-      {"kind", kind.str()},
-      {"name", name.str()},
-      {"shape", json::Array(cast<RankedTensorType>(type).getShape())},
-      {"dtype", dtype->str()}};
-  if (init)
-    entry["init"] = std::move(*init);
-  if (shardOf) {
+  if (kind == "state")
+    stateBytes += byteSize(type);
+  int64_t id = addValue({kind == "state" ? "state" : "input", name,
+                         cast<RankedTensorType>(type).getShape(), *dtype, init,
+                         zeros, shardOf});
+  byName[key] = id;
+  return id;
+}
+
+json::Object PlanBuilder::valueJson(int64_t id) const {
+  const ValueRow &row = values[id];
+  json::Object entry{{"kind", row.kind.str()},
+                     {"id", id},
+                     {"shape", json::Array(row.shape)},
+                     {"dtype", row.dtype.str()}};
+  if (row.kind == "state" || row.kind == "input")
+    entry["name"] = row.name.str();
+  if (row.init)
+    entry["init"] = initToJson(row.init);
+  else if (row.zeros)
+    entry["init"] = json::Object{{"kind", "zeros"}};
+  if (row.shardOf) {
     // A flat shard: what each part of the whole flat buffer holds.
     json::Array parts;
-    for (auto part : shardOf.getAsRange<DictionaryAttr>())
+    for (auto part : row.shardOf.getAsRange<DictionaryAttr>())
       parts.push_back(json::Object{
           {"name", part.getAs<StringAttr>("name").getValue().str()},
           {"offset", part.getAs<IntegerAttr>("offset").getInt()},
@@ -208,16 +257,20 @@ FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
           {"init", initToJson(part.getAs<InitAttr>("init"))}});
     entry["shard_of"] = std::move(parts);
   }
-  if (kind == "state")
-    stateBytes += byteSize(type);
-  int64_t id = addValue(std::move(entry));
-  byName[key] = id;
-  return id;
+  if (row.kind == "const")
+    entry["value"] = row.value;
+  if (row.offset >= 0)
+    entry["offset"] = row.offset;
+  return entry;
 }
 
-LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
+LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
+  entries.push_back(std::make_unique<EntryPoint>());
+  EntryPoint &entry = *entries.back();
+  entry.name = name.str();
+  entry.func = func;
+  DenseMap<Value, int64_t> &ids = entry.ids;
   Block &body = func.getBody().front();
-  DenseMap<Value, int64_t> ids;
   DenseMap<Operation *, int64_t> index;
   int64_t n = 0;
   for (Operation &op : body)
@@ -227,18 +280,18 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
     unsigned i = arg.getArgNumber();
     FailureOr<int64_t> id = failure();
     if (auto p = func.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttrName))
-      id = named(func, "state", p.getValue(), arg.getType(),
-                 initToJson(func.getArgAttrOfType<InitAttr>(
-                     i, KilnDialect::kInitAttrName)));
+      id =
+          named(func, "state", p.getValue(), arg.getType(),
+                func.getArgAttrOfType<InitAttr>(i, KilnDialect::kInitAttrName));
     else if (auto s = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kStateAttrName))
-      id = named(func, "state", s.getValue(), arg.getType(),
-                 json::Object{{"kind", "zeros"}},
-                 func.getArgAttrOfType<ArrayAttr>(
-                     i, KilnDialect::kShardOfAttrName));
+      id = named(
+          func, "state", s.getValue(), arg.getType(), InitAttr(),
+          /*zeros=*/true,
+          func.getArgAttrOfType<ArrayAttr>(i, KilnDialect::kShardOfAttrName));
     else if (auto in = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kInputAttrName))
-      id = named(func, "input", in.getValue(), arg.getType(), std::nullopt);
+      id = named(func, "input", in.getValue(), arg.getType());
     else
       return func.emitOpError("argument ")
              << i << " is neither a parameter, a state nor an input";
@@ -295,62 +348,26 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
   // Arena buffers: one per op result, live from its op to its last use.
   std::vector<BufferRequest> requests;
   std::vector<int64_t> arenaIds;
-  json::Array steps;
   for (Operation &op : body.without_terminator()) {
     if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
       auto dense = dyn_cast<DenseFPElementsAttr>(cst.getValue());
       if (!dense || !dense.isSplat() ||
           cast<RankedTensorType>(cst.getType()).getRank() != 0)
         return op.emitOpError("only scalar float constants reach the plan");
-      ids[cst] = addValue(json::Object{
-          {"kind", "const"},
-          {"shape", json::Array()},
-          {"dtype", "f32"},
-          {"value", dense.getSplatValue<APFloat>().convertToDouble()}});
+      ValueRow row{"const", "", {}, "f32"};
+      row.value = dense.getSplatValue<APFloat>().convertToDouble();
+      ids[cst] = addValue(std::move(row));
       continue;
     }
     if (op.getDialect() != func->getContext()->getLoadedDialect<KilnDialect>())
       return op.emitOpError("cannot be lowered to the plan");
 
-    json::Array operands, results;
-    for (Value v : op.getOperands())
-      operands.push_back(ids.lookup(v));
-    // Fused groups, and lone fusible ops as groups of one op.
-    std::optional<json::Object> group;
-    std::string groupOps;
-    Location loc = op.getLoc();
-    if (auto fused = dyn_cast<FusedGroupOp>(op)) {
-      Block &groupBody = fused.getBody().front();
-      SmallVector<Operation *> members = llvm::map_to_vector(
-          groupBody.without_terminator(), [](Operation &m) { return &m; });
-      FailureOr<json::Object> lowered = lowerToGroup(
-          members, SmallVector<Value>(groupBody.getArguments()),
-          SmallVector<Value>(groupBody.getTerminator()->getOperands()),
-          fused.getIterationSpace());
-      if (failed(lowered))
-        return failure();
-      group = std::move(*lowered);
-      for (Operation *m : members)
-        groupOps += (groupOps.empty() ? "" : ", ") +
-                    m->getName().stripDialect().str();
-      loc = members.back()->getLoc();
-    } else if (auto space = fusionSpace(&op)) {
-      FailureOr<json::Object> lowered =
-          lowerToGroup({&op}, SmallVector<Value>(op.getOperands()),
-                       SmallVector<Value>(op.getResults()), *space);
-      if (failed(lowered))
-        return failure();
-      group = std::move(*lowered);
-      groupOps = op.getName().stripDialect().str();
-    }
     auto adamw = dyn_cast<AdamWOp>(op);
     if (auto wait = dyn_cast<WaitOp>(op)) {
       ids[wait.getResult()] = ids.lookup(wait.getPending());
-      results.push_back(ids[wait.getResult()]);
+      continue;
     }
     for (OpResult r : op.getResults()) {
-      if (isa<WaitOp>(op))
-        break;
       // AdamW overwrites the state it reads (its three results alias the
       // param, exp_avg and exp_avg_sq operands), and so does the delayed
       // FP8 recipe's amax_history_update (its history).
@@ -369,7 +386,6 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
           return op.emitOpError("cannot update its state in place: it is not "
                                 "the state's last reader");
         ids[r] = ids.lookup(in);
-        results.push_back(ids[r]);
         continue;
       }
       FailureOr<StringRef> dtype = dtypeName(&op, r.getType());
@@ -381,66 +397,49 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
                                        liveUntil.lookup(r)));
       requests.push_back({byteSize(r.getType()), index.lookup(&op), last});
       categories.push_back(categoryOf(op, r));
-      ids[r] = addValue(json::Object{
-          {"kind", "arena"},
-          {"shape", json::Array(cast<RankedTensorType>(r.getType()).getShape())},
-          {"dtype", dtype->str()}});
+      ids[r] =
+          addValue({"arena", "", cast<RankedTensorType>(r.getType()).getShape(),
+                    *dtype});
       arenaIds.push_back(ids[r]);
-      results.push_back(ids[r]);
     }
-    json::Object step{{"operands", std::move(operands)},
-                      {"results", std::move(results)},
-                      {"loc", locString(loc)}};
-    if (group) {
-      step["op"] = "fused";
-      step["attrs"] = json::Object{{"ops", groupOps}};
-      step["group"] = std::move(*group);
-    } else {
-      std::string name = op.getName().stripDialect().str();
-      const plan::OpInfo *info = plan::findOp(name);
-      if (!info || (info->category != plan::Category::Library &&
-                    info->category != plan::Category::ShardCast &&
-                    info->category != plan::Category::Collective &&
-                    info->category != plan::Category::Wait))
-        return op.emitOpError("is not a step of the plan format "
-                              "(kiln/Runtime/Plan/Format.h)");
-      FailureOr<json::Object> attrs = stepAttributes(&op, info->op);
-      if (failed(attrs))
-        return failure();
-      step["op"] = std::move(name);
-      step["attrs"] = std::move(*attrs);
-    }
-    steps.push_back(std::move(step));
   }
 
   int64_t peak = 0;
   std::vector<int64_t> offsets = planBuffers(requests, 64, peak);
   for (auto [id, offset] : llvm::zip(arenaIds, offsets))
-    values[id].getAsObject()->try_emplace("offset", offset);
+    values[id].offset = offset;
   arenaBytes = std::max(arenaBytes, peak);
+  entry.arenaBytes = peak;
 
-  // The step where the most bytes are live, and what they are.
-  std::vector<int64_t> live(n + 1, 0);
-  for (const BufferRequest &r : requests)
-    for (int64_t s = r.first; s <= r.last && s <= n; ++s)
-      live[s] += (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
+  // The step where the most bytes are live, and what they are: each buffer
+  // adds its bytes where it starts and takes them back after its last step
+  // (summed over the steps, not over every step of every lifetime).
+  std::vector<int64_t> live(n + 2, 0);
+  for (const BufferRequest &r : requests) {
+    if (r.first > std::min(r.last, n))
+      continue;
+    int64_t bytes = (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
+    live[r.first] += bytes;
+    live[std::min(r.last, n) + 1] -= bytes;
+  }
+  std::partial_sum(live.begin(), live.end(), live.begin());
+  live.pop_back();
   int64_t peakStep =
       std::max_element(live.begin(), live.end()) - live.begin();
   int64_t atPeak[3] = {0, 0, 0};
   for (auto [r, category] : llvm::zip(requests, categories))
     if (r.first <= peakStep && peakStep <= r.last)
       atPeak[category] += (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
-  json::Object memory{{"peak_step", peakStep},
-                      {"parameter_copies", atPeak[0]},
-                      {"gradients", atPeak[1]},
-                      {"activations", atPeak[2]}};
+  entry.liveAtPeak = json::Object{{"peak_step", peakStep},
+                                  {"parameter_copies", atPeak[0]},
+                                  {"gradients", atPeak[1]},
+                                  {"activations", atPeak[2]}};
 
-  json::Object outputs;
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     if (auto out = func.getResultAttrOfType<StringAttr>(
             i, KilnDialect::kOutputAttrName))
-      outputs[out.getValue()] = ids.lookup(v);
+      entry.outputs[out.getValue()] = ids.lookup(v);
     else if (auto st = func.getResultAttrOfType<StringAttr>(
                  i, KilnDialect::kStateAttrName)) {
       if (ids.lookup(v) != byName.lookup(("state:" + st.getValue()).str()))
@@ -449,54 +448,162 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef entry) {
                << "' but is not written in place";
     } else if (auto grad = func.getResultAttrOfType<StringAttr>(
                    i, KilnDialect::kGradAttrName)) {
-      outputs[("grad:" + grad.getValue()).str()] = ids.lookup(v);
+      entry.outputs[("grad:" + grad.getValue()).str()] = ids.lookup(v);
     } else if (i == 0) {
-      outputs["loss"] = ids.lookup(v);
+      entry.outputs["loss"] = ids.lookup(v);
     } else {
       return func.emitOpError("result ") << i << " has no kiln.output or "
                                          << "kiln.state name";
     }
   }
-  entries[entry] = json::Object{{"steps", std::move(steps)},
-                                {"outputs", std::move(outputs)},
-                                {"arena_bytes", peak},
-                                {"live_at_peak", std::move(memory)}};
   return success();
 }
 
-json::Value PlanBuilder::finish(int64_t vocab, int64_t ranks,
-                                json::Object training) {
-  // `init`: every state value from the seed, as its `init` says.
-  int64_t seed = addValue(json::Object{{"kind", "input"},
-                                       {"name", "seed"},
-                                       {"shape", json::Array()},
-                                       {"dtype", "i64"}});
-  json::Array initSteps;
-  for (const json::Value &v : values) {
-    const json::Object &value = *v.getAsObject();
-    if (value.getString("kind") != "state")
-      continue;
-    initSteps.push_back(json::Object{{"op", plan::name(plan::Op::Init)},
-                                     {"operands", json::Array{seed}},
-                                     {"results", json::Array{*value.getInteger("id")}},
-                                     {"attrs", json::Object()},
-                                     {"loc", ""}});
+FailureOr<json::Object> PlanBuilder::step(const EntryPoint &entry,
+                                          Operation &op) {
+  const DenseMap<Value, int64_t> &ids = entry.ids;
+  json::Array operands, results;
+  for (Value v : op.getOperands())
+    operands.push_back(ids.lookup(v));
+  for (Value r : op.getResults())
+    results.push_back(ids.lookup(r));
+  // Fused groups, and lone fusible ops as groups of one op.
+  std::optional<json::Object> group;
+  std::string groupOps;
+  Location loc = op.getLoc();
+  if (auto fused = dyn_cast<FusedGroupOp>(op)) {
+    Block &groupBody = fused.getBody().front();
+    SmallVector<Operation *> members = llvm::map_to_vector(
+        groupBody.without_terminator(), [](Operation &m) { return &m; });
+    FailureOr<json::Object> lowered = lowerToGroup(
+        members, SmallVector<Value>(groupBody.getArguments()),
+        SmallVector<Value>(groupBody.getTerminator()->getOperands()),
+        fused.getIterationSpace());
+    if (failed(lowered))
+      return failure();
+    group = std::move(*lowered);
+    for (Operation *m : members)
+      groupOps +=
+          (groupOps.empty() ? "" : ", ") + m->getName().stripDialect().str();
+    loc = members.back()->getLoc();
+  } else if (auto space = fusionSpace(&op)) {
+    FailureOr<json::Object> lowered =
+        lowerToGroup({&op}, SmallVector<Value>(op.getOperands()),
+                     SmallVector<Value>(op.getResults()), *space);
+    if (failed(lowered))
+      return failure();
+    group = std::move(*lowered);
+    groupOps = op.getName().stripDialect().str();
   }
-  entries["init"] = json::Object{{"steps", std::move(initSteps)},
-                                 {"outputs", json::Object()},
-                                 {"arena_bytes", 0}};
-  return json::Object{{"format", "kiln-plan"},
-                      {"version", plan::kVersion},
-                      {"vocab_size", vocab},
-                      {"ranks", ranks},
-                      {"training", std::move(training)},
-                      {"arena_bytes", arenaBytes},
-                      {"state_bytes", stateBytes},
-                      {"values", std::move(values)},
-                      {"entries", std::move(entries)}};
+  json::Object step{{"operands", std::move(operands)},
+                    {"results", std::move(results)},
+                    {"loc", locString(loc)}};
+  if (group) {
+    step["op"] = "fused";
+    step["attrs"] = json::Object{{"ops", groupOps}};
+    step["group"] = std::move(*group);
+    return step;
+  }
+  std::string name = op.getName().stripDialect().str();
+  const plan::OpInfo *info = plan::findOp(name);
+  if (!info || (info->category != plan::Category::Library &&
+                info->category != plan::Category::ShardCast &&
+                info->category != plan::Category::Collective &&
+                info->category != plan::Category::Wait))
+    return op.emitOpError("is not a step of the plan format "
+                          "(kiln/Runtime/Plan/Format.h)");
+  FailureOr<json::Object> attrs = stepAttributes(&op, info->op);
+  if (failed(attrs))
+    return failure();
+  step["op"] = std::move(name);
+  step["attrs"] = std::move(*attrs);
+  return step;
 }
 
-FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
+// The writers below give each object's keys in sorted order, as llvm::json
+// prints a json::Object, so the plan's text is what printing the whole tree
+// would give.
+
+LogicalResult PlanBuilder::writeEntry(json::OStream &j,
+                                      const EntryPoint &entry) {
+  bool ok = true;
+  j.object([&] {
+    j.attribute("arena_bytes", entry.arenaBytes);
+    if (entry.liveAtPeak)
+      j.attribute("live_at_peak", json::Object(*entry.liveAtPeak));
+    j.attribute("outputs", json::Object(entry.outputs));
+    j.attributeArray("steps", [&] {
+      if (!entry.func) {
+        // `init`: every state value from the seed, as its `init` says.
+        int64_t seed = values.size() - 1;
+        for (auto [id, row] : llvm::enumerate(values))
+          if (row.kind == "state")
+            j.value(json::Object{{"op", plan::name(plan::Op::Init)},
+                                 {"operands", json::Array{seed}},
+                                 {"results", json::Array{int64_t(id)}},
+                                 {"attrs", json::Object()},
+                                 {"loc", ""}});
+        return;
+      }
+      func::FuncOp func = entry.func;
+      for (Operation &op : func.getBody().front().without_terminator()) {
+        if (!ok)
+          return;
+        if (isa<arith::ConstantOp>(op))
+          continue;
+        FailureOr<json::Object> s = step(entry, op);
+        if (failed(s)) {
+          ok = false;
+          return;
+        }
+        j.value(std::move(*s));
+      }
+    });
+  });
+  return success(ok);
+}
+
+LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, int64_t ranks,
+                                 json::Object training) {
+  addValue({"input", "seed", {}, "i64"});
+  entries.push_back(std::make_unique<EntryPoint>());
+  entries.back()->name = "init";
+  entries.back()->outputs = json::Object();
+  std::vector<const EntryPoint *> sorted;
+  for (const auto &entry : entries)
+    sorted.push_back(entry.get());
+  llvm::sort(sorted, [](const EntryPoint *a, const EntryPoint *b) {
+    return StringRef(a->name) < StringRef(b->name);
+  });
+
+  bool ok = true;
+  j.object([&] {
+    j.attribute("arena_bytes", arenaBytes);
+    j.attributeObject("entries", [&] {
+      for (const EntryPoint *entry : sorted) {
+        if (!ok)
+          return;
+        j.attributeBegin(entry->name);
+        ok = succeeded(writeEntry(j, *entry));
+        j.attributeEnd();
+      }
+    });
+    j.attribute("format", "kiln-plan");
+    j.attribute("ranks", ranks);
+    j.attribute("state_bytes", stateBytes);
+    j.attribute("training", std::move(training));
+    j.attributeArray("values", [&] {
+      for (int64_t id = 0, e = values.size(); ok && id < e; ++id)
+        j.value(valueJson(id));
+    });
+    j.attribute("version", plan::kVersion);
+    j.attribute("vocab_size", vocab);
+  });
+  return success(ok);
+}
+
+LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
+                             unsigned indent) {
   auto train = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
   auto eval = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
   auto grads = module.lookupSymbol<func::FuncOp>(kLossAndGradsFunc);
@@ -535,5 +642,14 @@ FailureOr<json::Value> kiln::emitPlan(ModuleOp module) {
   int64_t ranks = 1;
   if (auto r = module->getAttrOfType<IntegerAttr>(kRanksAttr))
     ranks = r.getInt();
-  return builder.finish(vocab, ranks, std::move(training));
+  json::OStream j(os, indent);
+  return builder.write(j, vocab, ranks, std::move(training));
+}
+
+FailureOr<std::string> kiln::emitPlan(ModuleOp module, unsigned indent) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (failed(emitPlan(module, os, indent)))
+    return failure();
+  return text;
 }

@@ -81,6 +81,9 @@ private:
   /// Each history's new value (this step's amax in front, all-reduced over
   /// ranks) as a result of the step.
   void updateHistories();
+  /// The histories' arguments (already in the block) in the signature, with
+  /// their names.
+  void addHistoryArguments();
   /// `codes` transposed, right after they are made.
   Value transposed(Value codes);
   /// A bf16 2-D value transposed at `b`'s insertion point.
@@ -144,19 +147,12 @@ Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
     return histories[it->second].amax;
   auto f32 = b.getF32Type();
   Location loc = v.getLoc();
-  unsigned n = func.getNumArguments();
   std::string name = "fp8_amax_history." + history;
-  if (failed(func.insertArgument(
-          n, RankedTensorType::get({options.amaxHistoryLen}, f32),
-          b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kStateAttrName,
-                                             b.getStringAttr(name))),
-          func.getLoc()))) {
-    func.emitOpError("kiln-fp8-linear: cannot add the amax history '")
-        << name << "' as an argument";
-    historyFailed = true;
-    return AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v);
-  }
-  BlockArgument arg = func.getArgument(n);
+  // The block argument now, the signature once all histories are known
+  // (addHistoryArguments): one insertArgument per history would copy the
+  // whole signature each time.
+  BlockArgument arg = func.getBody().front().addArgument(
+      RankedTensorType::get({options.amaxHistoryLen}, f32), func.getLoc());
   // In the training step the scale needs only the history (so the cast can
   // join its producer's pass); this step's amax only enters the history.
   Value current =
@@ -203,20 +199,37 @@ void Fp8Rewriter::updateHistories() {
                                       max, b.getI64IntegerAttr(i));
   }
   SmallVector<Value> results(ret.getOperands());
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> attrs;
   for (auto [h, a] : llvm::zip(histories, amaxes)) {
     Value updated = AmaxHistoryUpdateOp::create(b, loc, h.arg, a);
     results.push_back(updated);
-    if (failed(func.insertResult(
-            func.getNumResults(), updated.getType(),
-            b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kStateAttrName,
-                                               b.getStringAttr(h.name)))))) {
-      func.emitOpError("kiln-fp8-linear: cannot return the amax history '")
-          << h.name << "'";
-      historyFailed = true;
-      return;
-    }
+    types.push_back(updated.getType());
+    attrs.push_back(b.getDictionaryAttr(
+        b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(h.name))));
+  }
+  if (failed(func.insertResults(
+          SmallVector<unsigned>(types.size(), func.getNumResults()), types,
+          attrs))) {
+    func.emitOpError("kiln-fp8-linear: cannot return the amax histories");
+    historyFailed = true;
+    return;
   }
   ret->setOperands(results);
+}
+
+void Fp8Rewriter::addHistoryArguments() {
+  if (histories.empty())
+    return;
+  SmallVector<DictionaryAttr> attrs;
+  func.getAllArgAttrs(attrs);
+  for (History &h : histories)
+    attrs.push_back(b.getDictionaryAttr(
+        b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(h.name))));
+  Block &body = func.getBody().front();
+  func.setFunctionType(FunctionType::get(
+      func.getContext(), body.getArgumentTypes(), func.getResultTypes()));
+  func.setAllArgAttrs(attrs);
 }
 
 Quantized Fp8Rewriter::quantize(Value v, Type type,
@@ -452,6 +465,7 @@ LogicalResult Fp8Rewriter::run() {
   });
   for (const Backward &bw : backwards)
     rewriteBackward(*bw.d, bw.gi, bw.gw, bw.first);
+  addHistoryArguments();
   if (delayed && !historyFailed)
     updateHistories();
   return failure(historyFailed);

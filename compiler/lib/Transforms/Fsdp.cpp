@@ -156,12 +156,16 @@ LogicalResult FunctionSharder::addShardArguments() {
       }
     }
   }
-  Location loc = f.getLoc();
-  auto add = [&](Type type, ArrayRef<NamedAttribute> attrs) -> BlockArgument {
-    unsigned index = body.getNumArguments();
-    if (failed(f.insertArgument(index, type, b.getDictionaryAttr(attrs), loc)))
-      return {};
-    return body.getArgument(index);
+  // The new arguments are appended together once all are known: one at a
+  // time, each insertion would copy the whole signature again.
+  SmallVector<Type> newTypes;
+  SmallVector<DictionaryAttr> newAttrs;
+  SmallVector<BlockArgument *> newArgs;
+  auto add = [&](BlockArgument *arg, Type type,
+                 ArrayRef<NamedAttribute> attrs) {
+    newTypes.push_back(type);
+    newAttrs.push_back(b.getDictionaryAttr(attrs));
+    newArgs.push_back(arg);
   };
   for (Group &g : groups) {
     SmallVector<Attribute> parts;
@@ -172,13 +176,9 @@ LogicalResult FunctionSharder::addShardArguments() {
            b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p->type.getShape())),
            b.getNamedAttr("init", p->init)}));
     auto shardType = RankedTensorType::get({g.shard}, f32());
-    g.shardArg = add(shardType,
-                     {b.getNamedAttr(KilnDialect::kStateAttrName,
-                                     b.getStringAttr(g.name)),
-                      b.getNamedAttr(KilnDialect::kShardOfAttrName,
-                                     b.getArrayAttr(parts))});
-    if (!g.shardArg)
-      return failure();
+    add(&g.shardArg, shardType,
+        {b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(g.name)),
+         b.getNamedAttr(KilnDialect::kShardOfAttrName, b.getArrayAttr(parts))});
     if (g.params.front()->adamw) {
       for (auto [prefix, arg] :
            {std::pair<StringRef, BlockArgument *>{"exp_avg.", &g.expAvg},
@@ -194,16 +194,21 @@ LogicalResult FunctionSharder::addShardArguments() {
                b.getNamedAttr("init", InitAttr::get(b.getContext(),
                                                     InitKind::zeros, 0.0, 0.0,
                                                     0.0))}));
-        *arg = add(shardType,
-                   {b.getNamedAttr(KilnDialect::kStateAttrName,
-                                   b.getStringAttr(prefix + g.name)),
-                    b.getNamedAttr(KilnDialect::kShardOfAttrName,
-                                   b.getArrayAttr(moments))});
-        if (!*arg)
-          return failure();
+        add(arg, shardType,
+            {b.getNamedAttr(KilnDialect::kStateAttrName,
+                            b.getStringAttr(prefix + g.name)),
+             b.getNamedAttr(KilnDialect::kShardOfAttrName,
+                            b.getArrayAttr(moments))});
       }
     }
   }
+  unsigned firstNew = body.getNumArguments();
+  if (failed(f.insertArguments(
+          SmallVector<unsigned>(newTypes.size(), firstNew), newTypes, newAttrs,
+          SmallVector<Location>(newTypes.size(), f.getLoc()))))
+    return failure();
+  for (auto [i, arg] : llvm::enumerate(newArgs))
+    *arg = body.getArgument(firstNew + i);
   oldArgs.resize(body.getNumArguments());
   return success();
 }

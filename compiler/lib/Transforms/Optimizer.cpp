@@ -90,31 +90,34 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   if (params.empty())
     return func.emitOpError("has no kiln.param arguments to optimize");
 
-  // New arguments: the two AdamW states of every parameter, then the step.
+  // New arguments: the two AdamW states of every parameter, then the step,
+  // appended in one call (one at a time, each insertion would copy the
+  // whole signature and its attributes again: quadratic in the layers).
   auto stateAttrs = [&](StringRef name) {
     return b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(name)));
   };
-  SmallVector<std::pair<BlockArgument, BlockArgument>> states;
+  unsigned firstNew = func.getNumArguments();
+  SmallVector<unsigned> newIndices;
+  SmallVector<Type> newTypes;
+  SmallVector<DictionaryAttr> newAttrs;
   for (auto &[param, name] : params) {
-    unsigned n = func.getNumArguments();
-    if (failed(func.insertArgument(n, param.getType(),
-                                   stateAttrs(("exp_avg." + name.getValue()).str()),
-                                   loc)) ||
-        failed(func.insertArgument(
-            n + 1, param.getType(),
-            stateAttrs(("exp_avg_sq." + name.getValue()).str()), loc)))
-      return failure();
-    states.push_back({body.getArgument(n), body.getArgument(n + 1)});
+    newTypes.append(2, param.getType());
+    newAttrs.push_back(stateAttrs(("exp_avg." + name.getValue()).str()));
+    newAttrs.push_back(stateAttrs(("exp_avg_sq." + name.getValue()).str()));
   }
   auto i64Scalar = RankedTensorType::get({}, b.getI64Type());
-  unsigned stepIndex = func.getNumArguments();
-  if (failed(func.insertArgument(
-          stepIndex, i64Scalar,
-          b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kInputAttrName,
-                                             b.getStringAttr("step"))),
-          loc)))
+  newTypes.push_back(i64Scalar);
+  newAttrs.push_back(b.getDictionaryAttr(
+      b.getNamedAttr(KilnDialect::kInputAttrName, b.getStringAttr("step"))));
+  newIndices.append(newTypes.size(), firstNew);
+  if (failed(func.insertArguments(newIndices, newTypes, newAttrs,
+                                  SmallVector<Location>(newTypes.size(), loc))))
     return failure();
-  Value step = body.getArgument(stepIndex);
+  SmallVector<std::pair<BlockArgument, BlockArgument>> states;
+  for (unsigned i = 0; i < params.size(); ++i)
+    states.push_back({body.getArgument(firstNew + 2 * i),
+                      body.getArgument(firstNew + 2 * i + 1)});
+  Value step = body.getArgument(firstNew + 2 * params.size());
 
   SmallVector<Value> allGrads;
   for (auto &[param, name] : params)

@@ -22,93 +22,182 @@ using namespace kiln;
 
 namespace {
 
+/// Where each op of a block is, kept up to date as the pass moves ops. MLIR's
+/// own order (isBeforeInBlock) is dropped by every move and rebuilt over the
+/// whole block at the next query, which made this pass quadratic in the
+/// layers. Here a moved op takes a position between its new neighbours';
+/// when they leave no room (a wait after wait moved before the same op),
+/// the ops around it are spread over a window twice as wide at each try
+/// until it has room, so that no move walks the whole block.
+class BlockOrder {
+public:
+  explicit BlockOrder(Block &block) : block(block) { renumber(); }
+
+  bool isBefore(Operation *a, Operation *b) const {
+    return position.lookup(a) < position.lookup(b);
+  }
+  void moveBefore(Operation *op, Operation *next) {
+    op->moveBefore(next);
+    place(op);
+  }
+  void moveAfter(Operation *op, Operation *previous) {
+    op->moveAfter(previous);
+    place(op);
+  }
+
+private:
+  /// Between neighbours at first; a window is spread when each of its ops
+  /// gets at least kRoom.
+  static constexpr int64_t kStride = int64_t(1) << 32;
+  static constexpr int64_t kRoom = int64_t(1) << 16;
+
+  void place(Operation *op) {
+    Operation *previous = op->getPrevNode(), *next = op->getNextNode();
+    // At either end of the block there is always room.
+    if (!previous || !next) {
+      position[op] = previous ? position[previous] + kStride
+                     : next   ? position[next] - kStride
+                              : 0;
+      return;
+    }
+    int64_t low = position[previous], high = position[next];
+    if (high - low >= 2) {
+      position[op] = low + (high - low) / 2;
+      return;
+    }
+    // [first, last] around `op`, between `previous` and `next`.
+    Operation *first = op, *last = op;
+    int64_t count = 1;
+    for (;;) {
+      for (int64_t i = 0, grow = count; i < grow; ++i) {
+        if (first->getPrevNode()) {
+          first = first->getPrevNode();
+          ++count;
+        }
+        if (last->getNextNode()) {
+          last = last->getNextNode();
+          ++count;
+        }
+      }
+      previous = first->getPrevNode();
+      next = last->getNextNode();
+      if (!previous || !next)
+        return renumber();
+      low = position[previous];
+      high = position[next];
+      int64_t room = (high - low) / (count + 1);
+      if (room < kRoom)
+        continue;
+      int64_t at = low;
+      for (Operation *o = first;; o = o->getNextNode()) {
+        position[o] = at += room;
+        if (o == last)
+          break;
+      }
+      return;
+    }
+  }
+  void renumber() {
+    int64_t at = 0;
+    for (Operation &op : block)
+      position[&op] = at += kStride;
+  }
+
+  Block &block;
+  DenseMap<Operation *, int64_t> position;
+};
+
 /// The last op of `block` that defines one of `values` (null if all are
 /// block arguments).
-Operation *lastDefinition(Block &block, ValueRange values) {
+Operation *lastDefinition(const BlockOrder &order, Block &block,
+                          ValueRange values) {
   Operation *last = nullptr;
   for (Value v : values)
     if (Operation *def = v.getDefiningOp();
         def && def->getBlock() == &block &&
-        (!last || last->isBeforeInBlock(def)))
+        (!last || order.isBefore(last, def)))
       last = def;
   return last;
 }
 
 /// Moves `op` to just after `after`, or to the start of the block.
-void placeAfter(Operation *op, Operation *after) {
+void placeAfter(BlockOrder &order, Operation *op, Operation *after) {
   if (after)
-    op->moveAfter(after);
+    order.moveAfter(op, after);
   else
-    op->moveBefore(&op->getBlock()->front());
+    order.moveBefore(op, &op->getBlock()->front());
 }
 
 /// A gradient buffer as soon as its parts exist: single-use casts feeding
 /// the flatten first, then the flatten and the reduce-scatter.
-void reduceScatterEarly(Block &block, ReduceScatterStartOp start) {
+void reduceScatterEarly(BlockOrder &order, Block &block,
+                        ReduceScatterStartOp start) {
   auto flat = start.getInput().getDefiningOp<FlattenOp>();
   if (!flat || !flat->hasOneUse())
     return;
   for (Value part : flat.getParts())
     if (auto cast = part.getDefiningOp<CastOp>(); cast && cast->hasOneUse())
-      placeAfter(cast, lastDefinition(block, cast->getOperands()));
-  placeAfter(flat, lastDefinition(block, flat->getOperands()));
-  start->moveAfter(flat);
+      placeAfter(order, cast,
+                 lastDefinition(order, block, cast->getOperands()));
+  placeAfter(order, flat, lastDefinition(order, block, flat->getOperands()));
+  order.moveAfter(start, flat);
 }
 
 /// A wait just before the first op that reads its result.
-void waitLate(WaitOp wait) {
+void waitLate(BlockOrder &order, WaitOp wait) {
   Operation *first = nullptr;
   for (Operation *user : wait.getResult().getUsers())
     if (user->getBlock() == wait->getBlock() &&
-        (!first || user->isBeforeInBlock(first)))
+        (!first || order.isBefore(user, first)))
       first = user;
   if (first)
-    wait->moveBefore(first);
+    order.moveBefore(wait, first);
 }
 
 /// At most two gradient buffers at a time: `previous`'s reduce-scatter is
 /// waited for before `next`'s buffer is packed (a buffer lives until its
 /// collective's wait), so unsharded gradients do not pile up.
-void boundReduceScatters(ReduceScatterStartOp previous,
+void boundReduceScatters(BlockOrder &order, ReduceScatterStartOp previous,
                          ReduceScatterStartOp next) {
   Operation *wait = *previous.getResult().getUsers().begin();
   Operation *flat = next.getInput().getDefiningOp();
   Operation *packed = flat ? flat : next.getOperation();
-  if (packed->isBeforeInBlock(wait))
-    wait->moveBefore(packed);
+  if (order.isBefore(packed, wait))
+    order.moveBefore(wait, packed);
 }
 
 /// Gather `next` (and the cast of its shard) right after `previous`'s wait.
-void prefetch(AllGatherStartOp previous, AllGatherStartOp next) {
+void prefetch(BlockOrder &order, AllGatherStartOp previous,
+              AllGatherStartOp next) {
   Operation *wait = *previous.getResult().getUsers().begin();
   Operation *cast = next.getShard().getDefiningOp();
   if (cast && (!isa<CastOp>(cast) || !cast->hasOneUse() ||
-               lastDefinition(*cast->getBlock(), cast->getOperands())))
+               lastDefinition(order, *cast->getBlock(), cast->getOperands())))
     return; // only a cast of a block argument moves with it
-  if (!wait->isBeforeInBlock(next))
+  if (!order.isBefore(wait, next))
     return;
-  next->moveAfter(wait);
+  order.moveAfter(next, wait);
   if (cast)
-    cast->moveBefore(next);
+    order.moveBefore(cast, next);
 }
 
 struct ScheduleCollectives
     : kiln::impl::KilnScheduleCollectivesBase<ScheduleCollectives> {
   void runOnOperation() override {
     for (Block &block : getOperation().getBody()) {
-      for (auto start :
-           llvm::to_vector(block.getOps<ReduceScatterStartOp>()))
-        reduceScatterEarly(block, start);
+      BlockOrder order(block);
+      for (auto start : llvm::to_vector(block.getOps<ReduceScatterStartOp>()))
+        reduceScatterEarly(order, block, start);
       for (auto wait : llvm::to_vector(block.getOps<WaitOp>()))
-        waitLate(wait);
+        waitLate(order, wait);
       SmallVector<ReduceScatterStartOp> scatters =
           llvm::to_vector(block.getOps<ReduceScatterStartOp>());
       for (size_t i = 1; i < scatters.size(); ++i)
-        boundReduceScatters(scatters[i - 1], scatters[i]);
+        boundReduceScatters(order, scatters[i - 1], scatters[i]);
       SmallVector<AllGatherStartOp> gathers =
           llvm::to_vector(block.getOps<AllGatherStartOp>());
       for (size_t i = 1; i < gathers.size(); ++i)
-        prefetch(gathers[i - 1], gathers[i]);
+        prefetch(order, gathers[i - 1], gathers[i]);
     }
   }
 };

@@ -11,14 +11,23 @@
 #include "kiln/Runtime/Plan/Format.h"
 
 #include "mlir/IR/BuiltinOps.h"
-#include "llvm/Support/JSON.h"
+
+#include <string>
 
 namespace kiln {
 
-/// Lowers @train_step and @forward_loss to the plan. Emits a diagnostic and
-/// fails on IR the runtime cannot run (an op it does not know, a state that
-/// cannot be updated in place).
-mlir::FailureOr<llvm::json::Value> emitPlan(mlir::ModuleOp module);
+/// Lowers @train_step and @forward_loss to the plan and writes its JSON to
+/// `os`, compact or indented by `indent` spaces a level, as it goes: the
+/// plan is never held whole in memory. Emits a diagnostic and fails on IR
+/// the runtime cannot run (an op it does not know, a state that cannot be
+/// updated in place); `os` then holds part of a plan, so it should be a
+/// file that is not kept or a string.
+mlir::LogicalResult emitPlan(mlir::ModuleOp module, llvm::raw_ostream &os,
+                             unsigned indent = 0);
+
+/// The same into a string.
+mlir::FailureOr<std::string> emitPlan(mlir::ModuleOp module,
+                                      unsigned indent = 0);
 
 } // namespace kiln
 
