@@ -18,6 +18,7 @@ config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 # Longest first: %kiln would otherwise eat the front of %kiln_run.
 for tool in ["kiln-group-kernel-check", "kiln-op-kernel-check",
+             "kiln-plan-fuzz",
              "kiln-cuda-actions-check",
              "kiln-nvrtc-check", "kiln-run",
              "kiln-opt", "kiln"]:

@@ -125,10 +125,23 @@ double number(const json &j, const std::string &what) {
   return j.get<double>();
 }
 
+/// Every string of a plan (names, locations, ops, attribute values, and
+/// the keys that name entries, outputs and attributes) ends up in one-line
+/// messages: none may hold a control character (a line break, a tab, an
+/// escape sequence).
+const std::string &plain(const std::string &s, const std::string &what) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      fail(what, json(s).dump().size() > 40
+                     ? "holds a control character"
+                     : json(s).dump() + " holds a control character");
+  return s;
+}
+
 const std::string &text(const json &j, const std::string &what) {
   if (!j.is_string())
     fail(what, "must be a string, not " + shown(j));
-  return j.get_ref<const std::string &>();
+  return plain(j.get_ref<const std::string &>(), what);
 }
 
 const json &array(const json &j, const std::string &what) {
@@ -195,6 +208,12 @@ InitSpec parseInit(const json &j, const std::string &what) {
   if (init.kind == InitSpec::TruncNormal) {
     init.a = finite("a");
     init.b = finite("b");
+    // Values are drawn until one lies in [a, b], then clamped to it: an
+    // empty interval has no values.
+    if (init.a > init.b)
+      fail(what, "has an empty truncation interval: a (" +
+                     std::to_string(init.a) + ") is greater than b (" +
+                     std::to_string(init.b) + ")");
   }
   return init;
 }
@@ -207,7 +226,7 @@ AttrValue parseAttr(const json &j, const std::string &what) {
   if (j.is_number())
     return j.get<double>();
   if (j.is_string())
-    return j.get<std::string>();
+    return text(j, what);
   if (j.is_array())
     return integers(j, INT64_MIN, INT64_MAX, what);
   fail(what, "has an unsupported value " + shown(j));
@@ -344,8 +363,10 @@ PlanStep parseStep(const json &js, const Plan &plan,
   const json &attrs = member(js, "attrs", what);
   if (!attrs.is_object())
     fail(what + " attrs", "must be an object");
-  for (const auto &[key, value] : attrs.items())
+  for (const auto &[key, value] : attrs.items()) {
+    plain(key, what + " attribute name");
     step.attrs[key] = parseAttr(value, what + " attribute '" + key + "'");
+  }
   if (step.kind == plan::Op::Fused)
     step.group = parseGroup(member(js, "group", what), step, plan, what);
   else if (js.contains("group"))
@@ -394,7 +415,7 @@ Plan parse(const std::string &source) {
   if (!entries.is_object())
     throw PlanError{"the plan's entries must be an object"};
   for (const auto &[name, je] : entries.items()) {
-    std::string what = "entry " + name;
+    std::string what = "entry " + plain(name, "an entry name");
     PlanEntry entry;
     entry.arenaBytes = integerMember(je, "arena_bytes", 0, kMaxBytes, what);
     if (je.contains("live_at_peak")) {
@@ -409,10 +430,12 @@ Plan parse(const std::string &source) {
     const json &outputs = member(je, "outputs", what);
     if (!outputs.is_object())
       fail(what + " outputs", "must be an object");
-    for (const auto &[out, id] : outputs.items())
+    for (const auto &[out, id] : outputs.items()) {
+      plain(out, what + " output name");
       entry.outputs[out] =
           integer(id, 0, static_cast<int64_t>(plan.values.size()) - 1,
                   what + " output '" + out + "'");
+    }
     for (const json &js : array(member(je, "steps", what), what + " steps"))
       entry.steps.push_back(parseStep(
           js, plan, name + " step " + std::to_string(entry.steps.size())));

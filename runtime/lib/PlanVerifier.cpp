@@ -87,7 +87,11 @@ void checkValues(const Plan &plan) {
       if (v.dtype != DType::F32)
         fail(where, "state '" + v.name + "' is " + dtypeName(v.dtype) +
                         "; state is kept in f32");
+      // Each state is at most 2^51 bytes: the sum cannot overflow before
+      // it passes 2^62.
       stateBytes += v.bytes();
+      if (stateBytes > plan::kMaxBytes)
+        fail(where, "the states hold more than 2^62 bytes");
       if (!v.shardOf.empty()) {
         if (v.shape.size() != 1)
           fail(where, "a sharded state must be a flat [numel] shard");
@@ -104,6 +108,11 @@ void checkValues(const Plan &plan) {
       }
       break;
     case PlanValue::Arena:
+      // Buffers are 64-byte aligned (docs/plan.md), so that every backend's
+      // loads of any dtype are aligned.
+      if (v.offset % 64 != 0)
+        fail(where, "arena offset " + std::to_string(v.offset) +
+                        " is not a multiple of 64");
       // offset <= 2^62 and bytes <= 2^51: the sum cannot overflow.
       if (v.offset + v.bytes() > plan.arenaBytes)
         fail(where, "bytes [" + std::to_string(v.offset) + ", " +
@@ -116,6 +125,10 @@ void checkValues(const Plan &plan) {
   if (stateBytes != plan.stateBytes)
     fail("the plan", "state_bytes is " + std::to_string(plan.stateBytes) +
                          " but its states hold " + std::to_string(stateBytes));
+  // What one rank holds, summed by the memory check (MemoryCheck.h) with
+  // the backend's own buffers: at most 2^62 bytes, so that never overflows.
+  if (plan.stateBytes > plan::kMaxBytes - plan.arenaBytes)
+    fail("the plan", "state_bytes and arena_bytes together pass 2^62");
 }
 
 /// Every attribute known to the op's table entry, of its type and in its
@@ -431,6 +444,19 @@ void checkEntries(const Plan &plan) {
                                 std::to_string(entry.arenaBytes) +
                                 " bytes, more than the plan's " +
                                 std::to_string(plan.arenaBytes));
+    // What is live at the entry's fullest step lies in its arena (the
+    // memory check sums these; each is at most 2^62, so compare by
+    // subtraction).
+    const LiveAtPeak &peak = entry.liveAtPeak;
+    int64_t room = entry.arenaBytes;
+    for (int64_t part : {peak.parameterCopies, peak.gradients,
+                         peak.activations}) {
+      if (part > room)
+        fail("entry " + name + " live_at_peak",
+             "holds more bytes than the entry's arena of " +
+                 std::to_string(entry.arenaBytes));
+      room -= part;
+    }
   }
   for (const plan::EntryInfo &e : plan::kEntries)
     if (e.required && !plan.entry(e.name))

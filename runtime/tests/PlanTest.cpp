@@ -238,9 +238,74 @@ TEST(Plan, RejectsValuesTheRuntimeCannotFeed) {
   EXPECT_EQ(errorOf(replace(kValid, "\"state_bytes\": 3072",
                             "\"state_bytes\": 3000")),
             "the plan: state_bytes is 3000 but its states hold 3072");
-  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 1728", "\"offset\": 1760")),
-            "value 12: bytes [1760, 2016) lie outside the arena of 1984 "
+  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 1728", "\"offset\": 1792")),
+            "value 12: bytes [1792, 2048) lie outside the arena of 1984 "
             "bytes");
+  // Found by the plan fuzzer: an f32 buffer at an odd offset is a
+  // misaligned load on every backend.
+  EXPECT_EQ(errorOf(replace(kValid, "\"offset\": 1728", "\"offset\": 1729")),
+            "value 12: arena offset 1729 is not a multiple of 64");
+}
+
+// Found by the plan fuzzer: the memory check sums the plan's byte counts
+// (MemoryCheck.h), each at most 2^62 alone; together they must not
+// overflow either.
+TEST(Plan, RejectsByteCountsWhoseSumsOverflow) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"arena_bytes\": 1984, \"state_bytes\"",
+                            "\"arena_bytes\": 4611686018427387904, "
+                            "\"state_bytes\"")),
+            "the plan: state_bytes and arena_bytes together pass 2^62");
+  std::string peak = "\"arena_bytes\": 576, \"live_at_peak\": {\"peak_step\": 1, "
+                     "\"parameter_copies\": 0, \"gradients\": %G, "
+                     "\"activations\": %A},";
+  auto withPeak = [&](const std::string &g, const std::string &a) {
+    return replace(kValid, "\"arena_bytes\": 576,",
+                   replace(replace(peak, "%G", g), "%A", a));
+  };
+  std::string error;
+  EXPECT_TRUE(parsePlan(withPeak("64", "512"), error)) << error;
+  EXPECT_EQ(errorOf(withPeak("4611686018427387904", "4611686018427387904")),
+            "entry eval_loss live_at_peak: holds more bytes than the entry's "
+            "arena of 576");
+  EXPECT_EQ(errorOf(withPeak("64", "513")),
+            "entry eval_loss live_at_peak: holds more bytes than the entry's "
+            "arena of 576");
+  // peak_step counts the compiler's ops (constants too), not steps: any
+  // value is informative only.
+  EXPECT_TRUE(parsePlan(replace(withPeak("0", "0"), "\"peak_step\": 1",
+                                "\"peak_step\": 9"),
+                        error))
+      << error;
+}
+
+// Found by the plan fuzzer (with the standard library's assertions on):
+// a truncated normal over an empty interval ends in std::clamp(x, a, b)
+// with a > b, which is undefined.
+TEST(Plan, RejectsAnEmptyTruncationInterval) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"a\": -2, \"b\": 2", "\"a\": 2, \"b\": -2")),
+            "value 4 init has an empty truncation interval: a (2.000000) is "
+            "greater than b (-2.000000)");
+}
+
+// Found by the plan fuzzer: every string a plan holds may end up in a
+// message, which must stay one line.
+TEST(Plan, RejectsControlCharactersInStrings) {
+  EXPECT_EQ(errorOf(replace(kValid, "\"loc\": \"model.tok_embeddings at",
+                            "\"loc\": \"model.tok_embeddings\\nat")),
+            "train_step step 0 (embedding) loc \"model.tok_embeddings\\nat "
+            "m.toml:2:1\" holds a control character");
+  EXPECT_EQ(errorOf(replace(kValid, "\"decay\": \"cosine\"",
+                            "\"decay\": \"cos\\rine\"")),
+            "train_step step 5 (lr_schedule) attribute 'decay' \"cos\\rine\" "
+            "holds a control character");
+  EXPECT_EQ(errorOf(replace(kValid, "\"weight_decay\"", "\"weight\\tdecay\"")),
+            "train_step step 6 (adamw) attribute name \"weight\\tdecay\" holds "
+            "a control character");
+  EXPECT_EQ(errorOf(replace(kValid, "\"eval_loss\": {", "\"eval\\u001bloss\": {")),
+            "an entry name \"eval\\u001bloss\" holds a control character");
+  EXPECT_EQ(errorOf(replace(kValid, "{\"loss\": 8}", "{\"lo\\nss\": 8}")),
+            "entry eval_loss output name \"lo\\nss\" holds a control "
+            "character");
 }
 
 TEST(Plan, RejectsResultsThatAreNotTheStepsToWrite) {
