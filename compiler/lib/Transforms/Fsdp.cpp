@@ -348,11 +348,16 @@ LogicalResult FunctionSharder::shardOptimizer() {
     }
   }
   // The per-parameter updates and the results that returned them.
+  // (One look at each result, not one per parameter and result.)
   auto ret = cast<func::ReturnOp>(body.getTerminator());
+  DenseSet<Operation *> updates;
   for (auto &p : params)
-    for (OpOperand &use : ret->getOpOperands())
-      if (use.get().getDefiningOp() == p->adamw.getOperation())
-        droppedResults.insert(use.getOperandNumber());
+    if (p->adamw)
+      updates.insert(p->adamw.getOperation());
+  for (OpOperand &use : ret->getOpOperands())
+    if (Operation *def = use.get().getDefiningOp();
+        def && updates.contains(def))
+      droppedResults.insert(use.getOperandNumber());
   return success();
 }
 
