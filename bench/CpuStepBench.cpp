@@ -14,7 +14,7 @@
 
 #include "TorchLlama.h"
 
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/Data.h"

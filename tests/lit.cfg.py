@@ -15,6 +15,7 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 config.environment["LC_ALL"] = "C"
 
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
+config.substitutions.append(("%kiln_obj", config.kiln_obj_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 # Longest first: %kiln would otherwise eat the front of %kiln_run.
 for tool in ["kiln-group-kernel-check", "kiln-op-kernel-check",

@@ -3,7 +3,7 @@
 // torch implementation in float64 (TorchLlama.cpp).
 #include "TorchLlama.h"
 
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Runtime/CpuExecutor.h"
 #include "kiln/Runtime/CpuOps.h"
 #include "kiln/Runtime/Data.h"

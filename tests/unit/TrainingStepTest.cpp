@@ -1,7 +1,7 @@
 // Properties of a compiled training step on the CPU backend that the
 // oracle tests do not cover: the op a NaN comes from, and determinism for
 // a given thread count.
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/CpuExecutor.h"
 

@@ -56,21 +56,20 @@ void kiln::buildPlanPipeline(OpPassManager &pm) {
 
 ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   static const PhaseInfo phases[] = {
-      {"import", "the model description as kiln ops (@forward_loss)", "#2",
+      {"import", "the model description as kiln ops (@forward_loss)",
        buildImportPipeline},
       {"train", "autodiff backward and AdamW (@train_step), @forward_logits",
-       "#3",
        buildTrainPipeline},
-      {"precision", "mixed-precision casts as explicit ops", "#3",
+      {"precision", "mixed-precision casts as explicit ops",
        buildPrecisionPipeline},
-      {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4",
+      {"shard", "FSDP shards, all-gathers and reduce-scatters",
        buildShardPipeline},
-      {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", buildFp8Pipeline},
-      {"fuse", "elementwise and row-wise ops as fused groups", "#3",
+      {"fp8", "eligible linears as FP8 scaled GEMMs", buildFp8Pipeline},
+      {"fuse", "elementwise and row-wise ops as fused groups",
        buildFusePipeline},
       {"schedule", "collectives ordered for overlap (prefetch, late waits)",
-       "#4", buildSchedulePipeline},
-      {"plan", "the serialized runtime plan", "#3", buildPlanPipeline},
+       buildSchedulePipeline},
+      {"plan", "the serialized runtime plan", buildPlanPipeline},
   };
   return phases;
 }
@@ -85,8 +84,6 @@ const PhaseInfo *kiln::findPhase(StringRef name) {
 void kiln::registerKilnPipelines() {
   registerKilnPasses();
   for (const PhaseInfo &phase : pipelinePhases()) {
-    if (!phase.implemented())
-      continue;
     std::string flag = std::string("kiln-") + phase.name + "-pipeline";
     std::string help = std::string("Kiln phase '") + phase.name +
                        "': " + phase.summary;
@@ -104,7 +101,7 @@ LogicalResult kiln::runPipeline(
   unsigned index = 0;
   for (const PhaseInfo &phase : pipelinePhases()) {
     ++index;
-    if (!phase.implemented() || (skip && skip(phase)))
+    if (skip && skip(phase))
       continue;
     PassManager pm(module->getContext());
     if (failed(configure(pm)))

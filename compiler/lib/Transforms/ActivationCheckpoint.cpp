@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "kiln-activation-checkpoint"
 
@@ -132,8 +133,8 @@ void Recompute::run() {
         use.set(clones.lookup(use.get()));
 }
 
-struct ActivationCheckpoint
-    : kiln::impl::KilnActivationCheckpointBase<ActivationCheckpoint> {
+struct ActivationCheckpointPass
+    : kiln::impl::KilnActivationCheckpointBase<ActivationCheckpointPass> {
   using KilnActivationCheckpointBase::KilnActivationCheckpointBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -150,9 +151,17 @@ struct ActivationCheckpoint
           << m << "'";
       return signalPassFailure();
     }
-    for (auto f : module.getOps<func::FuncOp>())
-      if (!f.isExternal())
-        Recompute(f, m == "selective").run();
+    for (auto f : module.getOps<func::FuncOp>()) {
+      if (f.isExternal())
+        continue;
+      Recompute(f, m == "selective").run();
+      LLVM_DEBUG({
+        unsigned clones = 0;
+        f.walk([&](Operation *op) { clones += op->hasAttr(kRecomputedAttr); });
+        llvm::dbgs() << DEBUG_TYPE ": @" << f.getSymName() << ": " << clones
+                     << " ops recomputed (" << m << ")\n";
+      });
+    }
   }
 };
 } // namespace

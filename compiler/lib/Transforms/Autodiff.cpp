@@ -115,7 +115,7 @@ LogicalResult Autodiff::run() {
 }
 
 namespace {
-struct KilnAutodiffPass : kiln::impl::KilnAutodiffBase<KilnAutodiffPass> {
+struct AutodiffPass : kiln::impl::KilnAutodiffBase<AutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto forward = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);

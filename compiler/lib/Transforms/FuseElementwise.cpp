@@ -17,6 +17,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "kiln-fuse-elementwise"
 
@@ -119,6 +120,10 @@ void materialize(Group &group) {
   SmallVector<Value> yielded =
       llvm::map_to_vector(outputs, [&](Value v) { return map.lookup(v); });
   YieldOp::create(b, last->getLoc(), yielded);
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": a group of " << group.ops.size()
+                          << " ops (" << inputs.size() << " inputs, "
+                          << outputs.size() << " outputs) at "
+                          << last->getLoc() << "\n");
 
   for (auto [old, now] : llvm::zip(outputs, fused.getResults()))
     old.replaceUsesWithIf(now, [&](OpOperand &use) {
@@ -128,8 +133,8 @@ void materialize(Group &group) {
     op->erase();
 }
 
-struct FuseElementwise
-    : kiln::impl::KilnFuseElementwiseBase<FuseElementwise> {
+struct FuseElementwisePass
+    : kiln::impl::KilnFuseElementwiseBase<FuseElementwisePass> {
   void runOnOperation() override {
     for (Block &block : getOperation().getBody()) {
       Grouping grouping;

@@ -18,7 +18,7 @@ using namespace mlir;
 using namespace kiln;
 
 namespace {
-struct LogitsEntry : kiln::impl::KilnLogitsEntryBase<LogitsEntry> {
+struct LogitsEntryPass : kiln::impl::KilnLogitsEntryBase<LogitsEntryPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto forward = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);

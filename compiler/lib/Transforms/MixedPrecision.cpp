@@ -109,8 +109,8 @@ void applyPolicy(func::FuncOp func, Type param, Type reduce) {
   }
 }
 
-struct KilnMixedPrecisionPass
-    : kiln::impl::KilnMixedPrecisionBase<KilnMixedPrecisionPass> {
+struct MixedPrecisionPass
+    : kiln::impl::KilnMixedPrecisionBase<MixedPrecisionPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto dict = module->getAttrOfType<DictionaryAttr>(kPrecisionAttr);

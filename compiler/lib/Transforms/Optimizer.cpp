@@ -165,7 +165,7 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   return success();
 }
 
-struct KilnOptimizerPass : kiln::impl::KilnOptimizerBase<KilnOptimizerPass> {
+struct OptimizerPass : kiln::impl::KilnOptimizerBase<OptimizerPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto func = module.lookupSymbol<func::FuncOp>(kLossAndGradsFunc);

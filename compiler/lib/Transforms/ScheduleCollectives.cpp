@@ -10,6 +10,8 @@
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Transforms/Passes.h"
 
+#include "llvm/Support/Debug.h"
+
 #define DEBUG_TYPE "kiln-schedule-collectives"
 
 namespace kiln {
@@ -162,8 +164,12 @@ void boundReduceScatters(BlockOrder &order, ReduceScatterStartOp previous,
   Operation *wait = *previous.getResult().getUsers().begin();
   Operation *flat = next.getInput().getDefiningOp();
   Operation *packed = flat ? flat : next.getOperation();
-  if (order.isBefore(packed, wait))
-    order.moveBefore(wait, packed);
+  if (!order.isBefore(packed, wait))
+    return;
+  order.moveBefore(wait, packed);
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": the reduce-scatter wait at "
+                          << wait->getLoc() << " moved before the packing at "
+                          << packed->getLoc() << "\n");
 }
 
 /// Gather `next` (and the cast of its shard) right after `previous`'s wait.
@@ -179,10 +185,13 @@ void prefetch(BlockOrder &order, AllGatherStartOp previous,
   order.moveAfter(next, wait);
   if (cast)
     order.moveBefore(cast, next);
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": the all-gather at " << next.getLoc()
+                          << " prefetched after the wait at " << wait->getLoc()
+                          << "\n");
 }
 
-struct ScheduleCollectives
-    : kiln::impl::KilnScheduleCollectivesBase<ScheduleCollectives> {
+struct ScheduleCollectivesPass
+    : kiln::impl::KilnScheduleCollectivesBase<ScheduleCollectivesPass> {
   void runOnOperation() override {
     for (Block &block : getOperation().getBody()) {
       BlockOrder order(block);

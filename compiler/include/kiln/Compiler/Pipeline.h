@@ -20,14 +20,11 @@ namespace kiln {
 struct PhaseInfo {
   const char *name;
   const char *summary;
-  /// The issue that builds the phase, for phases not built yet.
-  const char *plannedIn;
-  /// Adds the phase's passes; nullptr for phases not built yet.
+  /// Adds the phase's passes.
   void (*buildPipeline)(mlir::OpPassManager &pm);
-  bool implemented() const { return buildPipeline != nullptr; }
 };
 
-/// Every phase of design.md, in order; the ones not built yet included.
+/// Every phase, in order.
 llvm::ArrayRef<PhaseInfo> pipelinePhases();
 const PhaseInfo *findPhase(llvm::StringRef name);
 
@@ -44,8 +41,10 @@ void buildPrecisionPipeline(mlir::OpPassManager &pm);
 /// (nothing at one rank).
 void buildShardPipeline(mlir::OpPassManager &pm);
 
-/// fuse: kiln-fuse-elementwise on every function.
+/// fp8: kiln-fp8-linear, then kiln-fp8-all-gather.
 void buildFp8Pipeline(mlir::OpPassManager &pm);
+
+/// fuse: kiln-fuse-elementwise on every function.
 void buildFusePipeline(mlir::OpPassManager &pm);
 
 /// schedule: kiln-schedule-collectives on every function.
@@ -55,8 +54,8 @@ void buildSchedulePipeline(mlir::OpPassManager &pm);
 /// emitPlan (kiln/Plan/PlanEmitter.h) instead of printing IR.
 void buildPlanPipeline(mlir::OpPassManager &pm);
 
-/// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every built phase with the pass
-/// registry (for kiln-opt).
+/// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every phase, with
+/// the pass registry (for kiln-opt).
 void registerKilnPipelines();
 
 /// Runs the phases from `import` up to and including `lastPhase` on a module

@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Compiler/Driver.h"
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Driver.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"

@@ -1,8 +1,8 @@
 //===- Driver.cpp - What the `kiln` subcommands do ------------------------===//
 
-#include "kiln/Compiler/Driver.h"
+#include "kiln/Driver/Driver.h"
 #include "kiln/Compiler/Pipeline.h"
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
@@ -87,10 +87,7 @@ LogicalResult printModule(ModuleOp module, llvm::raw_ostream &os) {
 } // namespace
 
 int kiln::runCompile(const CompileCommand &command) {
-  const PhaseInfo *last = nullptr;
-  for (const PhaseInfo &phase : pipelinePhases())
-    if (phase.implemented())
-      last = &phase;
+  const PhaseInfo *last = &pipelinePhases().back();
   if (!command.emit.empty()) {
     last = findPhase(command.emit);
     if (!last) {
@@ -100,9 +97,6 @@ int kiln::runCompile(const CompileCommand &command) {
       return commandError("unknown phase '" + command.emit +
                   "' for --emit; phases: " + llvm::join(names, ", "));
     }
-    if (!last->implemented())
-      return commandError("phase '" + command.emit + "' is not implemented yet (" +
-                  last->plannedIn + ")");
   }
   if (!applyMlirFlags(command.mlirFlags))
     return 1;

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Compiler/Driver.h"
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Driver.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/Sampler.h"
 #include "kiln/Runtime/Checkpoint.h"

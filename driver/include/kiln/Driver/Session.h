@@ -1,7 +1,7 @@
 //===- Session.h - A model loaded for a command -----------------*- C++ -*-===//
 
-#ifndef KILN_COMPILER_SESSION_H
-#define KILN_COMPILER_SESSION_H
+#ifndef KILN_DRIVER_SESSION_H
+#define KILN_DRIVER_SESSION_H
 
 #include "kiln/Frontend/Config.h"
 #include "kiln/Frontend/ConfigParser.h"
@@ -67,4 +67,4 @@ struct ModelSession {
 
 } // namespace kiln
 
-#endif // KILN_COMPILER_SESSION_H
+#endif // KILN_DRIVER_SESSION_H

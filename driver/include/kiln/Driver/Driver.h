@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KILN_COMPILER_DRIVER_H
-#define KILN_COMPILER_DRIVER_H
+#ifndef KILN_DRIVER_DRIVER_H
+#define KILN_DRIVER_DRIVER_H
 
 #include <string>
 #include <vector>
@@ -72,4 +72,4 @@ int runSample(const SampleCommand &command);
 
 } // namespace kiln
 
-#endif // KILN_COMPILER_DRIVER_H
+#endif // KILN_DRIVER_DRIVER_H

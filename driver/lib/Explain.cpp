@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Compiler/Driver.h"
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Driver.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Plan.h"
 #include "kiln/Transforms/Fp8Eligibility.h"
 #include "kiln/Transforms/Passes.h"

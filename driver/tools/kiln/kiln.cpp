@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Compiler/Driver.h"
+#include "kiln/Driver/Driver.h"
 #include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Plan/Format.h"
 

@@ -1,6 +1,6 @@
 //===- Session.cpp - A model loaded for a command -------------------------===//
 
-#include "kiln/Compiler/Session.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Compiler/Pipeline.h"
 #include "kiln/Frontend/ModelImporter.h"
 #include "kiln/Plan/PlanEmitter.h"
