@@ -6,7 +6,7 @@
 SCHEDULE.mlir is `kiln compile --emit=schedule`'s output and PLAN.kplan
 the plan of the same model. For every function that becomes an entry, its
 kiln.arena_bytes and kiln.live_at_peak must be the entry's arena_bytes and
-live_at_peak; the offsets of all ops' kiln.arena_offsets (but -1) must be,
+live_at_peak; the offsets of all ops' kiln.arena_offsets must be,
 as a multiset, the offsets of the plan's arena values. Prints one line per
 entry and one for the buffers.
 """
@@ -45,9 +45,9 @@ def main():
             failures += 1
         print(f"@{name} -> {ENTRIES[name]}: arena {arena.group(1)} bytes, "
               f"peak at step {live['peak_step']}")
-        for arr in re.findall(r"kiln\.arena_offsets = array<i64: ([\d, -]+)>",
+        for arr in re.findall(r"kiln\.arena_offsets = array<i64: ([\d, ]+)>",
                               func):
-            offsets.update(int(o) for o in arr.split(", ") if o != "-1")
+            offsets.update(int(o) for o in arr.split(", "))
     planned = collections.Counter(v["offset"] for v in plan["values"]
                                   if v["kind"] == "arena")
     if offsets != planned:

@@ -21,7 +21,6 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/FormatVariadic.h"
 
-
 using namespace mlir;
 using namespace kiln;
 namespace json = llvm::json;
