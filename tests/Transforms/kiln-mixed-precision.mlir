@@ -39,10 +39,11 @@ module attributes {kiln.precision = {param = "bfloat16", reduce = "float32"}} {
 // f32 params, bf16 reduce: compute stays f32, but each gradient is rounded
 // through bf16 on its way to the optimizer; the new parameter is not.
 // CHECK-LABEL: func.func @reduce_bf16(
+// CHECK-SAME: %{{[^:]+}}: tensor<4x8xf32>, %[[W:[^:]+]]: tensor<16x8xf32> {kiln.init = #kiln.init<ones>, kiln.param = "w"}
 // CHECK: %[[G:.+]] = kiln.linear_grad_weight {{.*}} -> tensor<16x8xf32>
 // CHECK: %[[GB:.+]] = kiln.cast %[[G]] : tensor<16x8xf32> -> tensor<16x8xbf16>
 // CHECK: %[[GF:.+]] = kiln.cast %[[GB]] : tensor<16x8xbf16> -> tensor<16x8xf32>
-// CHECK: return %[[GF]], %arg1 :
+// CHECK: return %[[GF]], %[[W]] :
 module attributes {kiln.precision = {param = "float32", reduce = "bfloat16"}} {
   func.func @reduce_bf16(%x: tensor<4x8xf32>, %w: tensor<16x8xf32> {kiln.param = "w", kiln.init = #kiln.init<ones>},
                          %dy: tensor<4x16xf32>) -> (tensor<16x8xf32> {kiln.grad = "w"}, tensor<16x8xf32> {kiln.state = "w"}) {

@@ -1,7 +1,7 @@
 // The arena planner against the first-fit scan it replaced (the offsets of
 // every plan written before depend on them): the same offsets and peak for
 // random lifetimes, and no two buffers live at the same step sharing bytes.
-#include "kiln/Plan/BufferPlanner.h"
+#include "kiln/Transforms/BufferPlanner.h"
 
 #include <gtest/gtest.h>
 

@@ -47,11 +47,16 @@ void kiln::buildFusePipeline(OpPassManager &pm) {
 
 void kiln::buildSchedulePipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createKilnScheduleCollectives());
-}
-
-void kiln::buildPlanPipeline(OpPassManager &pm) {
+  // The last cleanup before the arena is laid out: the offsets hold only
+  // while no op moves, and CSE would no longer merge ops that carry them.
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  pm.addNestedPass<func::FuncOp>(createKilnAssignBuffers());
+}
+
+void kiln::buildPlanPipeline(OpPassManager &) {
+  // Nothing left to transform: the driver serializes the module with
+  // emitPlan, which reads the offsets kiln-assign-buffers wrote.
 }
 
 ArrayRef<PhaseInfo> kiln::pipelinePhases() {
@@ -67,7 +72,9 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
       {"fp8", "eligible linears as FP8 scaled GEMMs", buildFp8Pipeline},
       {"fuse", "elementwise and row-wise ops as fused groups",
        buildFusePipeline},
-      {"schedule", "collectives ordered for overlap (prefetch, late waits)",
+      {"schedule",
+       "collectives ordered for overlap (prefetch, late waits), buffers "
+       "placed in the arena",
        buildSchedulePipeline},
       {"plan", "the serialized runtime plan", buildPlanPipeline},
   };

@@ -3,7 +3,7 @@
 // Every SSA value becomes an entry of one value table: persistent state
 // (parameters, optimizer moments), an input fed per step (tokens, targets,
 // step), a constant, or a buffer in the arena. Each function becomes a list
-// of steps over value ids; arena offsets come from liveness (BufferPlanner),
+// of steps over value ids; arena offsets are what kiln-assign-buffers wrote,
 // and AdamW writes its results over the state it read (checked: it must be
 // the state's last reader). The plan is written as a stream: a value's or a
 // step's JSON exists only while it is written (docs/perf.md, "Compile time
@@ -14,7 +14,6 @@
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
-#include "kiln/Plan/BufferPlanner.h"
 #include "kiln/Plan/GroupLowering.h"
 #include "kiln/Transforms/Passes.h"
 
@@ -22,22 +21,12 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/FormatVariadic.h"
 
-#include <functional>
-#include <numeric>
-
 using namespace mlir;
 using namespace kiln;
 namespace json = llvm::json;
 
 namespace {
 
-/// A flatten of gradients: the buffer a reduce-scatter sends (other
-/// flattens pack amax vectors for an all-reduce).
-bool packsGradients(FlattenOp flat) {
-  return llvm::any_of(flat->getUsers(), [](Operation *user) {
-    return isa<ReduceScatterStartOp>(user);
-  });
-}
 FailureOr<StringRef> dtypeName(Operation *at, Type type) {
   Type e = cast<RankedTensorType>(type).getElementType();
   if (e.isF32())
@@ -110,6 +99,9 @@ FailureOr<json::Object> stepAttributes(Operation *op, plan::Op kind) {
   json::Object attrs;
   for (NamedAttribute attr : op->getAttrDictionary()) {
     StringRef name = attr.getName().getValue();
+    // Where the step's results are is in the value table, not its attrs.
+    if (name == kArenaOffsetsAttr || name == kArenaSizesAttr)
+      continue;
     FailureOr<json::Value> v = attrToJson(op, attr);
     if (failed(v))
       return failure();
@@ -300,54 +292,25 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
     ids[arg] = *id;
   }
 
-  // A collective owns its operand and result buffers from its start to its
-  // wait, and the wait's result is the start's buffer: both stay live
-  // until the wait and the wait result's last reader.
-  DenseMap<Value, int64_t> liveUntil;
-  for (Operation &op : body)
-    if (auto wait = dyn_cast<WaitOp>(op)) {
-      int64_t last = index.lookup(&op);
-      for (Operation *user : wait.getResult().getUsers())
-        last = std::max(last, index.lookup(user));
-      Operation *start = wait.getPending().getDefiningOp();
-      liveUntil[wait.getPending()] = last;
-      for (Value operand : start->getOperands())
-        liveUntil[operand] = std::max(liveUntil.lookup(operand),
-                                      index.lookup(&op));
-    }
-
-  // What each arena buffer is, for the memory breakdown: a compute copy of
-  // parameters (a cast of one, or gathered), a gradient (what AdamW or a
-  // reduce-scatter reads, through casts), or an activation / temporary.
-  DenseSet<Value> gradients;
-  std::function<void(Value)> markGradient = [&](Value v) {
-    if (!gradients.insert(v).second)
-      return;
-    if (auto cast = v.getDefiningOp<CastOp>())
-      markGradient(cast.getInput());
-  };
-  for (Operation &op : body) {
-    if (auto adamw = dyn_cast<AdamWOp>(op))
-      markGradient(adamw.getGrad());
-    if (auto flat = dyn_cast<FlattenOp>(op); flat && packsGradients(flat))
-      for (Value part : flat.getParts())
-        markGradient(part);
+  // Arena buffers: their offsets, the arena's size and what is live at its
+  // peak are kiln-assign-buffers' (the last pass of the schedule phase).
+  auto arena = func->getAttrOfType<IntegerAttr>(kArenaBytesAttr);
+  auto atPeak = func->getAttrOfType<DictionaryAttr>(kLiveAtPeakAttr);
+  if (!arena || !atPeak)
+    return func.emitOpError("has no arena: run kiln-assign-buffers before "
+                            "emitting the plan");
+  json::Object liveAtPeak;
+  for (NamedAttribute part : atPeak) {
+    auto bytes = dyn_cast<IntegerAttr>(part.getValue());
+    if (!bytes)
+      return func.emitOpError("'")
+             << kLiveAtPeakAttr << "' must hold integers";
+    liveAtPeak[part.getName().getValue()] = bytes.getInt();
   }
-  auto categoryOf = [&](Operation &op, Value r) -> int {
-    if (isa<AllGatherStartOp, UnflattenOp, ShardAmaxOp, ShardQuantizeOp>(op) ||
-        (isa<CastOp>(op) && isa<BlockArgument>(op.getOperand(0))))
-      return 0;
-    auto flat = dyn_cast<FlattenOp>(op);
-    if ((flat && packsGradients(flat)) || isa<ReduceScatterStartOp>(op) ||
-        gradients.contains(r))
-      return 1;
-    return 2;
-  };
-  std::vector<int> categories;
+  entry.liveAtPeak = std::move(liveAtPeak);
+  entry.arenaBytes = arena.getInt();
+  arenaBytes = std::max(arenaBytes, entry.arenaBytes);
 
-  // Arena buffers: one per op result, live from its op to its last use.
-  std::vector<BufferRequest> requests;
-  std::vector<int64_t> arenaIds;
   for (Operation &op : body.without_terminator()) {
     if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
       auto dense = dyn_cast<DenseFPElementsAttr>(cst.getValue());
@@ -391,49 +354,18 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
       FailureOr<StringRef> dtype = dtypeName(&op, r.getType());
       if (failed(dtype))
         return failure();
-      int64_t last = std::max(index.lookup(&op), liveUntil.lookup(r));
-      for (Operation *user : r.getUsers())
-        last = std::max(last, std::max(index.lookup(user),
-                                       liveUntil.lookup(r)));
-      requests.push_back({byteSize(r.getType()), index.lookup(&op), last});
-      categories.push_back(categoryOf(op, r));
-      ids[r] =
-          addValue({"arena", "", cast<RankedTensorType>(r.getType()).getShape(),
-                    *dtype});
-      arenaIds.push_back(ids[r]);
+      auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(kArenaOffsetsAttr);
+      if (!offsets || offsets.size() != int64_t(op.getNumResults()) ||
+          offsets[r.getResultNumber()] < 0)
+        return op.emitOpError("has no arena offset for result ")
+               << r.getResultNumber()
+               << ": run kiln-assign-buffers before emitting the plan";
+      ValueRow row{"arena", "", cast<RankedTensorType>(r.getType()).getShape(),
+                   *dtype};
+      row.offset = offsets[r.getResultNumber()];
+      ids[r] = addValue(std::move(row));
     }
   }
-
-  int64_t peak = 0;
-  std::vector<int64_t> offsets = planBuffers(requests, 64, peak);
-  for (auto [id, offset] : llvm::zip(arenaIds, offsets))
-    values[id].offset = offset;
-  arenaBytes = std::max(arenaBytes, peak);
-  entry.arenaBytes = peak;
-
-  // The step where the most bytes are live, and what they are: each buffer
-  // adds its bytes where it starts and takes them back after its last step
-  // (summed over the steps, not over every step of every lifetime).
-  std::vector<int64_t> live(n + 2, 0);
-  for (const BufferRequest &r : requests) {
-    if (r.first > std::min(r.last, n))
-      continue;
-    int64_t bytes = (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
-    live[r.first] += bytes;
-    live[std::min(r.last, n) + 1] -= bytes;
-  }
-  std::partial_sum(live.begin(), live.end(), live.begin());
-  live.pop_back();
-  int64_t peakStep =
-      std::max_element(live.begin(), live.end()) - live.begin();
-  int64_t atPeak[3] = {0, 0, 0};
-  for (auto [r, category] : llvm::zip(requests, categories))
-    if (r.first <= peakStep && peakStep <= r.last)
-      atPeak[category] += (std::max<int64_t>(r.bytes, 1) + 63) / 64 * 64;
-  entry.liveAtPeak = json::Object{{"peak_step", peakStep},
-                                  {"parameter_copies", atPeak[0]},
-                                  {"gradients", atPeak[1]},
-                                  {"activations", atPeak[2]}};
 
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {

@@ -47,11 +47,12 @@ void buildFp8Pipeline(mlir::OpPassManager &pm);
 /// fuse: kiln-fuse-elementwise on every function.
 void buildFusePipeline(mlir::OpPassManager &pm);
 
-/// schedule: kiln-schedule-collectives on every function.
+/// schedule: kiln-schedule-collectives on every function, canonicalize,
+/// CSE, then kiln-assign-buffers on every function.
 void buildSchedulePipeline(mlir::OpPassManager &pm);
 
-/// plan: a last cleanup; the driver then serializes the module with
-/// emitPlan (kiln/Plan/PlanEmitter.h) instead of printing IR.
+/// plan: no pass; the driver serializes the module with emitPlan
+/// (kiln/Plan/PlanEmitter.h) instead of printing IR.
 void buildPlanPipeline(mlir::OpPassManager &pm);
 
 /// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every phase, with

@@ -29,6 +29,16 @@ inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
 inline constexpr llvm::StringLiteral kRanksAttr = "kiln.ranks";
 /// Marks the forward ops kiln-activation-checkpoint cloned into a backward.
 inline constexpr llvm::StringLiteral kRecomputedAttr = "kiln.recomputed";
+/// Written by kiln-assign-buffers, read by the plan emitter. On an op: the
+/// arena offset and the size in bytes of each result (an op whose results
+/// are not buffers of their own, a wait, AdamW, amax_history_update, has
+/// neither).
+inline constexpr llvm::StringLiteral kArenaOffsetsAttr = "kiln.arena_offsets";
+inline constexpr llvm::StringLiteral kArenaSizesAttr = "kiln.arena_sizes";
+/// On a function: the bytes its arena needs, and what is live where the
+/// most bytes are ({peak_step, parameter_copies, gradients, activations}).
+inline constexpr llvm::StringLiteral kArenaBytesAttr = "kiln.arena_bytes";
+inline constexpr llvm::StringLiteral kLiveAtPeakAttr = "kiln.live_at_peak";
 
 } // namespace kiln
 

@@ -359,4 +359,42 @@ def KilnFp8AllGather : Pass<"kiln-fp8-all-gather", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnAssignBuffers : Pass<"kiln-assign-buffers", "mlir::func::FuncOp"> {
+  let summary = "Give every buffer an offset in the function's arena, from liveness";
+  let description = [{
+    Each result of a kiln op that is a buffer of its own lives from its op
+    to its last reader; a collective's operands and result stay live until
+    its `kiln.wait` (and the result until the wait result's last reader).
+    Buffers are placed first fit, each size rounded up to 64 bytes, so two
+    buffers share bytes only when their live ranges are disjoint. A wait's
+    result is its start's buffer; AdamW's and amax_history_update's results
+    are the states they update in place: none of these gets an offset.
+
+    Each op gets `kiln.arena_offsets` and `kiln.arena_sizes` (bytes, one
+    entry per result); the function gets `kiln.arena_bytes` (the arena's
+    size) and `kiln.live_at_peak` (the step where the most bytes are live,
+    and how many of them are parameter copies, gradients and activations).
+    The plan emitter writes these numbers as they are. Runs last in the
+    schedule phase: any later move of an op would make them stale.
+
+    ```mlir
+    func.func @f(%x: tensor<64xf32> {kiln.input = "x"}) -> tensor<64xf32> {
+      %a = kiln.silu %x : tensor<64xf32>
+      %b = kiln.silu %a : tensor<64xf32>
+      %c = kiln.silu %b : tensor<64xf32>
+      return %c : tensor<64xf32>
+    }
+    // becomes (%c reuses %a's bytes: %a is dead once %b exists)
+    func.func @f(...) -> tensor<64xf32> attributes {kiln.arena_bytes = 512 : i64,
+        kiln.live_at_peak = {activations = 512 : i64, gradients = 0 : i64,
+                             parameter_copies = 0 : i64, peak_step = 1 : i64}} {
+      %a = kiln.silu %x {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>} : tensor<64xf32>
+      %b = kiln.silu %a {kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 256>} : tensor<64xf32>
+      %c = kiln.silu %b {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>} : tensor<64xf32>
+      return %c : tensor<64xf32>
+    }
+    ```
+  }];
+}
+
 #endif // KILN_TRANSFORMS_PASSES_TD

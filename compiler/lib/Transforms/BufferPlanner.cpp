@@ -11,7 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Plan/BufferPlanner.h"
+#include "kiln/Transforms/BufferPlanner.h"
 
 #include <algorithm>
 #include <limits>

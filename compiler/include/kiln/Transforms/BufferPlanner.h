@@ -1,7 +1,7 @@
 //===- BufferPlanner.h - Liveness-based offsets in one arena ----*- C++ -*-===//
 
-#ifndef KILN_PLAN_BUFFERPLANNER_H
-#define KILN_PLAN_BUFFERPLANNER_H
+#ifndef KILN_TRANSFORMS_BUFFERPLANNER_H
+#define KILN_TRANSFORMS_BUFFERPLANNER_H
 
 #include <cstdint>
 #include <vector>
@@ -22,4 +22,4 @@ std::vector<int64_t> planBuffers(const std::vector<BufferRequest> &requests,
 
 } // namespace kiln
 
-#endif // KILN_PLAN_BUFFERPLANNER_H
+#endif // KILN_TRANSFORMS_BUFFERPLANNER_H

@@ -1,0 +1,199 @@
+//===- AssignBuffers.cpp - Arena offsets from liveness --------------------===//
+//
+// Every result of a kiln op that is a buffer of its own (not a constant, not
+// a wait's result, which is its start's buffer, not a state AdamW or
+// amax_history_update writes in place) lives from its op to its last reader
+// in one arena per function; BufferPlanner places the buffers, first fit.
+// A collective's operands stay live until its wait, and its result until
+// the wait result's last reader: the runtime may still be reading or
+// writing them while later steps run.
+//
+// The pass also sums, at the step where the most bytes are live, what those
+// bytes are (parameter copies, gradients, activations): `kiln explain
+// --memory` and the plan's `live_at_peak` report it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Transforms/BufferPlanner.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/Debug.h"
+
+#include <functional>
+#include <numeric>
+
+#define DEBUG_TYPE "kiln-assign-buffers"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNASSIGNBUFFERS
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+
+/// The arena's alignment: every buffer starts at a multiple of it.
+constexpr int64_t kAlignment = 64;
+
+int64_t byteSize(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return t.getNumElements() * (t.getElementTypeBitWidth() / 8);
+}
+
+int64_t aligned(int64_t bytes) {
+  return (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment *
+         kAlignment;
+}
+
+/// A flatten of gradients: the buffer a reduce-scatter sends (other
+/// flattens pack amax vectors for an all-reduce).
+bool packsGradients(FlattenOp flat) {
+  return llvm::any_of(flat->getUsers(), [](Operation *user) {
+    return isa<ReduceScatterStartOp>(user);
+  });
+}
+
+/// Whether result `r` of `op` is a buffer of its own. A wait's result is
+/// its start's buffer; AdamW's results are the states it reads, and
+/// amax_history_update's the history it reads (the plan emitter checks
+/// that they may be written in place).
+bool ownsBuffer(Operation &op) {
+  return op.getDialect() &&
+         op.getDialect()->getNamespace() == KilnDialect::getDialectNamespace() &&
+         !isa<WaitOp, AdamWOp, AmaxHistoryUpdateOp>(op);
+}
+
+/// What a buffer holds, for the memory breakdown.
+enum Category { ParameterCopy = 0, Gradient = 1, Activation = 2 };
+
+struct AssignBuffers
+    : kiln::impl::KilnAssignBuffersBase<AssignBuffers> {
+  void runOnOperation() override;
+};
+} // namespace
+
+void AssignBuffers::runOnOperation() {
+  func::FuncOp func = getOperation();
+  if (func.isExternal())
+    return;
+  Block &body = func.getBody().front();
+  DenseMap<Operation *, int64_t> index;
+  int64_t n = 0;
+  for (Operation &op : body)
+    index[&op] = n++;
+
+  // A collective owns its operand and result buffers from its start to its
+  // wait, and the wait's result is the start's buffer: both stay live
+  // until the wait and the wait result's last reader.
+  DenseMap<Value, int64_t> liveUntil;
+  for (Operation &op : body)
+    if (auto wait = dyn_cast<WaitOp>(op)) {
+      int64_t last = index.lookup(&op);
+      for (Operation *user : wait.getResult().getUsers())
+        last = std::max(last, index.lookup(user));
+      Operation *start = wait.getPending().getDefiningOp();
+      liveUntil[wait.getPending()] = last;
+      if (start)
+        for (Value operand : start->getOperands())
+          liveUntil[operand] =
+              std::max(liveUntil.lookup(operand), index.lookup(&op));
+    }
+
+  // A compute copy of parameters (a cast of one, or gathered), a gradient
+  // (what AdamW or a reduce-scatter reads, through casts), or an activation
+  // or temporary.
+  DenseSet<Value> gradients;
+  std::function<void(Value)> markGradient = [&](Value v) {
+    if (!gradients.insert(v).second)
+      return;
+    if (auto cast = v.getDefiningOp<CastOp>())
+      markGradient(cast.getInput());
+  };
+  for (Operation &op : body) {
+    if (auto adamw = dyn_cast<AdamWOp>(op))
+      markGradient(adamw.getGrad());
+    if (auto flat = dyn_cast<FlattenOp>(op); flat && packsGradients(flat))
+      for (Value part : flat.getParts())
+        markGradient(part);
+  }
+  auto categoryOf = [&](Operation &op, Value r) {
+    if (isa<AllGatherStartOp, UnflattenOp, ShardAmaxOp, ShardQuantizeOp>(op) ||
+        (isa<CastOp>(op) && isa<BlockArgument>(op.getOperand(0))))
+      return ParameterCopy;
+    auto flat = dyn_cast<FlattenOp>(op);
+    if ((flat && packsGradients(flat)) || isa<ReduceScatterStartOp>(op) ||
+        gradients.contains(r))
+      return Gradient;
+    return Activation;
+  };
+
+  // One buffer per owning result, live from its op to its last reader (or
+  // its collective's wait).
+  std::vector<BufferRequest> requests;
+  std::vector<Category> categories;
+  SmallVector<Operation *> owners;
+  for (Operation &op : body.without_terminator()) {
+    if (!ownsBuffer(op))
+      continue;
+    owners.push_back(&op);
+    for (OpResult r : op.getResults()) {
+      int64_t last = std::max(index.lookup(&op), liveUntil.lookup(r));
+      for (Operation *user : r.getUsers())
+        last = std::max(last, index.lookup(user));
+      requests.push_back({byteSize(r.getType()), index.lookup(&op), last});
+      categories.push_back(categoryOf(op, r));
+    }
+  }
+
+  int64_t peak = 0;
+  std::vector<int64_t> offsets = planBuffers(requests, kAlignment, peak);
+  Builder b(func.getContext());
+  size_t next = 0;
+  for (Operation *op : owners) {
+    SmallVector<int64_t> opOffsets, opSizes;
+    for (unsigned i = 0, e = op->getNumResults(); i < e; ++i, ++next) {
+      opOffsets.push_back(offsets[next]);
+      opSizes.push_back(requests[next].bytes);
+    }
+    op->setAttr(kArenaOffsetsAttr, b.getDenseI64ArrayAttr(opOffsets));
+    op->setAttr(kArenaSizesAttr, b.getDenseI64ArrayAttr(opSizes));
+  }
+  func->setAttr(kArenaBytesAttr, b.getI64IntegerAttr(peak));
+
+  // The step where the most bytes are live, and what they are: each buffer
+  // adds its bytes where it starts and takes them back after its last step.
+  std::vector<int64_t> live(n + 2, 0);
+  for (const BufferRequest &r : requests) {
+    if (r.first > std::min(r.last, n))
+      continue;
+    live[r.first] += aligned(r.bytes);
+    live[std::min(r.last, n) + 1] -= aligned(r.bytes);
+  }
+  std::partial_sum(live.begin(), live.end(), live.begin());
+  live.pop_back();
+  int64_t peakStep = std::max_element(live.begin(), live.end()) - live.begin();
+  int64_t atPeak[3] = {0, 0, 0};
+  for (auto [r, category] : llvm::zip(requests, categories))
+    if (r.first <= peakStep && peakStep <= r.last)
+      atPeak[category] += aligned(r.bytes);
+  func->setAttr(
+      kLiveAtPeakAttr,
+      b.getDictionaryAttr({
+          b.getNamedAttr("peak_step", b.getI64IntegerAttr(peakStep)),
+          b.getNamedAttr("parameter_copies",
+                         b.getI64IntegerAttr(atPeak[ParameterCopy])),
+          b.getNamedAttr("gradients", b.getI64IntegerAttr(atPeak[Gradient])),
+          b.getNamedAttr("activations",
+                         b.getI64IntegerAttr(atPeak[Activation])),
+      }));
+
+  LLVM_DEBUG(llvm::dbgs() << "[" DEBUG_TYPE "] @" << func.getSymName() << ": "
+                          << requests.size() << " buffers, arena " << peak
+                          << " bytes, peak at step " << peakStep << " ("
+                          << live[peakStep] << " bytes live)\n");
+}

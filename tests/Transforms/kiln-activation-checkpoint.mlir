@@ -1,0 +1,128 @@
+// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint=mode=selective | FileCheck %s --check-prefix=SEL
+// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint=mode=full | FileCheck %s --check-prefix=FULL
+// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint=mode=none | FileCheck %s --check-prefix=NONE
+// Without the option, the module's kiln.activation_checkpoint decides.
+// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint -verify-diagnostics | FileCheck %s --check-prefix=ATTR
+
+// One block (ops named model.layers.0.*) and a head. The backward of the
+// block reads the norm's result (the grad-weight GEMM's input) and the
+// q projection's (silu_grad's input). selective recomputes the norm only
+// (GEMM results are kept); full recomputes the projection too, from a
+// recomputed norm, before the first backward reader of either. The head's
+// ops (named lm_head) belong to no block and are never recomputed.
+// SEL-LABEL: func.func @block(
+// SEL-SAME: %[[X:[^:]+]]: tensor<1x4x8xf32>, %[[W:[^:]+]]: tensor<8xf32>
+// SEL: %[[N:.+]] = kiln.rms_norm %[[X]], %[[W]] {eps = 1.000000e-05 : f64}
+// SEL-NEXT: %[[Q:.+]] = kiln.linear wq %[[N]]
+// SEL: kiln.cross_entropy_grad
+// SEL-NEXT: %[[DS:.+]] = kiln.linear_grad_input output
+// SEL-NEXT: %[[DQ:.+]] = kiln.silu_grad %[[DS]], %[[Q]]
+// SEL-NEXT: %[[N2:.+]] = kiln.rms_norm %[[X]], %[[W]] {eps = 1.000000e-05 : f64, kiln.recomputed}
+// SEL-NEXT: %[[DW:.+]] = kiln.linear_grad_weight wq %[[DQ]], %[[N2]]
+// SEL-NEXT: return %[[DW]]
+
+// FULL-LABEL: func.func @block(
+// FULL-SAME: %[[X:[^:]+]]: tensor<1x4x8xf32>, %[[W:[^:]+]]: tensor<8xf32>, %[[WQ:[^:]+]]: tensor<8x8xf32>
+// FULL-NOT: kiln.recomputed
+// FULL: kiln.cross_entropy_grad
+// FULL-NEXT: %[[DS:.+]] = kiln.linear_grad_input output
+// FULL-NEXT: %[[N2:.+]] = kiln.rms_norm %[[X]], %[[W]] {eps = 1.000000e-05 : f64, kiln.recomputed}
+// FULL-NEXT: %[[Q2:.+]] = kiln.linear wq %[[N2]], %[[WQ]] param("q") {kiln.recomputed}
+// FULL-NEXT: %[[DQ:.+]] = kiln.silu_grad %[[DS]], %[[Q2]]
+// FULL-NEXT: %[[DW:.+]] = kiln.linear_grad_weight wq %[[DQ]], %[[N2]]
+// FULL-NEXT: return %[[DW]]
+
+// NONE-LABEL: func.func @block(
+// NONE-NOT: kiln.recomputed
+// NONE: return
+
+// ATTR-LABEL: func.func @block(
+// ATTR-NOT: kiln.recomputed
+// ATTR: return
+func.func @block(%x: tensor<1x4x8xf32>, %w: tensor<8xf32>, %wq: tensor<8x8xf32>, %wo: tensor<16x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f32>) -> tensor<8x8xf32> {
+  %n = kiln.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<1x4x8xf32>, tensor<8xf32> loc("model.layers.0.input_layernorm")
+  %q = kiln.linear wq %n, %wq param("q") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.self_attn.q_proj")
+  %s = kiln.silu %q : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+  %o = kiln.linear output %s, %wo param("o") : tensor<1x4x8xf32>, tensor<16x8xf32> -> tensor<1x4x16xf32> loc("lm_head")
+  %dl = kiln.cross_entropy_grad %one, %o, %t : tensor<1x4x16xf32>, tensor<1x4xi32> loc("loss")
+  %ds = kiln.linear_grad_input output %dl, %wo param("o") : tensor<1x4x16xf32>, tensor<16x8xf32> -> tensor<1x4x8xf32> loc("lm_head")
+  %dq = kiln.silu_grad %ds, %q : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+  %dw = kiln.linear_grad_weight wq %dq, %n param("q") : tensor<1x4x8xf32>, tensor<1x4x8xf32> -> tensor<8x8xf32> loc("model.layers.0.self_attn.q_proj")
+  return %dw : tensor<8x8xf32>
+}
+
+// -----
+
+// Two blocks: block 1's backward reads its own silu (recomputed in both
+// modes, from block 0's output as it was kept) and block 0's output (the
+// block's input: read as saved, never recomputed).
+// SEL-LABEL: func.func @two_blocks(
+// SEL: %[[H0:.+]] = kiln.silu %{{.+}} : tensor<1x4x8xf32>
+// SEL-NEXT: %[[H1:.+]] = kiln.silu %[[H0]] : tensor<1x4x8xf32>
+// SEL: %[[G:.+]] = kiln.cross_entropy_grad
+// SEL-NEXT: %[[H1R:.+]] = kiln.silu %[[H0]] {kiln.recomputed}
+// SEL-NEXT: %[[D1:.+]] = kiln.silu_grad %[[G]], %[[H1R]]
+// SEL-NEXT: %[[D0:.+]] = kiln.silu_grad %[[D1]], %[[H0]]
+// SEL-NOT: kiln.recomputed
+
+// FULL-LABEL: func.func @two_blocks(
+// FULL: %[[H0:.+]] = kiln.silu %{{.+}} : tensor<1x4x8xf32>
+// FULL: %[[G:.+]] = kiln.cross_entropy_grad
+// FULL-NEXT: %[[H1R:.+]] = kiln.silu %[[H0]] {kiln.recomputed}
+// FULL-NEXT: kiln.silu_grad %[[G]], %[[H1R]]
+// FULL-NOT: kiln.recomputed
+
+// NONE-LABEL: func.func @two_blocks(
+// NONE-NOT: kiln.recomputed
+// NONE: return
+func.func @two_blocks(%x: tensor<1x4x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f32>) -> tensor<1x4x8xf32> {
+  %h0 = kiln.silu %x : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+  %h1 = kiln.silu %h0 : tensor<1x4x8xf32> loc("model.layers.1.mlp")
+  %g = kiln.cross_entropy_grad %one, %h1, %t : tensor<1x4x8xf32>, tensor<1x4xi32> loc("loss")
+  %d1 = kiln.silu_grad %g, %h1 : tensor<1x4x8xf32> loc("model.layers.1.mlp")
+  %d0 = kiln.silu_grad %d1, %h0 : tensor<1x4x8xf32> loc("model.layers.1.mlp")
+  return %d0 : tensor<1x4x8xf32>
+}
+
+// -----
+
+// A function without a backward (no cross_entropy_grad) keeps everything.
+// SEL-LABEL: func.func @forward_only(
+// SEL-NOT: kiln.recomputed
+// SEL: return
+// FULL-LABEL: func.func @forward_only(
+// FULL-NOT: kiln.recomputed
+// FULL: return
+func.func @forward_only(%x: tensor<1x4x8xf32>) -> tensor<1x4x8xf32> {
+  %h0 = kiln.silu %x : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+  %h1 = kiln.silu %h0 : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+  %h2 = kiln.mul %h1, %h0 : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+  return %h2 : tensor<1x4x8xf32>
+}
+
+// -----
+
+// The module's mode applies when the option is not given.
+// ATTR-LABEL: func.func @module_mode(
+// ATTR: %[[H:.+]] = kiln.silu %{{.+}} : tensor<1x4x8xf32>
+// ATTR: %[[G:.+]] = kiln.cross_entropy_grad
+// ATTR-NEXT: %[[HR:.+]] = kiln.silu %{{.+}} {kiln.recomputed}
+// ATTR-NEXT: kiln.silu_grad %[[G]], %[[HR]]
+module attributes {kiln.activation_checkpoint = "full"} {
+  func.func @module_mode(%x: tensor<1x4x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f32>) -> tensor<1x4x8xf32> {
+    %h = kiln.silu %x : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+    %g = kiln.cross_entropy_grad %one, %h, %t : tensor<1x4x8xf32>, tensor<1x4xi32> loc("loss")
+    %d = kiln.silu_grad %g, %h : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+    return %d : tensor<1x4x8xf32>
+  }
+}
+
+// -----
+
+// An unknown mode is an error.
+// expected-error @+1 {{kiln-activation-checkpoint: mode must be none, selective or full, got 'sometimes'}}
+module attributes {kiln.activation_checkpoint = "sometimes"} {
+  func.func @bad_mode(%x: tensor<1x4x8xf32>) -> tensor<1x4x8xf32> {
+    return %x : tensor<1x4x8xf32>
+  }
+}
