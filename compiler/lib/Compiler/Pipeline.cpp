@@ -28,6 +28,10 @@ void kiln::buildPrecisionPipeline(OpPassManager &pm) {
 }
 
 void kiln::buildShardPipeline(OpPassManager &pm) {
+  // FP8 decisions before anything else: kiln-fsdp groups the FP8 weights
+  // apart for the FP8 all-gather, and recomputed clones copy their linear's
+  // mark.
+  pm.addPass(createKilnFp8Select());
   // Recompute first: kiln-fsdp then gives the clones (backward ops) the
   // backward's gathered parameters.
   pm.addPass(createKilnActivationCheckpoint());
@@ -63,7 +67,8 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
        buildTrainPipeline},
       {"precision", "mixed-precision casts as explicit ops", "#3",
        buildPrecisionPipeline},
-      {"shard", "FSDP shards, all-gathers and reduce-scatters", "#4",
+      {"shard", "FP8 decisions; FSDP shards, all-gathers and reduce-scatters",
+       "#4",
        buildShardPipeline},
       {"fp8", "eligible linears as FP8 scaled GEMMs", "#5", buildFp8Pipeline},
       {"fuse", "elementwise and row-wise ops as fused groups", "#3",

@@ -23,7 +23,7 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
-#include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Fp8Policy.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -271,11 +271,13 @@ LogicalResult FunctionRewriter::run() {
 struct Fp8AllGather : kiln::impl::KilnFp8AllGatherBase<Fp8AllGather> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    FailureOr<std::optional<Fp8Options>> options =
-        Fp8Options::fromModule(module);
-    if (failed(options))
+    FailureOr<Float8Attr> policy = getFp8Policy(module);
+    if (failed(policy))
       return signalPassFailure();
-    if (!*options || !(*options)->allGather)
+    // The groups to gather in FP8 are kiln-fsdp's `<block>.fp8` groups, the
+    // weights kiln-fp8-select marked FP8; the policy's verifier has checked
+    // the recipe.
+    if (!*policy || !policy->getEnableFsdpFloat8AllGather())
       return;
     for (auto f : module.getOps<func::FuncOp>())
       if (failed(FunctionRewriter(f).run()))
