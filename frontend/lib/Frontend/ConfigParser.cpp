@@ -542,7 +542,7 @@ void ConfigParser::validate() {
   // The rest of [float8] by #kiln.float8's own rules (the FP8 all-gather's
   // recipe), checked whether or not FP8 is on; the patterns compile (above),
   // so what can fail is the all-gather.
-  if (failed(verifyFloat8Policy(context, f8, [&] {
+  if (mlir::failed(verifyFloat8Policy(context, f8, [&] {
         return error(at("float8.enable_fsdp_float8_all_gather"));
       })))
     return;

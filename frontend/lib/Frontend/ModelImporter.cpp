@@ -117,7 +117,8 @@ private:
                Location at) {
     Value w = params.lookup(paramName);
     int64_t out = cast<RankedTensorType>(w.getType()).getDimSize(0);
-    return LinearOp::create(b, at, act({out}), role, x, w, paramName);
+    return LinearOp::create(b, at, act({out}), role, x, w, paramName,
+                            /*fp8=*/Fp8ChoiceAttr());
   }
   Value rmsNorm(llvm::StringRef paramName, Value x, Location at) {
     return RMSNormOp::create(b, at, x.getType(), x, params.lookup(paramName),

@@ -235,7 +235,7 @@ std::string Builder::gemm(const PlanStep &s) {
     g.n = b.shape[0];
     // The plan says (kiln-fp8-linear sets it for the forward GEMM only,
     // as torchao's recipes do).
-    g.fastAccumulation = s.i64("fast_accumulation") != 0;
+    g.fastAccumulation = s.flag("fast_accumulation");
     return "";
   }
   const PlanValue &in0 = value(s.operands[0]), &in1 = value(s.operands[1]);

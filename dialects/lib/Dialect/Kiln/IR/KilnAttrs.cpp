@@ -278,9 +278,13 @@ Attribute Fp8ChoiceAttr::parse(AsmParser &parser, Type) {
                                                  reason, pattern);
   // fp8_choice_c2
   if (choice && choice.isFp8() != (dtype == "fp8")) {
-    parser.emitError(loc, "a linear ")
-        << (choice.isFp8() ? "" : "not ") << "in FP8 for reason '"
-        << stringifyFp8Reason(reason) << "' cannot be " << dtype;
+    if (reason == Fp8Reason::eligible)
+      parser.emitError(loc, "bf16 needs its reason: output_projection, "
+                            "not_divisible_by_16, filtered or small_gemm");
+    else
+      parser.emitError(loc, "'")
+          << stringifyFp8Reason(reason) << "' is a reason for "
+          << (choice.isFp8() ? "fp8" : "bf16") << ", not " << dtype;
     return {};
   }
   return choice;
