@@ -128,6 +128,12 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
     in the flat buffer), so initialisation and checkpoints can stay in the
     unsharded layout.
 
+    With the module's `#kiln.float8<..., enable_fsdp_float8_all_gather =
+    true>`, each block's weights whose linears kiln-fp8-select marked
+    `#kiln.fp8_choice<fp8, ...>` (in `@train_step`) go to a group of their
+    own, `model.layers.<i>.fp8`, which kiln-fp8-all-gather gathers as e4m3
+    codes; a linear with no mark is an error.
+
     ```mlir
     %c = kiln.cast %shard : tensor<4160xf32> -> tensor<4160xbf16>
     %s = kiln.all_gather_start %c {group = "model.layers.0", ranks = 2 : i64} : tensor<4160xbf16> -> tensor<8320xbf16>
