@@ -33,12 +33,12 @@ std::string mib(int64_t bytes) {
 
 namespace {
 /// `command`'s model with FP8 on and its all-gather as asked.
-bool loadWithFp8(const ExplainCommand &command, bool allGather,
+bool loadWithFp8(const ExplainCommand &command, bool enableFsdpFloat8AllGather,
                  ModelSession &session) {
   std::vector<std::string> overrides = command.overrides;
   overrides.push_back("float8.enable=true");
   overrides.push_back(std::string("float8.enable_fsdp_float8_all_gather=") +
-                      (allGather ? "true" : "false"));
+                      (enableFsdpFloat8AllGather ? "true" : "false"));
   return session.load(command.model, overrides) &&
          session.setRanks(command.worldSize);
 }
@@ -99,7 +99,8 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
           unmarked = true;
           return mlir::WalkResult::interrupt();
         }
-        auto x = llvm::cast<mlir::RankedTensorType>(linear.getInput().getType());
+        auto x =
+            llvm::cast<mlir::RankedTensorType>(linear.getInput().getType());
         auto w =
             llvm::cast<mlir::RankedTensorType>(linear.getWeight().getType());
         rows.push_back(
@@ -134,8 +135,9 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
     bool fp8 = d.choice.isFp8();
     std::string shape = std::to_string(d.m) + " x " + std::to_string(d.n) +
                         " x " + std::to_string(d.k);
-    os << "  " << pad(d.param, width) << "  " << pad(stringifyLinearRole(d.role).str(), 8)
-       << pad(shape, 24) << (fp8 ? "FP8  " : "BF16 ") << "  "
+    os << "  " << pad(d.param, width) << "  "
+       << pad(stringifyLinearRole(d.role).str(), 8) << pad(shape, 24)
+       << (fp8 ? "FP8  " : "BF16 ") << "  "
        << (fp8 ? std::string("-") : d.choice.describe()) << "\n";
     fp8Count += fp8;
   }

@@ -393,8 +393,7 @@ LogicalResult Fp8Rewriter::run() {
       return WalkResult::interrupt();
     }
     if (choice->isFp8())
-      linears.push_back(
-          {linear, linear.getParam().str(), linear.getRole()});
+      linears.push_back({linear, linear.getParam().str(), linear.getRole()});
     return WalkResult::advance();
   });
   if (unmarked)

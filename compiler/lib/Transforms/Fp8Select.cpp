@@ -100,8 +100,8 @@ void warn(ArrayRef<LinearOp> linears) {
   for (const auto &[reason, params] : byReason)
     why += (why.empty() ? "" : "; ") + reason + ": " +
            (params.size() == 1 ? params[0]
-                               : std::to_string(params.size()) +
-                                     " linears (" + params[0] + ", ...)");
+                               : std::to_string(params.size()) + " linears (" +
+                                     params[0] + ", ...)");
   linears.front()->emitWarning(
       "float8.enable is set but no linear qualifies for FP8, so the model "
       "trains in BF16: ")

@@ -269,8 +269,7 @@ kiln::verifyFloat8Policy(MLIRContext *context, const Float8Config &f8,
   if (failed(fields))
     return failure();
   return Float8Attr::verify(emitError, fields->recipe, fields->filterFqns,
-                            f8.auto_filter_small_kn,
-                            f8.force_output_projection,
+                            f8.auto_filter_small_kn, f8.force_output_projection,
                             f8.enable_fsdp_float8_all_gather,
                             f8.amax_history_len, fields->algo);
 }
@@ -334,8 +333,8 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
 
   if (config.float8.enable) {
     Location at = keyLocation(context, config, "float8.enable");
-    Float8Attr policy = importFloat8Policy(
-        context, config.float8, [&] { return emitError(at); });
+    Float8Attr policy = importFloat8Policy(context, config.float8,
+                                           [&] { return emitError(at); });
     if (!policy)
       return nullptr;
     module->getOperation()->setAttr(KilnDialect::kFloat8AttrName, policy);

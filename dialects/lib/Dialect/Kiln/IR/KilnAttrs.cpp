@@ -90,7 +90,7 @@ Attribute Float8Attr::parse(AsmParser &parser, Type) {
   std::optional<Fp8Recipe> recipe;
   ArrayAttr filters = parser.getBuilder().getArrayAttr({});
   bool autoFilter = kAutoFilterSmallKnDefault, forceOutput = false,
-       allGather = false;
+       enableFsdpFloat8AllGather = false;
   int64_t historyLen = kAmaxHistoryLenDefault;
   AmaxComputeAlgo algo = AmaxComputeAlgo::max;
   llvm::StringSet<> seen;
@@ -138,7 +138,7 @@ Attribute Float8Attr::parse(AsmParser &parser, Type) {
     if (key == "force_output_projection")
       return parseBool(forceOutput);
     if (key == "enable_fsdp_float8_all_gather")
-      return parseBool(allGather);
+      return parseBool(enableFsdpFloat8AllGather);
     if (key == "amax_history_len")
       return parser.parseInteger(historyLen);
     return parser.emitError(at, "unknown #kiln.float8 field '") << key << "'";
@@ -150,9 +150,9 @@ Attribute Float8Attr::parse(AsmParser &parser, Type) {
     parser.emitError(loc, "#kiln.float8 needs a recipe");
     return {};
   }
-  return parser.getChecked<Float8Attr>(loc, parser.getContext(), *recipe,
-                                       filters, autoFilter, forceOutput,
-                                       allGather, historyLen, algo);
+  return parser.getChecked<Float8Attr>(
+      loc, parser.getContext(), *recipe, filters, autoFilter, forceOutput,
+      enableFsdpFloat8AllGather, historyLen, algo);
 }
 
 void Float8Attr::print(AsmPrinter &printer) const {
@@ -178,8 +178,8 @@ void Float8Attr::print(AsmPrinter &printer) const {
 }
 
 LogicalResult Float8Attr::verify(function_ref<InFlightDiagnostic()> emitError,
-                                 Fp8Recipe recipe, ArrayAttr filterFqns,
-                                 bool, bool, bool enableFsdpFloat8AllGather,
+                                 Fp8Recipe recipe, ArrayAttr filterFqns, bool,
+                                 bool, bool enableFsdpFloat8AllGather,
                                  int64_t amaxHistoryLen, AmaxComputeAlgo) {
   // float8_c1
   if (!filterFqns)
