@@ -28,6 +28,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "kiln-fp8-all-gather"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNFP8ALLGATHER
@@ -259,6 +262,8 @@ LogicalResult FunctionRewriter::run() {
           return view.emitOpError("kiln-fp8-all-gather: no weight of the "
                                   "shard starts at offset ")
                  << view.getOffset();
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE << ": @" << f.getSymName() << ", "
+                          << shards.size() << " shards gathered as codes\n");
   if (shards.empty())
     return success();
   castShards();
