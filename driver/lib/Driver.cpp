@@ -116,6 +116,8 @@ int kiln::runCompile(const CompileCommand &command) {
                         "' is the model file itself; write the result "
                         "elsewhere");
   OwningOpRef<ModuleOp> module = importModel(&session.context, *session.config);
+  if (!module)
+    return 1;
   if (failed(verify(*module)))
     return commandError("internal: the imported IR does not verify");
 

@@ -3,16 +3,19 @@
 // --memory: everything from the compiled plan (the runtime allocates
 // exactly its state and arena): persistent state by kind, the train_step
 // arena and what is live at its fullest step, the bytes each collective
-// moves. --fp8: kiln-fp8-linear's decision for every linear of one rank's
-// train_step (Fp8Eligibility.h, the function the pass itself calls).
+// moves. --fp8: the mark kiln-fp8-select left on every linear of one rank's
+// train_step (the decisions kiln-fp8-linear then carries out).
 //
 //===----------------------------------------------------------------------===//
 
+#include "kiln/Compiler/Pipeline.h"
 #include "kiln/Driver/Driver.h"
 #include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Plan.h"
-#include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Fp8Policy.h"
 #include "kiln/Transforms/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -30,23 +33,21 @@ std::string mib(int64_t bytes) {
 
 namespace {
 /// `command`'s model with FP8 on and its all-gather as asked.
-bool loadWithFp8(const ExplainCommand &command, bool allGather,
+bool loadWithFp8(const ExplainCommand &command, bool enableFsdpFloat8AllGather,
                  ModelSession &session) {
   std::vector<std::string> overrides = command.overrides;
   overrides.push_back("float8.enable=true");
   overrides.push_back(std::string("float8.enable_fsdp_float8_all_gather=") +
-                      (allGather ? "true" : "false"));
+                      (enableFsdpFloat8AllGather ? "true" : "false"));
   return session.load(command.model, overrides) &&
          session.setRanks(command.worldSize);
 }
 
 /// Bytes one rank receives per training step, measured on the compiled
-/// step (fp8 phase): every all-gather's result, in whatever dtype the group
-/// travels, and the FP8 all-gather's all-reduce of weight amaxes.
-std::optional<int64_t> gatheredBytes(ModelSession &session) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = session.compileThrough("fp8");
-  if (!module)
-    return std::nullopt;
+/// step (`module`, through the fp8 phase): every all-gather's result, in
+/// whatever dtype the group travels, and the FP8 all-gather's all-reduce of
+/// weight amaxes.
+int64_t gatheredBytes(mlir::ModuleOp module) {
   auto bytes = [](mlir::Value v) {
     auto type = llvm::cast<mlir::RankedTensorType>(v.getType());
     return type.getNumElements() * type.getElementTypeBitWidth() / 8;
@@ -58,7 +59,7 @@ std::optional<int64_t> gatheredBytes(ModelSession &session) {
            });
   };
   int64_t total = 0;
-  module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc)
+  module.lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc)
       .walk([&](mlir::Operation *op) {
         if (auto g = llvm::dyn_cast<AllGatherStartOp>(op))
           total += bytes(g.getResult());
@@ -69,21 +70,47 @@ std::optional<int64_t> gatheredBytes(ModelSession &session) {
   return total;
 }
 
+/// One forward linear of the step and kiln-fp8-select's mark on it.
+struct LinearRow {
+  std::string param;
+  LinearRole role;
+  int64_t m, n, k; // y [m, n] = x [m, k] W^T
+  Fp8ChoiceAttr choice;
+};
+
 int explainFp8(ModelSession &session, const ExplainCommand &command) {
-  // The decisions kiln-fp8-linear takes, from the options it reads, on the
-  // step it rewrites (after the shard phase), FP8 enabled.
+  // The marks kiln-fp8-select leaves (first in the shard phase) on the step
+  // kiln-fp8-linear rewrites (after it), FP8 enabled.
   ModelSession enabled;
   if (!loadWithFp8(command, false, enabled))
     return 1;
   mlir::OwningOpRef<mlir::ModuleOp> module = enabled.compileThrough("shard");
   if (!module)
     return 1;
-  mlir::FailureOr<std::optional<Fp8Options>> options =
-      Fp8Options::fromModule(*module);
-  if (mlir::failed(options) || !*options)
+  std::vector<LinearRow> rows;
+  bool unmarked = false;
+  module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc)
+      .walk([&](LinearOp linear) {
+        if (linear->hasAttr(kRecomputedAttr))
+          return mlir::WalkResult::advance();
+        mlir::FailureOr<Fp8ChoiceAttr> choice =
+            getFp8Choice(linear, "kiln explain --fp8");
+        if (mlir::failed(choice)) {
+          unmarked = true;
+          return mlir::WalkResult::interrupt();
+        }
+        auto x =
+            llvm::cast<mlir::RankedTensorType>(linear.getInput().getType());
+        auto w =
+            llvm::cast<mlir::RankedTensorType>(linear.getWeight().getType());
+        rows.push_back(
+            {linear.getParam().str(), linear.getRole(),
+             x.getNumElements() / std::max<int64_t>(1, x.getShape().back()),
+             w.getDimSize(0), w.getDimSize(1), *choice});
+        return mlir::WalkResult::advance();
+      });
+  if (unmarked)
     return 1;
-  std::vector<Fp8Decision> decisions = decideFp8Linears(
-      module->lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc), **options);
   const Float8Config &f8 = session.config->float8;
   int64_t ranks = session.config->parallelism.data_parallel_shard_degree;
 
@@ -95,7 +122,7 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
     os << "; float8.enable is false: what enabling it would do";
   os << "\n";
   size_t width = 4;
-  for (const Fp8Decision &d : decisions)
+  for (const LinearRow &d : rows)
     width = std::max(width, d.param.size());
   auto pad = [&](std::string text, size_t n) {
     text.resize(std::max(n, text.size()), ' ');
@@ -104,22 +131,28 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   os << "  " << pad("linear", width) << "  role    " << pad("M x N x K", 24)
      << "dtype  reason\n";
   int64_t fp8Count = 0;
-  for (const Fp8Decision &d : decisions) {
+  for (const LinearRow &d : rows) {
+    bool fp8 = d.choice.isFp8();
     std::string shape = std::to_string(d.m) + " x " + std::to_string(d.n) +
                         " x " + std::to_string(d.k);
-    os << "  " << pad(d.param, width) << "  " << pad(stringifyLinearRole(d.role).str(), 8)
-       << pad(shape, 24) << (d.fp8 ? "FP8  " : "BF16 ") << "  "
-       << (d.fp8 ? std::string("-") : d.reason) << "\n";
-    fp8Count += d.fp8;
+    os << "  " << pad(d.param, width) << "  "
+       << pad(stringifyLinearRole(d.role).str(), 8) << pad(shape, 24)
+       << (fp8 ? "FP8  " : "BF16 ") << "  "
+       << (fp8 ? std::string("-") : d.choice.describe()) << "\n";
+    fp8Count += fp8;
   }
-  os << "FP8 linears: " << fp8Count << " of " << decisions.size() << "\n";
+  os << "FP8 linears: " << fp8Count << " of " << rows.size() << "\n";
 
-  std::optional<int64_t> without = gatheredBytes(enabled);
-  if (!without)
+  // The same module on through the fp8 phase: the bytes of the step these
+  // decisions give.
+  mlir::PassManager pm(module->getContext());
+  buildFp8Pipeline(pm);
+  if (mlir::failed(pm.run(*module)))
     return 1;
-  os << "all-gather per step and rank: " << mib(*without)
+  int64_t without = gatheredBytes(*module);
+  os << "all-gather per step and rank: " << mib(without)
      << " received without FP8 all-gather\n";
-  if (f8.recipe != "tensorwise") {
+  if (f8.recipe != stringifyFp8Recipe(Fp8Recipe::tensorwise)) {
     os << "                              (the FP8 all-gather needs recipe "
           "tensorwise)\n";
     return 0;
@@ -127,10 +160,11 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   ModelSession withAllGather;
   if (!loadWithFp8(command, true, withAllGather))
     return 1;
-  std::optional<int64_t> with = gatheredBytes(withAllGather);
-  if (!with)
+  mlir::OwningOpRef<mlir::ModuleOp> withModule =
+      withAllGather.compileThrough("fp8");
+  if (!withModule)
     return 1;
-  os << "                              " << mib(*with)
+  os << "                              " << mib(gatheredBytes(*withModule))
      << " with it (e4m3 weights, one amax all-reduce)\n";
   return 0;
 }

@@ -71,7 +71,7 @@ bool ModelSession::setRanks(int64_t ranks) {
 OwningOpRef<ModuleOp> ModelSession::compileThrough(llvm::StringRef phase,
                                                    bool fuse) {
   OwningOpRef<ModuleOp> module = importModel(&context, *config);
-  if (failed(verify(*module)))
+  if (!module || failed(verify(*module)))
     return nullptr;
   auto none = [](unsigned, const PhaseInfo &) { return success(); };
   auto configure = [](PassManager &) { return success(); };

@@ -13,7 +13,7 @@ namespace {
 // AdamW, and a fused cast whose result nobody reads. Arena: x [0, 512),
 // loss 512, g [576, 1600), norm 1600, lr 1664, xb [1728, 1984).
 const char *kValid = R"({
-  "format": "kiln-plan", "version": 2, "vocab_size": 16,
+  "format": "kiln-plan", "version": 3, "vocab_size": 16,
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",
                "checkpoint_folder": "checkpoints"},
@@ -119,9 +119,9 @@ TEST(Plan, RejectsWhatIsNotAPlan) {
 }
 
 TEST(Plan, RejectsAnotherVersion) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 2", "\"version\": 1")),
-            "plan version 1 is not supported by this runtime (it reads "
-            "version 2)");
+  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 3", "\"version\": 2")),
+            "plan version 2 is not supported by this runtime (it reads "
+            "version 3)");
 }
 
 // Integers are integers, in range: a result id of -0.5 is not 0, an offset

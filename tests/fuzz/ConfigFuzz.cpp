@@ -160,7 +160,9 @@ void check(const std::string &name, const std::string &text, Stats &stats) {
     if (diagnostics != 0)
       problems.push_back("accepted, yet a diagnostic was emitted");
     auto module = importModel(&context, *config);
-    if (mlir::failed(mlir::verify(*module)))
+    if (!module)
+      problems.push_back("accepted, but the import failed");
+    else if (mlir::failed(mlir::verify(*module)))
       problems.push_back("accepted, but the imported IR does not verify");
   }
   if (problems.empty())

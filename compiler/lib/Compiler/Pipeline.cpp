@@ -28,6 +28,10 @@ void kiln::buildPrecisionPipeline(OpPassManager &pm) {
 }
 
 void kiln::buildShardPipeline(OpPassManager &pm) {
+  // FP8 decisions before anything else: kiln-fsdp groups the FP8 weights
+  // apart for the FP8 all-gather, and recomputed clones copy their linear's
+  // mark.
+  pm.addPass(createKilnFp8Select());
   // Recompute first: kiln-fsdp then gives the clones (backward ops) the
   // backward's gathered parameters.
   pm.addPass(createKilnActivationCheckpoint());
@@ -67,7 +71,7 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
        buildTrainPipeline},
       {"precision", "mixed-precision casts as explicit ops",
        buildPrecisionPipeline},
-      {"shard", "FSDP shards, all-gathers and reduce-scatters",
+      {"shard", "FP8 decisions; FSDP shards, all-gathers and reduce-scatters",
        buildShardPipeline},
       {"fp8", "eligible linears as FP8 scaled GEMMs", buildFp8Pipeline},
       {"fuse", "elementwise and row-wise ops as fused groups",

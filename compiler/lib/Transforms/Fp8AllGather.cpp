@@ -23,11 +23,14 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
-#include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Fp8Policy.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "kiln-fp8-all-gather"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNFP8ALLGATHER
@@ -259,6 +262,8 @@ LogicalResult FunctionRewriter::run() {
           return view.emitOpError("kiln-fp8-all-gather: no weight of the "
                                   "shard starts at offset ")
                  << view.getOffset();
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE << ": @" << f.getSymName() << ", "
+                          << shards.size() << " shards gathered as codes\n");
   if (shards.empty())
     return success();
   castShards();
@@ -271,11 +276,13 @@ LogicalResult FunctionRewriter::run() {
 struct Fp8AllGather : kiln::impl::KilnFp8AllGatherBase<Fp8AllGather> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    FailureOr<std::optional<Fp8Options>> options =
-        Fp8Options::fromModule(module);
-    if (failed(options))
+    FailureOr<Float8Attr> policy = getFp8Policy(module);
+    if (failed(policy))
       return signalPassFailure();
-    if (!*options || !(*options)->allGather)
+    // The groups to gather in FP8 are kiln-fsdp's `<block>.fp8` groups, the
+    // weights kiln-fp8-select marked FP8; the policy's verifier has checked
+    // the recipe.
+    if (!*policy || !policy->getEnableFsdpFloat8AllGather())
       return;
     for (auto f : module.getOps<func::FuncOp>())
       if (failed(FunctionRewriter(f).run()))

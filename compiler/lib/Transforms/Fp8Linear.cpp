@@ -1,7 +1,9 @@
 //===- Fp8Linear.cpp - Eligible linears as FP8 scaled GEMMs ---------------===//
 //
-// Per function: decide (Fp8Eligibility.h), then rewrite each accepted
-// linear's forward op, its recomputed clones and its two backward ops. A
+// Per function: rewrite each linear kiln-fp8-select marked FP8 (its forward
+// op, its recomputed clones and its two backward ops); the decisions are
+// the marks, never taken here. The forward GEMM accumulates fast, the two
+// backward GEMMs with full promotion (`fast_accumulation`). A
 // quantized operand is made once per (value, format) and shared, so q, k
 // and v read one FP8 copy of their input. Where an operand's quantization
 // goes decides what is saved between forward and backward:
@@ -19,13 +21,14 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Fp8Policy.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/Support/Debug.h"
 
-#include <map>
+#define DEBUG_TYPE "kiln-fp8-linear"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNFP8LINEAR
@@ -42,15 +45,20 @@ struct Quantized {
   Value codes, scale;
 };
 
+/// A forward linear kiln-fp8-select marked FP8.
+struct MarkedLinear {
+  LinearOp linear;
+  std::string param;
+  LinearRole role;
+};
+
 class Fp8Rewriter {
 public:
-  /// `warn`: say that a forced output projection runs in FP8 (once per
-  /// module, not per function).
-  Fp8Rewriter(func::FuncOp func, const Fp8Options &options, bool warn)
-      : func(func), options(options), warn(warn), b(func.getContext()),
+  Fp8Rewriter(func::FuncOp func, Float8Attr policy)
+      : func(func), policy(policy), b(func.getContext()),
         e4m3(Float8E4M3FNType::get(func.getContext())),
         e5m2(Float8E5M2Type::get(func.getContext())),
-        delayed(options.recipe == "delayed" &&
+        delayed(policy.getRecipe() == Fp8Recipe::delayed &&
                 (func.getSymName() == kTrainStepFunc ||
                  func.getSymName() == kFp8CalibrationFunc)),
         calibration(func.getSymName() == kFp8CalibrationFunc) {}
@@ -58,7 +66,7 @@ public:
   LogicalResult run();
 
 private:
-  bool rowwise() const { return options.recipe == "rowwise"; }
+  bool rowwise() const { return policy.getRecipe() == Fp8Recipe::rowwise; }
 
   /// Puts `b` right after the definition of `v`.
   void afterDefinition(Value v) {
@@ -91,19 +99,20 @@ private:
   /// The same, made the first time only (a later reader reuses it).
   Value transposedOnce(Value v);
 
-  Value scaledMatmul(StringRef gemm, const Fp8Decision &d, Quantized a,
+  /// One of the linear's three GEMMs; only the forward (`output`) one
+  /// accumulates fast.
+  Value scaledMatmul(StringRef gemm, const MarkedLinear &d, Quantized a,
                      Quantized w, Type elementType, Location loc);
   /// Replaces `op`'s result by `v2d`, reshaped back to the result's shape.
   void replaceWith(Operation *op, Value v2d);
 
-  void rewriteForward(const Fp8Decision &d);
+  void rewriteForward(const MarkedLinear &d);
   /// `first`: whichever of `gi` and `gw` comes first.
-  void rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
+  void rewriteBackward(const MarkedLinear &d, LinearGradInputOp gi,
                        LinearGradWeightOp gw, Operation *first);
 
   func::FuncOp func;
-  const Fp8Options &options;
-  bool warn;
+  Float8Attr policy;
   OpBuilder b;
   Type e4m3, e5m2;
   /// The delayed recipe (train_step and the calibration step: evaluation
@@ -152,7 +161,7 @@ Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
   // (addHistoryArguments): one insertArgument per history would copy the
   // whole signature each time.
   BlockArgument arg = func.getBody().front().addArgument(
-      RankedTensorType::get({options.amaxHistoryLen}, f32), func.getLoc());
+      RankedTensorType::get({policy.getAmaxHistoryLen()}, f32), func.getLoc());
   // In the training step the scale needs only the history (so the cast can
   // join its producer's pass); this step's amax only enters the history.
   Value current =
@@ -160,7 +169,7 @@ Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
   Value amax = DelayedAmaxOp::create(
       b, loc, RankedTensorType::get({}, f32), arg,
       calibration ? current : Value(),
-      b.getStringAttr(options.amaxComputeAlgo));
+      b.getStringAttr(stringifyAmaxComputeAlgo(policy.getAmaxComputeAlgo())));
   historyIndex[history] = histories.size();
   histories.push_back({name, arg, current, amax});
   return amax;
@@ -281,7 +290,7 @@ Value Fp8Rewriter::transposedHere(Value v) {
       v, b.getDenseI64ArrayAttr({1, 0}));
 }
 
-Value Fp8Rewriter::scaledMatmul(StringRef gemm, const Fp8Decision &d,
+Value Fp8Rewriter::scaledMatmul(StringRef gemm, const MarkedLinear &d,
                                 Quantized a, Quantized w, Type elementType,
                                 Location loc) {
   RankedTensorType at = tensorOf(a.codes), wt = tensorOf(w.codes);
@@ -289,7 +298,8 @@ Value Fp8Rewriter::scaledMatmul(StringRef gemm, const Fp8Decision &d,
       b, loc,
       RankedTensorType::get({at.getDimSize(0), wt.getDimSize(0)}, elementType),
       b.getStringAttr(gemm), LinearRoleAttr::get(b.getContext(), d.role),
-      a.codes, a.scale, w.codes, w.scale, b.getStringAttr(d.param));
+      a.codes, a.scale, w.codes, w.scale, b.getStringAttr(d.param),
+      b.getBoolAttr(gemm == "output"));
 }
 
 void Fp8Rewriter::replaceWith(Operation *op, Value v2d) {
@@ -301,7 +311,7 @@ void Fp8Rewriter::replaceWith(Operation *op, Value v2d) {
   op->erase();
 }
 
-void Fp8Rewriter::rewriteForward(const Fp8Decision &d) {
+void Fp8Rewriter::rewriteForward(const MarkedLinear &d) {
   LinearOp linear = d.linear;
   Value x = flat(linear.getInput());
   afterDefinition(x);
@@ -315,7 +325,7 @@ void Fp8Rewriter::rewriteForward(const Fp8Decision &d) {
                                    linear.getLoc()));
 }
 
-void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
+void Fp8Rewriter::rewriteBackward(const MarkedLinear &d, LinearGradInputOp gi,
                                   LinearGradWeightOp gw, Operation *first) {
   Quantized xq = forwardInputs.lookup(d.param);
   Value dy = gi ? gi.getGrad() : gw.getGrad();
@@ -371,31 +381,29 @@ void Fp8Rewriter::rewriteBackward(const Fp8Decision &d, LinearGradInputOp gi,
 }
 
 LogicalResult Fp8Rewriter::run() {
-  std::vector<Fp8Decision> decisions = decideFp8Linears(func, options);
-  llvm::StringMap<const Fp8Decision *> byParam;
-  for (const Fp8Decision &d : decisions)
-    if (d.fp8)
-      byParam[d.param] = &d;
-  if (byParam.empty()) {
-    // float8.enable that changes nothing is said, with each exclusion's
-    // reason (the same decisions `kiln explain --fp8` lists).
-    if (warn && !decisions.empty()) {
-      std::map<std::string, std::vector<std::string>> byReason;
-      for (const Fp8Decision &d : decisions)
-        byReason[d.reason].push_back(d.param);
-      std::string why;
-      for (const auto &[reason, params] : byReason)
-        why += (why.empty() ? "" : "; ") + reason + ": " +
-               (params.size() == 1 ? params[0]
-                                   : std::to_string(params.size()) +
-                                         " linears (" + params[0] + ", ...)");
-      decisions.front().linear->emitWarning(
-          "float8.enable is set but no linear qualifies for FP8, so the "
-          "model trains in BF16: ")
-          << why << " (`kiln explain --fp8` lists each)";
+  std::vector<MarkedLinear> linears;
+  llvm::StringMap<const MarkedLinear *> byParam;
+  bool unmarked = false;
+  func.walk([&](LinearOp linear) {
+    if (linear->hasAttr(kRecomputedAttr))
+      return WalkResult::advance();
+    FailureOr<Fp8ChoiceAttr> choice = getFp8Choice(linear, "kiln-fp8-linear");
+    if (failed(choice)) {
+      unmarked = true;
+      return WalkResult::interrupt();
     }
+    if (choice->isFp8())
+      linears.push_back({linear, linear.getParam().str(), linear.getRole()});
+    return WalkResult::advance();
+  });
+  if (unmarked)
+    return failure();
+  for (const MarkedLinear &d : linears)
+    byParam[d.param] = &d;
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE << ": @" << func.getSymName() << ", "
+                          << linears.size() << " FP8 linears\n");
+  if (linears.empty())
     return success();
-  }
 
   // Collect first: rewriting erases ops.
   SmallVector<LinearOp> recomputed;
@@ -411,17 +419,10 @@ LogicalResult Fp8Rewriter::run() {
       gws[gw.getParam()] = gw;
   });
 
-  for (const Fp8Decision &d : decisions) {
-    if (!d.fp8)
-      continue;
-    if (warn && d.role == LinearRole::output)
-      d.linear->emitWarning("the output projection runs in FP8 "
-                           "(float8.force_output_projection): its accuracy "
-                           "matters most for the loss");
+  for (const MarkedLinear &d : linears)
     rewriteForward(d);
-  }
   for (LinearOp l : recomputed) {
-    const Fp8Decision &d = *byParam.lookup(l.getParam());
+    const MarkedLinear &d = *byParam.lookup(l.getParam());
     Quantized xq;
     if (rowwise()) {
       // Rowwise scales are the operand's own: quantize the recomputed
@@ -444,15 +445,15 @@ LogicalResult Fp8Rewriter::run() {
   // linears (rowwise: q, k and v's transposed input) is made once, before
   // the first op that reads it.
   struct Backward {
-    const Fp8Decision *d;
+    const MarkedLinear *d;
     LinearGradInputOp gi;
     LinearGradWeightOp gw;
     Operation *first;
   };
   SmallVector<Backward> backwards;
-  for (const Fp8Decision &d : decisions) {
-    LinearGradInputOp gi = d.fp8 ? gis.lookup(d.param) : LinearGradInputOp();
-    LinearGradWeightOp gw = d.fp8 ? gws.lookup(d.param) : LinearGradWeightOp();
+  for (const MarkedLinear &d : linears) {
+    LinearGradInputOp gi = gis.lookup(d.param);
+    LinearGradWeightOp gw = gws.lookup(d.param);
     if (!gi && !gw)
       continue;
     Operation *first = gi && (!gw || gi->isBeforeInBlock(gw))
@@ -502,26 +503,22 @@ void keepOnlyHistories(func::FuncOp f) {
 struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    FailureOr<std::optional<Fp8Options>> options =
-        Fp8Options::fromModule(module);
-    if (failed(options))
+    FailureOr<Float8Attr> policy = getFp8Policy(module);
+    if (failed(policy))
       return signalPassFailure();
-    if (!*options)
+    if (!*policy)
       return;
     func::FuncOp calibration;
-    if ((*options)->recipe == "delayed")
+    if (policy->getRecipe() == Fp8Recipe::delayed)
       if (auto step = module.lookupSymbol<func::FuncOp>(kTrainStepFunc)) {
         calibration = step.clone();
         calibration.setSymName(kFp8CalibrationFunc);
         module.getBody()->getOperations().insertAfter(Block::iterator(step),
                                                       calibration);
       }
-    bool first = true;
-    for (auto func : module.getOps<func::FuncOp>()) {
-      if (failed(Fp8Rewriter(func, **options, first).run()))
+    for (auto func : module.getOps<func::FuncOp>())
+      if (failed(Fp8Rewriter(func, *policy).run()))
         return signalPassFailure();
-      first = false;
-    }
     if (calibration)
       keepOnlyHistories(calibration);
   }

@@ -12,7 +12,7 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
-#include "kiln/Transforms/Fp8Eligibility.h"
+#include "kiln/Transforms/Fp8Policy.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -430,27 +430,35 @@ LogicalResult FunctionSharder::run() {
   return finish();
 }
 
-/// The weights whose linears kiln-fp8-linear will rewrite, when the module
-/// asks for the FP8 all-gather; decided on the step before sharding (the
-/// GEMM shapes do not change), the same set for every function so that
-/// training and evaluation share their groups.
+/// The weights gathered in FP8, when the module's policy asks for the FP8
+/// all-gather: those of the linears kiln-fp8-select marked FP8 in the step
+/// (the same set for every function, so that training and evaluation share
+/// their groups). #kiln.float8's verifier has checked that the all-gather
+/// goes with the tensorwise recipe.
 FailureOr<llvm::StringSet<>> fp8GatheredWeights(ModuleOp module) {
   llvm::StringSet<> weights;
-  FailureOr<std::optional<Fp8Options>> options =
-      Fp8Options::fromModule(module);
-  if (failed(options))
+  FailureOr<Float8Attr> policy = getFp8Policy(module);
+  if (failed(policy))
     return failure();
-  // (fromModule has checked that the FP8 all-gather is tensorwise.)
-  if (!*options || !(*options)->allGather)
+  if (!*policy || !policy->getEnableFsdpFloat8AllGather())
     return weights;
   auto f = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
   if (!f)
     f = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
   if (!f)
     return weights;
-  for (const Fp8Decision &d : decideFp8Linears(f, **options))
-    if (d.fp8)
-      weights.insert(d.param);
+  WalkResult walk = f.walk([&](LinearOp linear) {
+    if (linear->hasAttr(kRecomputedAttr))
+      return WalkResult::advance();
+    FailureOr<Fp8ChoiceAttr> choice = getFp8Choice(linear, "kiln-fsdp");
+    if (failed(choice))
+      return WalkResult::interrupt();
+    if (choice->isFp8())
+      weights.insert(linear.getParam());
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
   return weights;
 }
 

@@ -9,6 +9,7 @@
 
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
+#include "kiln/Frontend/ModelImporter.h"
 #include "kiln/Frontend/Presets.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -538,15 +539,13 @@ void ConfigParser::validate() {
       return;
     }
   }
-  if (f8.enable_fsdp_float8_all_gather && f8.recipe != "tensorwise") {
-    error(at("float8.enable_fsdp_float8_all_gather"))
-        << "float8.enable_fsdp_float8_all_gather needs recipe = "
-           "\"tensorwise\" (the "
-        << f8.recipe
-        << " recipe's scales are not one per tensor, so a shard cannot be "
-           "cast before the gather)";
+  // The rest of [float8] by #kiln.float8's own rules (the FP8 all-gather's
+  // recipe), checked whether or not FP8 is on; the patterns compile (above),
+  // so what can fail is the all-gather.
+  if (mlir::failed(verifyFloat8Policy(context, f8, [&] {
+        return error(at("float8.enable_fsdp_float8_all_gather"));
+      })))
     return;
-  }
 
   // Sizes: no tensor above 2^40 elements, and no overflow on the way.
   int64_t hidden = m.ffnHiddenDim();

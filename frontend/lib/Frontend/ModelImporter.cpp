@@ -117,7 +117,8 @@ private:
                Location at) {
     Value w = params.lookup(paramName);
     int64_t out = cast<RankedTensorType>(w.getType()).getDimSize(0);
-    return LinearOp::create(b, at, act({out}), role, x, w, paramName);
+    return LinearOp::create(b, at, act({out}), role, x, w, paramName,
+                            /*fp8=*/Fp8ChoiceAttr());
   }
   Value rmsNorm(llvm::StringRef paramName, Value x, Location at) {
     return RMSNormOp::create(b, at, x.getType(), x, params.lookup(paramName),
@@ -232,6 +233,59 @@ static DictionaryAttr optimizerAttr(OpBuilder &b, const Config &config) {
   });
 }
 
+namespace {
+/// The parameters of #kiln.float8 from [float8]; the schema allows only the
+/// enums' spellings, so a failure here is a schema out of step.
+struct Float8Fields {
+  Fp8Recipe recipe;
+  ArrayAttr filterFqns;
+  AmaxComputeAlgo algo;
+};
+FailureOr<Float8Fields>
+float8Fields(MLIRContext *context, const Float8Config &f8,
+             function_ref<InFlightDiagnostic()> emitError) {
+  std::optional<Fp8Recipe> recipe = symbolizeFp8Recipe(f8.recipe);
+  if (!recipe)
+    return emitError() << "float8.recipe must be tensorwise, rowwise or "
+                          "delayed, got '"
+                       << f8.recipe << "'";
+  std::optional<AmaxComputeAlgo> algo =
+      symbolizeAmaxComputeAlgo(f8.amax_compute_algo);
+  if (!algo)
+    return emitError() << "float8.amax_compute_algo must be max or "
+                          "most_recent, got '"
+                       << f8.amax_compute_algo << "'";
+  SmallVector<Attribute> fqns;
+  for (const std::string &f : f8.filter_fqns)
+    fqns.push_back(StringAttr::get(context, f));
+  return Float8Fields{*recipe, ArrayAttr::get(context, fqns), *algo};
+}
+} // namespace
+
+LogicalResult
+kiln::verifyFloat8Policy(MLIRContext *context, const Float8Config &f8,
+                         function_ref<InFlightDiagnostic()> emitError) {
+  FailureOr<Float8Fields> fields = float8Fields(context, f8, emitError);
+  if (failed(fields))
+    return failure();
+  return Float8Attr::verify(emitError, fields->recipe, fields->filterFqns,
+                            f8.auto_filter_small_kn, f8.force_output_projection,
+                            f8.enable_fsdp_float8_all_gather,
+                            f8.amax_history_len, fields->algo);
+}
+
+Float8Attr
+kiln::importFloat8Policy(MLIRContext *context, const Float8Config &f8,
+                         function_ref<InFlightDiagnostic()> emitError) {
+  FailureOr<Float8Fields> fields = float8Fields(context, f8, emitError);
+  if (failed(fields))
+    return {};
+  return Float8Attr::getChecked(
+      emitError, context, fields->recipe, fields->filterFqns,
+      f8.auto_filter_small_kn, f8.force_output_projection,
+      f8.enable_fsdp_float8_all_gather, f8.amax_history_len, fields->algo);
+}
+
 OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                                         const Config &config) {
   context->loadDialect<KilnDialect, func::FuncDialect>();
@@ -278,25 +332,12 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                               config.parallelism.reshard_after_forward))}));
 
   if (config.float8.enable) {
-    const Float8Config &f8 = config.float8;
-    SmallVector<Attribute> fqns;
-    for (const std::string &f : f8.filter_fqns)
-      fqns.push_back(b.getStringAttr(f));
-    module->getOperation()->setAttr(
-        "kiln.float8",
-        b.getDictionaryAttr(
-            {b.getNamedAttr("recipe", b.getStringAttr(f8.recipe)),
-             b.getNamedAttr("filter_fqns", b.getArrayAttr(fqns)),
-             b.getNamedAttr("auto_filter_small_kn",
-                            b.getBoolAttr(f8.auto_filter_small_kn)),
-             b.getNamedAttr("force_output_projection",
-                            b.getBoolAttr(f8.force_output_projection)),
-             b.getNamedAttr("all_gather",
-                            b.getBoolAttr(f8.enable_fsdp_float8_all_gather)),
-             b.getNamedAttr("amax_history_len",
-                            b.getI64IntegerAttr(f8.amax_history_len)),
-             b.getNamedAttr("amax_compute_algo",
-                            b.getStringAttr(f8.amax_compute_algo))}));
+    Location at = keyLocation(context, config, "float8.enable");
+    Float8Attr policy = importFloat8Policy(context, config.float8,
+                                           [&] { return emitError(at); });
+    if (!policy)
+      return nullptr;
+    module->getOperation()->setAttr(KilnDialect::kFloat8AttrName, policy);
   }
 
   int64_t batch = localBatch(config);

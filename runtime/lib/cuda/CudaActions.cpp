@@ -233,9 +233,9 @@ std::string Builder::gemm(const PlanStep &s) {
     g.m = a.shape[0];
     g.k = a.shape[1];
     g.n = b.shape[0];
-    // torchao's recipes use Hopper's fast accumulation for the forward GEMM
-    // only; the gradients accumulate with full promotion.
-    g.fastAccumulation = s.attrs.count("gemm") && s.str("gemm") == "output";
+    // The plan says (kiln-fp8-linear sets it for the forward GEMM only,
+    // as torchao's recipes do).
+    g.fastAccumulation = s.flag("fast_accumulation");
     return "";
   }
   const PlanValue &in0 = value(s.operands[0]), &in1 = value(s.operands[1]);

@@ -490,3 +490,105 @@ func.func @flatten_c1(%a: tensor<4xf32>, %b: tensor<2x2xf32>) {
   %0 = kiln.flatten %a, %b [0, 2] : tensor<4xf32>, tensor<2x2xf32> -> tensor<8xf32>
   return
 }
+
+// -----
+
+// #kiln.float8 and #kiln.fp8_choice: one case per rule of KilnAttrs.td.
+
+// expected-error @+1 {{float8.filter_fqns: the pattern '(' does not compile}}
+module @float8_c1 attributes {kiln.float8 = #kiln.float8<recipe = tensorwise, filter_fqns = ["("]>} {
+}
+
+// -----
+
+// expected-error @+1 {{float8.filter_fqns must hold strings, not 3 : i64}}
+module @float8_c1_strings attributes {kiln.float8 = #kiln.float8<recipe = tensorwise, filter_fqns = [3]>} {
+}
+
+// -----
+
+// expected-error @+1 {{float8.enable_fsdp_float8_all_gather needs recipe = "tensorwise" (the rowwise recipe's scales are not one per tensor, so a shard cannot be cast before the gather)}}
+module @float8_c2 attributes {kiln.float8 = #kiln.float8<recipe = rowwise, enable_fsdp_float8_all_gather = true>} {
+}
+
+// -----
+
+// expected-error @+1 {{float8.enable_fsdp_float8_all_gather needs recipe = "tensorwise" (the delayed recipe's}}
+module @float8_c2_delayed attributes {kiln.float8 = #kiln.float8<recipe = delayed, enable_fsdp_float8_all_gather = true>} {
+}
+
+// -----
+
+// expected-error @+1 {{float8.amax_history_len must lie in [1, 1024], got 0}}
+module @float8_c3 attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len = 0>} {
+}
+
+// -----
+
+// expected-error @+1 {{float8.amax_history_len must lie in [1, 1024], got 1025}}
+module @float8_c3_high attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len = 1025>} {
+}
+
+// -----
+
+// expected-error @+1 {{unknown FP8 recipe 'blockwise'; expected tensorwise, rowwise or delayed}}
+module @float8_recipe attributes {kiln.float8 = #kiln.float8<recipe = blockwise>} {
+}
+
+// -----
+
+// expected-error @+1 {{#kiln.float8 needs a recipe}}
+module @float8_no_recipe attributes {kiln.float8 = #kiln.float8<amax_history_len = 4>} {
+}
+
+// -----
+
+// expected-error @+1 {{'recipe' given twice}}
+module @float8_twice attributes {kiln.float8 = #kiln.float8<recipe = rowwise, recipe = tensorwise>} {
+}
+
+// -----
+
+// expected-error @+1 {{unknown #kiln.float8 field 'all_gather'}}
+module @float8_field attributes {kiln.float8 = #kiln.float8<recipe = tensorwise, all_gather = true>} {
+}
+
+// -----
+
+func.func @fp8_choice_c1(%x: tensor<16x16xbf16>, %w: tensor<16x16xbf16>) {
+  // expected-error @+1 {{#kiln.fp8_choice: a pattern goes with the reason 'filtered' and no other}}
+  %0 = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<bf16, filtered>} : tensor<16x16xbf16>, tensor<16x16xbf16> -> tensor<16x16xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_choice_c1_extra(%x: tensor<16x16xbf16>, %w: tensor<16x16xbf16>) {
+  // expected-error @+1 {{#kiln.fp8_choice: a pattern goes with the reason 'filtered' and no other}}
+  %0 = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<bf16, small_gemm = "q">} : tensor<16x16xbf16>, tensor<16x16xbf16> -> tensor<16x16xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_choice_c2(%x: tensor<16x16xbf16>, %w: tensor<16x16xbf16>) {
+  // expected-error @+1 {{'small_gemm' is a reason for bf16, not fp8}}
+  %0 = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<fp8, small_gemm>} : tensor<16x16xbf16>, tensor<16x16xbf16> -> tensor<16x16xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_choice_c2_bf16(%x: tensor<16x16xbf16>, %w: tensor<16x16xbf16>) {
+  // expected-error @+1 {{bf16 needs its reason: output_projection, not_divisible_by_16, filtered or small_gemm}}
+  %0 = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<bf16>} : tensor<16x16xbf16>, tensor<16x16xbf16> -> tensor<16x16xbf16>
+  return
+}
+
+// -----
+
+func.func @scaled_matmul_fast_accumulation(%a: tensor<16x16xf8E4M3FN>, %s: tensor<f32>) {
+  // expected-error @+1 {{'kiln.scaled_matmul' op requires attribute 'fast_accumulation'}}
+  %0 = kiln.scaled_matmul "output" wq %a, %s, %a, %s param("q") : tensor<16x16xf8E4M3FN>, tensor<f32>, tensor<16x16xf8E4M3FN>, tensor<f32> -> tensor<16x16xbf16>
+  return
+}

@@ -66,3 +66,40 @@ func.func @roles(%x: tensor<4x8xbf16>, %w: tensor<8x8xbf16>) {
   %2 = kiln.linear output %x, %w param("c") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
   return
 }
+
+// The FP8 policy prints back with only the fields that differ from
+// [float8]'s defaults (auto_filter_small_kn = true, amax_history_len = 16,
+// amax_compute_algo = max, the rest false or empty), keys in one order.
+// CHECK-LABEL: module @fp8_policy
+// CHECK-SAME: kiln.float8 = #kiln.float8<recipe = tensorwise, filter_fqns = ["k_proj", "w[13]"], auto_filter_small_kn = false, force_output_projection = true, enable_fsdp_float8_all_gather = true, amax_history_len = 4>
+module @fp8_policy attributes {kiln.float8 = #kiln.float8<enable_fsdp_float8_all_gather = true, recipe = tensorwise, amax_history_len = 4, filter_fqns = ["k_proj", "w[13]"], force_output_projection = true, auto_filter_small_kn = false, amax_compute_algo = max>} {
+}
+// CHECK-LABEL: module @fp8_delayed
+// CHECK-SAME: kiln.float8 = #kiln.float8<recipe = delayed, amax_compute_algo = most_recent>
+module @fp8_delayed attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len = 16, amax_compute_algo = most_recent, auto_filter_small_kn = true>} {
+}
+
+// kiln-fp8-select's mark, one per reason, and the forward GEMM's fast
+// accumulation.
+// CHECK-LABEL: func.func @fp8_marks
+func.func @fp8_marks(%x: tensor<128x64xbf16>, %w: tensor<64x64xbf16>,
+                     %xq: tensor<128x64xf8E4M3FN>, %wq: tensor<64x64xf8E4M3FN>,
+                     %s: tensor<f32>) {
+  // CHECK: kiln.linear wq %{{.+}}, %{{.+}} param("a") {fp8 = #kiln.fp8_choice<fp8>} : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+  // CHECK: kiln.linear output %{{.+}}, %{{.+}} param("b") {fp8 = #kiln.fp8_choice<fp8, forced_output_projection>}
+  // CHECK: kiln.linear output %{{.+}}, %{{.+}} param("c") {fp8 = #kiln.fp8_choice<bf16, output_projection>}
+  // CHECK: kiln.linear w1 %{{.+}}, %{{.+}} param("d") {fp8 = #kiln.fp8_choice<bf16, not_divisible_by_16>}
+  // CHECK: kiln.linear wk %{{.+}}, %{{.+}} param("k_proj") {fp8 = #kiln.fp8_choice<bf16, filtered = "k_pro">}
+  // CHECK: kiln.linear w2 %{{.+}}, %{{.+}} param("e") {fp8 = #kiln.fp8_choice<bf16, small_gemm>}
+  %0 = kiln.linear wq %x, %w param("a") {fp8 = #kiln.fp8_choice<fp8>} : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+  %1 = kiln.linear output %x, %w param("b") {fp8 = #kiln.fp8_choice<fp8, forced_output_projection>} : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+  %2 = kiln.linear output %x, %w param("c") {fp8 = #kiln.fp8_choice<bf16, output_projection>} : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+  %3 = kiln.linear w1 %x, %w param("d") {fp8 = #kiln.fp8_choice<bf16, not_divisible_by_16>} : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+  %4 = kiln.linear wk %x, %w param("k_proj") {fp8 = #kiln.fp8_choice<bf16, filtered = "k_pro">} : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+  %5 = kiln.linear w2 %x, %w param("e") {fp8 = #kiln.fp8_choice<bf16, small_gemm>} : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+  // CHECK: kiln.scaled_matmul "output" wq %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} param("a") {fast_accumulation = true} : tensor<128x64xf8E4M3FN>, tensor<f32>, tensor<64x64xf8E4M3FN>, tensor<f32> -> tensor<128x64xbf16>
+  // CHECK: kiln.scaled_matmul "grad_input" wq %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} param("a") {fast_accumulation = false}
+  %6 = kiln.scaled_matmul "output" wq %xq, %s, %wq, %s param("a") {fast_accumulation = true} : tensor<128x64xf8E4M3FN>, tensor<f32>, tensor<64x64xf8E4M3FN>, tensor<f32> -> tensor<128x64xbf16>
+  %7 = kiln.scaled_matmul "grad_input" wq %xq, %s, %wq, %s param("a") {fast_accumulation = false} : tensor<128x64xf8E4M3FN>, tensor<f32>, tensor<64x64xf8E4M3FN>, tensor<f32> -> tensor<128x64xbf16>
+  return
+}

@@ -128,6 +128,12 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
     in the flat buffer), so initialisation and checkpoints can stay in the
     unsharded layout.
 
+    With the module's `#kiln.float8<..., enable_fsdp_float8_all_gather =
+    true>`, each block's weights whose linears kiln-fp8-select marked
+    `#kiln.fp8_choice<fp8, ...>` (in `@train_step`) go to a group of their
+    own, `model.layers.<i>.fp8`, which kiln-fp8-all-gather gathers as e4m3
+    codes; a linear with no mark is an error.
+
     ```mlir
     %c = kiln.cast %shard : tensor<4160xf32> -> tensor<4160xbf16>
     %s = kiln.all_gather_start %c {group = "model.layers.0", ranks = 2 : i64} : tensor<4160xbf16> -> tensor<8320xbf16>
@@ -273,14 +279,60 @@ def KilnFuseElementwise : Pass<"kiln-fuse-elementwise", "mlir::func::FuncOp"> {
   }];
 }
 
+def KilnFp8Select : Pass<"kiln-fp8-select", "mlir::ModuleOp"> {
+  let summary = "Decide which linears run in FP8, and why";
+  let description = [{
+    Reads the module's FP8 policy (`kiln.float8 = #kiln.float8<...>`, set by
+    the frontend when `[float8] enable = true`); without it the pass does
+    nothing. Every `kiln.linear` of every function gets `fp8 =
+    #kiln.fp8_choice<...>`, by these rules in order (the first that applies
+    decides):
+
+    1. the output projection (`role = output`) is `bf16, output_projection`
+       unless `force_output_projection` (then, if nothing below excludes
+       it, `fp8, forced_output_projection`, with a warning);
+    2. M (tokens of the input), N or K not divisible by 16:
+       `bf16, not_divisible_by_16` (FP8 tensor-core GEMMs need it);
+    3. a `filter_fqns` pattern found in the parameter name:
+       `bf16, filtered = "<pattern>"`;
+    4. with `auto_filter_small_kn`, a GEMM too small to pay for its casts
+       (torchao's H100 thresholds: tensorwise and delayed when N <= 4096 and
+       K <= 1024; rowwise when K <= 2048, N <= 1024, or K <= 4096 and
+       N <= 2048): `bf16, small_gemm`;
+    5. otherwise `fp8`.
+
+    It runs first in the shard phase: kiln-fsdp puts the FP8 weights in
+    groups of their own for the FP8 all-gather, kiln-fp8-linear rewrites
+    the `fp8` linears, and `kiln explain --fp8` prints the marks; none of
+    them decides again. A module whose linears are all BF16 gets a warning
+    listing each reason.
+
+    ```mlir
+    module attributes {kiln.float8 = #kiln.float8<recipe = tensorwise, auto_filter_small_kn = false>} {
+      func.func @f(%x: tensor<128x64xbf16>, %wq: tensor<64x64xbf16>, %w1: tensor<200x64xbf16>, %e: tensor<256x64xbf16>) -> ... {
+        %q = kiln.linear wq %x, %wq param("q") : tensor<128x64xbf16>, tensor<64x64xbf16> -> tensor<128x64xbf16>
+        %h = kiln.linear w1 %x, %w1 param("w1") : tensor<128x64xbf16>, tensor<200x64xbf16> -> tensor<128x200xbf16>
+        %o = kiln.linear output %q, %e param("lm_head.weight") : tensor<128x64xbf16>, tensor<256x64xbf16> -> tensor<128x256xbf16>
+        ...
+    // becomes
+        %q = kiln.linear wq %x, %wq param("q") {fp8 = #kiln.fp8_choice<fp8>} : ...
+        %h = kiln.linear w1 %x, %w1 param("w1") {fp8 = #kiln.fp8_choice<bf16, not_divisible_by_16>} : ...
+        %o = kiln.linear output %q, %e param("lm_head.weight") {fp8 = #kiln.fp8_choice<bf16, output_projection>} : ...
+    ```
+  }];
+}
+
 def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
   let summary = "Rewrite eligible linears into FP8 scaled GEMMs (all three GEMMs)";
   let description = [{
-    Reads the module's `kiln.float8` dictionary (set by the frontend when
-    `[float8] enable = true`); without it the pass does nothing. In every
-    function, each `kiln.linear` that `decideFp8Linears` (Fp8Eligibility.h)
-    accepts, and the `kiln.linear_grad_input` / `kiln.linear_grad_weight`
-    with its `param`, become `kiln.quantize` + `kiln.scaled_matmul`:
+    Reads the module's FP8 policy (`kiln.float8 = #kiln.float8<...>`, set
+    by the frontend when `[float8] enable = true`); without it the pass does
+    nothing. In every function, each `kiln.linear` that kiln-fp8-select
+    marked `#kiln.fp8_choice<fp8, ...>` (a linear with no mark is an error),
+    and the `kiln.linear_grad_input` / `kiln.linear_grad_weight` with its
+    `param`, become `kiln.quantize` + `kiln.scaled_matmul`. The forward GEMM
+    gets `fast_accumulation = true`, the two backward GEMMs `false`
+    (torchao's choice: gradients accumulate with full fp32 promotion).
 
     - `tensorwise`: one `kiln.amax` per operand, e4m3 for activations and
       weights, e5m2 for the output gradient. The forward's codes and scales
@@ -307,11 +359,11 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
       bf16 operands and quantizes them again along the token axis.
 
     Operands are made 2-D ([tokens, features]) with `kiln.reshape`s that
-    keep the last dimension, which fuse away. The output projection and
-    any GEMM with a dimension not divisible by 16 stay as they are.
+    keep the last dimension, which fuse away. Linears marked `bf16` stay as
+    they are.
 
     ```mlir
-    %y = kiln.linear w1 %x, %w param("p") : tensor<128x64xbf16>, tensor<192x64xbf16> -> tensor<128x192xbf16>
+    %y = kiln.linear w1 %x, %w param("p") {fp8 = #kiln.fp8_choice<fp8>} : tensor<128x64xbf16>, tensor<192x64xbf16> -> tensor<128x192xbf16>
     // becomes (tensorwise)
     %ax = kiln.amax %x : tensor<128x64xbf16> -> tensor<f32>
     %xq, %xs = kiln.quantize %x, %ax : ... -> tensor<128x64xf8E4M3FN>, tensor<f32>
@@ -319,7 +371,7 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
     %aw = kiln.amax %w : ...
     %wq, %ws = kiln.quantize %w, %aw : ...
     %wqt = kiln.transpose %wq [1, 0] : ...                      // for grad_input
-    %y = kiln.scaled_matmul "output" w1 %xq, %xs, %wq, %ws param("p") : ... -> tensor<128x192xbf16>
+    %y = kiln.scaled_matmul "output" w1 %xq, %xs, %wq, %ws param("p") {fast_accumulation = true} : ... -> tensor<128x192xbf16>
     ```
   }];
 }
@@ -327,7 +379,8 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
 def KilnFp8AllGather : Pass<"kiln-fp8-all-gather", "mlir::ModuleOp"> {
   let summary = "Gather FP8 weights as e4m3 codes cast on the shards";
   let description = [{
-    With the module's `kiln.float8` `all_gather = true` (tensorwise only),
+    With the module's `#kiln.float8<..., enable_fsdp_float8_all_gather =
+    true>` (tensorwise only: the attribute's verifier holds that rule),
     after `kiln-fp8-linear` on one rank's FSDP step: a group whose every
     gathered parameter view is only quantized tensorwise to e4m3 (the
     `<block>.fp8` groups `kiln-fsdp` makes for this) is gathered as codes,

@@ -29,7 +29,7 @@ namespace kiln::plan {
 
 /// The plan format's version: the emitter writes it, the loader reads only
 /// it. Changes are listed in docs/plan.md's changelog.
-inline constexpr int kVersion = 2;
+inline constexpr int kVersion = 3;
 
 /// The largest element count of one value, and of a fused group's
 /// iteration space: 2^48, far past any device and small enough that
@@ -160,7 +160,7 @@ inline constexpr const char *attrTypeName(AttrType type) {
 /// One attribute of one op. Numbers (Int, Float, and each element of an
 /// IntList) lie in [min, max] and are never NaN; a String is one of
 /// `oneOf` ("a|b|c") unless that is null. A unit attribute of the IR (a flag
-/// present or absent) is an optional Bool.
+/// present or absent) is an optional Bool, a BoolAttr a required one.
 struct AttrSpec {
   Op op;
   const char *name;
@@ -192,6 +192,10 @@ inline constexpr AttrSpec kAttrs[] = {
      "output|grad_input|grad_weight"},
     {Op::ScaledMatmul, "role", AttrType::String, true, 0, 0, KILN_PLAN_ROLES},
     {Op::ScaledMatmul, "param", AttrType::String, true, 0, 0, nullptr},
+    // Whether the GEMM may accumulate with FP8 fast accumulation (the
+    // compiler's choice, kiln-fp8-linear: the forward GEMM only).
+    {Op::ScaledMatmul, "fast_accumulation", AttrType::Bool, true, 0, 0,
+     nullptr},
     // RoPE's base: positive and finite.
     {Op::Rope, "theta", AttrType::Float, true, kTiny, kHuge, nullptr},
     {Op::RopeGrad, "theta", AttrType::Float, true, kTiny, kHuge, nullptr},

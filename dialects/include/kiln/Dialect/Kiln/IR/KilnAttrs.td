@@ -51,4 +51,120 @@ def Kiln_InitAttr : AttrDef<Kiln_Dialect, "Init"> {
   let genVerifyDecl = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// FP8 policy: what the frontend asks for (`#kiln.float8`, on the module) and
+// what kiln-fp8-select decided for each linear (`#kiln.fp8_choice`).
+//===----------------------------------------------------------------------===//
+
+def Kiln_Fp8Recipe : I32EnumAttr<"Fp8Recipe", "FP8 scaling recipe", [
+  I32EnumAttrCase<"tensorwise", 0>, I32EnumAttrCase<"rowwise", 1>,
+  I32EnumAttrCase<"delayed", 2>
+]> {
+  let cppNamespace = "::kiln";
+  let genSpecializedAttr = 0;
+}
+
+def Kiln_AmaxComputeAlgo : I32EnumAttr<"AmaxComputeAlgo",
+    "how the delayed recipe reads its amax history", [
+  I32EnumAttrCase<"max", 0>, I32EnumAttrCase<"most_recent", 1>
+]> {
+  let cppNamespace = "::kiln";
+  let genSpecializedAttr = 0;
+}
+
+def Kiln_Float8Attr : AttrDef<Kiln_Dialect, "Float8"> {
+  let mnemonic = "float8";
+  let summary = "the module's FP8 policy ([float8] of the model file)";
+  let description = [{
+    Set by the frontend on the module as `kiln.float8` when `[float8] enable
+    = true`; absent, no pass touches FP8. The fields are the TOML keys of
+    `[float8]`, TorchTitan's names; every one but `recipe` may be left out
+    and then takes the TOML default (shown below), and the printer leaves
+    out those equal to it.
+
+    ```mlir
+    module attributes {kiln.float8 = #kiln.float8<recipe = tensorwise,
+        filter_fqns = ["k_proj"], auto_filter_small_kn = true,
+        force_output_projection = false,
+        enable_fsdp_float8_all_gather = false, amax_history_len = 16,
+        amax_compute_algo = max>} { ... }
+    ```
+
+    Rules:
+    - float8_c1: each entry of `filter_fqns` is a string that compiles as a
+      regular expression (llvm::Regex, POSIX extended).
+    - float8_c2: `enable_fsdp_float8_all_gather` needs `recipe = tensorwise`:
+      the other recipes' scales are not one per tensor, so a shard cannot
+      be cast before the gather.
+    - float8_c3: `amax_history_len` lies in [1, 1024].
+  }];
+  let parameters = (ins "Fp8Recipe":$recipe, "::mlir::ArrayAttr":$filter_fqns,
+                        "bool":$auto_filter_small_kn,
+                        "bool":$force_output_projection,
+                        "bool":$enable_fsdp_float8_all_gather,
+                        "int64_t":$amax_history_len,
+                        "AmaxComputeAlgo":$amax_compute_algo);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    static constexpr int64_t kMaxAmaxHistoryLen = 1024;
+    /// The patterns of `filter_fqns`.
+    ::llvm::SmallVector<::llvm::StringRef> getFilterPatterns() const;
+  }];
+}
+
+// Why kiln-fp8-select decided as it did for one linear. Two reasons mean
+// FP8 (`eligible`, `forced_output_projection`), the others BF16.
+def Kiln_Fp8Reason : I32EnumAttr<"Fp8Reason", "why a linear is FP8 or not", [
+  I32EnumAttrCase<"eligible", 0>,
+  I32EnumAttrCase<"forced_output_projection", 1>,
+  I32EnumAttrCase<"output_projection", 2>,
+  I32EnumAttrCase<"not_divisible_by_16", 3>,
+  I32EnumAttrCase<"filtered", 4>,
+  I32EnumAttrCase<"small_gemm", 5>
+]> {
+  let cppNamespace = "::kiln";
+  let genSpecializedAttr = 0;
+}
+
+def Kiln_Fp8ChoiceAttr : AttrDef<Kiln_Dialect, "Fp8Choice"> {
+  let mnemonic = "fp8_choice";
+  let summary = "whether a linear runs in FP8, and why";
+  let description = [{
+    kiln-fp8-select's mark on a `kiln.linear` (its `fp8` attribute): the
+    dtype its GEMMs will run in, then the reason unless it is simply
+    eligible, with the pattern for `filtered`.
+
+    ```mlir
+    #kiln.fp8_choice<fp8>
+    #kiln.fp8_choice<fp8, forced_output_projection>
+    #kiln.fp8_choice<bf16, output_projection>
+    #kiln.fp8_choice<bf16, not_divisible_by_16>
+    #kiln.fp8_choice<bf16, filtered = "k_proj">
+    #kiln.fp8_choice<bf16, small_gemm>
+    ```
+
+    Rules:
+    - fp8_choice_c1: `pattern` is set exactly when the reason is `filtered`.
+    - fp8_choice_c2 (parser): the dtype written is the reason's.
+  }];
+  let parameters = (ins "Fp8Reason":$reason,
+                        OptionalParameter<"::mlir::StringAttr">:$pattern);
+  let builders = [
+    AttrBuilder<(ins "Fp8Reason":$reason), [{
+      return $_get($_ctxt, reason, ::mlir::StringAttr());
+    }]>
+  ];
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Whether the linear's GEMMs run in FP8.
+    bool isFp8() const;
+    /// The reason in words, as `kiln explain --fp8` prints a BF16 linear's
+    /// ("small GEMM", "filtered by pattern 'k_proj'", ...); empty for an
+    /// eligible linear.
+    std::string describe() const;
+  }];
+}
+
 #endif // KILN_DIALECT_KILN_IR_KILNATTRS_TD

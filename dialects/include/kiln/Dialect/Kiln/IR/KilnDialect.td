@@ -45,6 +45,8 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kShardOfAttrName = "kiln.shard_of";
     /// A result that is a metric: "loss", "grad_norm", "lr".
     static constexpr ::llvm::StringLiteral kOutputAttrName = "kiln.output";
+    /// On the module: its FP8 policy, a #kiln.float8 (absent: no FP8).
+    static constexpr ::llvm::StringLiteral kFloat8AttrName = "kiln.float8";
 
   private:
     void registerAttributes();

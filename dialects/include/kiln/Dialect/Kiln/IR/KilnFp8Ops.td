@@ -80,7 +80,11 @@ def Kiln_ScaledMatmulOp : Kiln_Op<"scaled_matmul", [Pure]> {
     FP8 layout), so the three GEMMs of a linear each read operands
     quantized or transposed for them. `gemm` says which one this is
     (`output`, `grad_input`, `grad_weight`); `role` and `param` are those
-    of the linear.
+    of the linear. `fast_accumulation` lets the GEMM accumulate with
+    Hopper's fast FP8 accumulation (cuBLASLt's FAST_ACCUM: partial sums
+    promoted to fp32 less often); kiln-fp8-linear sets it for the forward
+    GEMM only, as torchao's recipes do. The CPU backend sums exactly in
+    fp32 either way.
 
     Rules:
     - scaled_matmul_c1: `a` is [M, K] and `b` is [N, K]; `result` is [M, N].
@@ -90,13 +94,14 @@ def Kiln_ScaledMatmulOp : Kiln_Op<"scaled_matmul", [Pure]> {
 
     ```mlir
     %y = kiln.scaled_matmul output wq %xq, %xs, %wq, %ws param("w")
+        {fast_accumulation = true}
         : tensor<128x64xf8E4M3FN>, tensor<f32>, tensor<64x64xf8E4M3FN>, tensor<f32> -> tensor<128x64xbf16>
     ```
   }];
   let arguments = (ins StrAttr:$gemm, Kiln_LinearRoleAttr:$role,
                        Kiln_Fp8Tensor:$a, Kiln_F32Tensor:$a_scale,
                        Kiln_Fp8Tensor:$b, Kiln_F32Tensor:$b_scale,
-                       StrAttr:$param);
+                       StrAttr:$param, BoolAttr:$fast_accumulation);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
     $gemm `` $role $a `,` $a_scale `,` $b `,` $b_scale `param` `(` $param `)`

@@ -96,6 +96,9 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure,
     `result[..., n] = sum_k input[..., k] * weight[n, k]`, accumulated in
     fp32. `role` says which linear of the model this is and `param` names its
     weight; both survive differentiation and the FP8 rewrite looks at them.
+    `fp8`, when present, is kiln-fp8-select's decision for the linear
+    (`#kiln.fp8_choice`), which kiln-fsdp, kiln-fp8-linear and `kiln explain
+    --fp8` read.
 
     Rules:
     - linear_c1: `input` has rank >= 2 and `weight` has rank 2.
@@ -106,10 +109,14 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure,
     ```mlir
     %q = kiln.linear wq %x, %w param("model.layers.0.self_attn.q_proj.weight")
         : tensor<2x16x64xf32>, tensor<64x64xf32> -> tensor<2x16x64xf32>
+    %o = kiln.linear output %h, %e param("lm_head.weight")
+        {fp8 = #kiln.fp8_choice<bf16, output_projection>}
+        : tensor<2x16x64xbf16>, tensor<256x64xbf16> -> tensor<2x16x256xbf16>
     ```
   }];
   let arguments = (ins Kiln_LinearRoleAttr:$role, Kiln_FloatTensor:$input,
-                       Kiln_FloatTensor:$weight, StrAttr:$param);
+                       Kiln_FloatTensor:$weight, StrAttr:$param,
+                       OptionalAttr<Kiln_Fp8ChoiceAttr>:$fp8);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
     `` $role $input `,` $weight `param` `(` $param `)` attr-dict `:`
