@@ -1,7 +1,7 @@
 //===- Executor.cpp - The backends behind one interface -------------------===//
 
 #include "kiln/Runtime/Executor.h"
-#include "kiln/Runtime/CpuExecutor.h"
+#include "kiln/Runtime/Cpu/CpuExecutor.h"
 #ifdef KILN_HAVE_CUDA
 #include "kiln/Runtime/Cuda/CudaExecutor.h"
 #endif
