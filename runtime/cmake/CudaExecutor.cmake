@@ -2,7 +2,10 @@
 # op kernels, cuBLASLt GEMMs, NCCL collectives), eager and as CUDA graphs.
 target_sources(KilnRuntime PRIVATE
   lib/Cuda/CudaActions.cpp
+  lib/Cuda/CudaActionsEnqueue.cpp
   lib/Cuda/CudaExecutor.cpp
+  lib/Cuda/CudaExecutorMemory.cpp
+  lib/Cuda/CudaExecutorRun.cpp
 )
 # The executor talks to NCCL through the communicator library.
 target_link_libraries(KilnRuntime PRIVATE KilnComm)

@@ -1,12 +1,18 @@
 # The CUDA backend's op kernels (runtime/include/kiln/Runtime/Cuda/
 # OpKernels.h; docs/cuda-op-kernels.md): their CUDA C++ and their launches
-# are plain C++, built into KilnRuntime with or without CUDA.
+# are plain C++, built into KilnRuntime with or without CUDA, one file per
+# op family under lib/Cuda/Kernels (each family's CUDA C++ and launches).
 target_sources(KilnRuntime PRIVATE
-  lib/Cuda/OpKernelSource.cpp
-  lib/Cuda/OpKernelOptimSource.cpp
-  lib/Cuda/OpKernelAttentionSource.cpp
-  lib/Cuda/OpKernelLaunches.cpp
-  lib/Cuda/OpKernelLaunchesOptim.cpp
+  lib/Cuda/Kernels/Library.cpp
+  lib/Cuda/Kernels/Layout.cpp
+  lib/Cuda/Kernels/Embedding.cpp
+  lib/Cuda/Kernels/Rope.cpp
+  lib/Cuda/Kernels/Attention.cpp
+  lib/Cuda/Kernels/Loss.cpp
+  lib/Cuda/Kernels/Optim.cpp
+  lib/Cuda/Kernels/Fp8.cpp
+  lib/Cuda/Kernels/MeanDivide.cpp
+  lib/Cuda/Kernels/CheckFinite.cpp
 )
 
 # Both kernel checks run generated CUDA C++ on the host through one shim

@@ -11,55 +11,21 @@
 // = k and wakes the waiters; requests finish one after the other, which is
 // what makes completion follow issue order.
 //
-// Data movement and arithmetic are separate: MPI only moves bytes
-// (MPI_FLOAT, MPI_UINT16_T; MPI's own reductions are never used, their
-// order is the library's choice), and the communication thread reduces
-// the gathered rows with reduceRows in rank order.
-//   all-gather      MPI_Iallgather.
-//   reduce-scatter  MPI_Ialltoall gathers the N contributions to this
-//                   rank's chunk as N rows, then reduceRows.
-//   all-reduce      the count elements are cut into N near-equal chunks
-//                   (the first count % N one element longer); chunk j is
-//                   reduced by rank j as above (MPI_Ialltoallv), and the
-//                   reduced chunks are shared with MPI_Iallgatherv. Every
-//                   element is reduced once, by one rank, so all ranks
-//                   receive the same bits.
-//   barrier         MPI_Ibarrier.
-// Counts of zero complete without MPI calls (every rank skips them alike).
-//
-// Deadline (setTimeout). MPI cannot say which ranks have joined a
-// collective, so the ranks keep a side channel, a second duplicate of
-// MPI_COMM_WORLD: the communication thread answers "which collective have
-// you reached?" whenever it polls, and every 100 ms while idle. When a
-// collective passes its deadline the thread asks every other rank, waits 2 s
-// for the answers, fails the collective with a line naming the ranks that
-// had not reached it (those that did not answer are stopped or hung), and
-// leaves the MPI request pending: a collective cannot be cancelled, so the
-// communicator is never finalised after that and the run ends by abortRun
-// (MPI_Abort, made by this thread, so FUNNELED still suffices).
+// The collectives themselves: MpiCollectives.cpp; the deadline:
+// MpiDeadline.cpp.
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Comm/MpiCommunicator.h"
 
-#include "Collective.h"
-
-#include <mpi.h>
+#include "MpiCommunicatorImpl.h"
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <exception>
-#include <mutex>
-#include <thread>
-#include <vector>
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -68,35 +34,13 @@
 namespace kiln::runtime::comm {
 
 namespace {
-
-// Polling: MPI_Test back to back for kSpin, then sleeps from kMinSleep
-// doubling to kMaxSleep.
-constexpr std::chrono::microseconds kSpin{50};
-constexpr std::chrono::microseconds kMinSleep{2};
-constexpr std::chrono::microseconds kMaxSleep{200};
-// The side channel: how often an idle thread looks for questions, how long
-// a rank whose collective passed its deadline waits for the answers.
-constexpr std::chrono::milliseconds kIdlePoll{100};
-constexpr std::chrono::seconds kAnswerGrace{2};
-constexpr int kAskTag = 1, kAnswerTag = 2;
-
 /// MPI may be initialised once per process; these track who holds it.
 std::mutex processMutex;
 bool communicatorExists = false;
 bool finalisedByUs = false;
+} // namespace
 
-struct Request {
-  uint64_t id = 0;
-  CollectiveKind kind = CollectiveKind::Barrier;
-  ElementType type = ElementType::F32;
-  ReduceOp op = ReduceOp::Sum;
-  const void *send = nullptr;
-  void *recv = nullptr;
-  int64_t count = 0;
-  /// Set at start when the arguments are invalid: the request fails
-  /// (in its turn) without MPI calls.
-  std::string invalid;
-};
+namespace mpi {
 
 /// MPI_THREAD_MULTIPLE, unless KILN_MPI_THREAD_LEVEL asks for funneled or
 /// serialized (to check that the backend needs no more than FUNNELED).
@@ -127,107 +71,6 @@ MPI_Datatype mpiType(ElementType type) {
     return MPI_FLOAT;
   }
 }
-
-class MpiCommunicator final : public Communicator {
-public:
-  ~MpiCommunicator() override;
-
-  /// Starts the communication thread and waits for it to set MPI up.
-  std::optional<std::string> launch();
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const char *backendName() const override { return "mpi"; }
-
-  CommHandle startAllGather(const void *send, void *recv, int64_t count,
-                            ElementType type) override {
-    return enqueue(CollectiveKind::AllGather, send, recv, count, type,
-                   ReduceOp::Sum);
-  }
-  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
-                                ElementType type, ReduceOp op) override {
-    return enqueue(CollectiveKind::ReduceScatter, send, recv, count, type, op);
-  }
-  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
-                            ElementType type, ReduceOp op) override {
-    return enqueue(CollectiveKind::AllReduce, send, recv, count, type, op);
-  }
-
-  std::optional<std::string> wait(CommHandle handle) override;
-  bool test(CommHandle handle) override;
-
-  std::optional<std::string> barrier() override {
-    return wait(enqueue(CollectiveKind::Barrier, nullptr, nullptr, 0,
-                        ElementType::F32, ReduceOp::Sum));
-  }
-
-  std::optional<std::string> failure() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.failed())
-      return std::nullopt;
-    return failure_.message;
-  }
-
-  void setTimeout(int64_t seconds) override {
-    timeoutSeconds_.store(std::max<int64_t>(0, seconds));
-  }
-  [[noreturn]] void abortRun(int code) override;
-
-private:
-  CommHandle enqueue(CollectiveKind kind, const void *send, void *recv,
-                     int64_t count, ElementType type, ReduceOp op);
-
-  // On the communication thread only.
-  void threadMain();
-  std::optional<std::string> setUp();
-  void tearDown();
-  std::optional<std::string> runCaught(const Request &request);
-  std::optional<std::string> run(const Request &request);
-  std::optional<std::string> finish(MPI_Request &request, const char *call);
-  std::optional<std::string> allReduce(const Request &request);
-  void answerPeers();
-  std::string missingRanks();
-  void abortIfAsked();
-
-  // Shared, guarded by mu_.
-  mutable std::mutex mu_;
-  std::condition_variable workCv_; // a request was queued, or stopping_
-  std::condition_variable doneCv_; // doneThrough_ moved, or set-up ended
-  std::deque<Request> queue_;
-  uint64_t nextId_ = 1;      // the id the next start call gets
-  uint64_t doneThrough_ = 0; // every request with id <= this is complete
-  FailureState failure_;
-  bool stopping_ = false;
-  bool setUpDone_ = false;
-  std::optional<std::string> setUpError_;
-
-  // Written by the communication thread before set-up ends, then constant.
-  int rank_ = 0, size_ = 1;
-
-  // Set by any thread, read by the communication thread.
-  std::atomic<int64_t> timeoutSeconds_{0};
-  std::atomic<int> abortCode_{-1};
-
-  // The communication thread's own.
-  std::thread thread_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm side_ = MPI_COMM_NULL; // questions and answers about progress
-  uint64_t running_ = 0;          // the request in MPI now, else 0
-  uint64_t finished_ = 0;         // the last request this thread completed
-  std::chrono::steady_clock::time_point runningSince_;
-  // A request left pending when its deadline passed: MPI may still write
-  // to its buffers, so MPI is not finalised and the run ends by abortRun.
-  bool abandoned_ = false;
-  // Buffers of the side channel's messages; they stay put, since sends and
-  // receives of a timed-out ask may never complete.
-  std::deque<int64_t> answers_;
-  int64_t asked_ = 0;
-  std::vector<int64_t> peerReached_;
-  bool ownsMpi_ = false;
-  std::vector<unsigned char> rows_;
-  std::vector<float> scratch_;
-  std::vector<int> sendCounts_, sendDispls_, recvCounts_, recvDispls_;
-};
 
 std::optional<std::string> MpiCommunicator::launch() {
   try {
@@ -414,219 +257,7 @@ void MpiCommunicator::tearDown() {
   }
 }
 
-std::optional<std::string> MpiCommunicator::finish(MPI_Request &request,
-                                                   const char *call) {
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point spinUntil = Clock::now() + kSpin;
-  std::chrono::microseconds sleep = kMinSleep;
-  for (;;) {
-    int done = 0;
-    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS)
-      return std::string(call) + " failed: " + mpiErrorText(rc);
-    if (done)
-      return std::nullopt;
-    Clock::time_point now = Clock::now();
-    if (now < spinUntil)
-      continue;
-    abortIfAsked();
-    answerPeers();
-    int64_t timeout = timeoutSeconds_.load();
-    if (timeout > 0 && now - runningSince_ >= std::chrono::seconds(timeout)) {
-      abandoned_ = true;
-      return "not complete after " + std::to_string(timeout) +
-             " s (the deadline, comm.train_timeout_seconds); " +
-             missingRanks();
-    }
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, kMaxSleep);
-  }
-}
-
-void MpiCommunicator::answerPeers() {
-  for (;;) {
-    int asked = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, side_, &asked, &status) !=
-            MPI_SUCCESS ||
-        !asked)
-      return;
-    int64_t question = 0;
-    if (MPI_Recv(&question, 1, MPI_INT64_T, status.MPI_SOURCE, kAskTag, side_,
-                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      return;
-    // The collective this rank has reached: the one in MPI now, else the
-    // last one done (its successor is not issued yet).
-    answers_.push_back(static_cast<int64_t>(running_ ? running_ : finished_));
-    MPI_Request sent;
-    if (MPI_Isend(&answers_.back(), 1, MPI_INT64_T, status.MPI_SOURCE,
-                  kAnswerTag, side_, &sent) == MPI_SUCCESS)
-      MPI_Request_free(&sent);
-  }
-}
-
-std::string MpiCommunicator::missingRanks() {
-  using Clock = std::chrono::steady_clock;
-  asked_ = static_cast<int64_t>(running_);
-  peerReached_.assign(size_, -1);
-  std::vector<MPI_Request> answers(size_, MPI_REQUEST_NULL);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_)
-      continue;
-    MPI_Request sent;
-    if (MPI_Irecv(&peerReached_[r], 1, MPI_INT64_T, r, kAnswerTag, side_,
-                  &answers[r]) != MPI_SUCCESS ||
-        MPI_Isend(&asked_, 1, MPI_INT64_T, r, kAskTag, side_, &sent) !=
-            MPI_SUCCESS)
-      continue;
-    MPI_Request_free(&sent);
-  }
-  // Other ranks waiting on this collective ask too: keep answering.
-  Clock::time_point until = Clock::now() + kAnswerGrace;
-  for (int pending = size_ - 1; pending > 0 && Clock::now() < until;) {
-    answerPeers();
-    pending = 0;
-    for (int r = 0; r < size_; ++r) {
-      int done = 1;
-      if (answers[r] != MPI_REQUEST_NULL &&
-          MPI_Test(&answers[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-        done = 0;
-      pending += done ? 0 : 1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::string missing;
-  for (int r = 0; r < size_; ++r) {
-    std::string why;
-    if (r == rank_)
-      continue;
-    if (answers[r] != MPI_REQUEST_NULL)
-      why = "no answer within " + std::to_string(kAnswerGrace.count()) +
-            " s: stopped or hung";
-    else if (peerReached_[r] < asked_)
-      why = peerReached_[r] == 0
-                ? "alive, no collective issued yet"
-                : "alive, its latest collective is #" +
-                      std::to_string(peerReached_[r]);
-    else
-      continue;
-    missing += (missing.empty() ? "" : ", ") + std::string("rank ") +
-               std::to_string(r) + " (" + why + ")";
-  }
-  if (missing.empty())
-    return "every rank reached it: MPI itself is stuck";
-  return "did not arrive: " + missing;
-}
-
-void MpiCommunicator::abortIfAsked() {
-  int code = abortCode_.load();
-  if (code >= 0)
-    MPI_Abort(MPI_COMM_WORLD, code);
-}
-
-void MpiCommunicator::abortRun(int code) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  abortCode_.store(std::max(code, 0));
-  workCv_.notify_one();
-  // The communication thread calls MPI_Abort within its next poll; should
-  // it be unable to, this process at least ends.
-  std::this_thread::sleep_for(std::chrono::seconds(10));
-  std::_Exit(code);
-}
-
-std::optional<std::string> MpiCommunicator::runCaught(const Request &r) {
-  // Nothing may escape this thread: scratch space that cannot be had is
-  // the collective's error.
-  try {
-    return run(r);
-  } catch (const std::exception &e) {
-    return "mpi " + describeCollective(r.kind, r.id, r.count, r.type, r.op) +
-           ": " + e.what();
-  }
-}
-
-std::optional<std::string> MpiCommunicator::run(const Request &r) {
-  std::optional<std::string> error;
-  if (r.kind == CollectiveKind::Barrier) {
-    MPI_Request request;
-    int rc = MPI_Ibarrier(comm_, &request);
-    error = rc != MPI_SUCCESS
-                ? std::optional("MPI_Ibarrier failed: " + mpiErrorText(rc))
-                : finish(request, "MPI_Ibarrier");
-  } else if (r.count == 0) {
-    return std::nullopt;
-  } else if (r.kind == CollectiveKind::AllGather) {
-    MPI_Request request;
-    int count = static_cast<int>(r.count);
-    int rc = MPI_Iallgather(r.send, count, mpiType(r.type), r.recv, count,
-                            mpiType(r.type), comm_, &request);
-    error = rc != MPI_SUCCESS
-                ? std::optional("MPI_Iallgather failed: " + mpiErrorText(rc))
-                : finish(request, "MPI_Iallgather");
-  } else if (r.kind == CollectiveKind::ReduceScatter) {
-    // Row j of rows_ = rank j's contribution to this rank's chunk.
-    rows_.resize(static_cast<size_t>(size_) * r.count * elementBytes(r.type));
-    MPI_Request request;
-    int count = static_cast<int>(r.count);
-    int rc = MPI_Ialltoall(r.send, count, mpiType(r.type), rows_.data(), count,
-                           mpiType(r.type), comm_, &request);
-    error = rc != MPI_SUCCESS
-                ? std::optional("MPI_Ialltoall failed: " + mpiErrorText(rc))
-                : finish(request, "MPI_Ialltoall");
-    if (!error)
-      reduceRows(rows_.data(), size_, r.count, r.type, r.op, r.recv, scratch_);
-  } else {
-    error = allReduce(r);
-  }
-  if (!error)
-    return std::nullopt;
-  return "mpi " + describeCollective(r.kind, r.id, r.count, r.type, r.op) +
-         ": " + *error;
-}
-
-std::optional<std::string> MpiCommunicator::allReduce(const Request &r) {
-  // Chunk j = [offset_j, offset_j + length_j): the first count % N chunks
-  // hold one element more.
-  int n = size_;
-  int count = static_cast<int>(r.count);
-  std::vector<int> &lengths = sendCounts_, &offsets = sendDispls_;
-  lengths.resize(n);
-  offsets.resize(n);
-  for (int j = 0, at = 0; j < n; ++j) {
-    lengths[j] = count / n + (j < count % n ? 1 : 0);
-    offsets[j] = at;
-    at += lengths[j];
-  }
-  int mine = lengths[rank_];
-  recvCounts_.assign(n, mine);
-  recvDispls_.resize(n);
-  for (int j = 0; j < n; ++j)
-    recvDispls_[j] = j * mine;
-  int64_t bytes = elementBytes(r.type);
-  rows_.resize(static_cast<size_t>(n) * mine * bytes);
-  MPI_Datatype type = mpiType(r.type);
-
-  MPI_Request request;
-  int rc = MPI_Ialltoallv(r.send, lengths.data(), offsets.data(), type,
-                          rows_.data(), recvCounts_.data(), recvDispls_.data(),
-                          type, comm_, &request);
-  if (rc != MPI_SUCCESS)
-    return "MPI_Ialltoallv failed: " + mpiErrorText(rc);
-  if (auto error = finish(request, "MPI_Ialltoallv"))
-    return error;
-  // The send buffer is no longer read, so with send == recv the reduced
-  // chunk may go straight to its place in recv.
-  void *chunk = static_cast<unsigned char *>(r.recv) + offsets[rank_] * bytes;
-  reduceRows(rows_.data(), n, mine, r.type, r.op, chunk, scratch_);
-  rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.recv,
-                       lengths.data(), offsets.data(), type, comm_, &request);
-  if (rc != MPI_SUCCESS)
-    return "MPI_Iallgatherv failed: " + mpiErrorText(rc);
-  return finish(request, "MPI_Iallgatherv");
-}
-
-} // namespace
+} // namespace mpi
 
 std::unique_ptr<Communicator> createMpiCommunicator(std::string &error) {
   {
@@ -642,7 +273,7 @@ std::unique_ptr<Communicator> createMpiCommunicator(std::string &error) {
     }
     communicatorExists = true;
   }
-  auto comm = std::make_unique<MpiCommunicator>();
+  auto comm = std::make_unique<mpi::MpiCommunicator>();
   if (auto why = comm->launch()) {
     error = *why;
     return nullptr;

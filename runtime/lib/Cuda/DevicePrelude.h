@@ -1,4 +1,4 @@
-//===- DevicePrelude.h - Numerics every generated kernel starts with -*- C++ -*-===//
+//===- DevicePrelude.h - The generated kernels' numerics --------*- C++ -*-===//
 //
 // The device side of the shared numerics (kiln/Runtime/Numerics/Bf16.h and
 // Fp8.h): one CUDA C++ text that every source the CUDA backend hands to

@@ -1,4 +1,4 @@
-//===- Fp8.h - FP8 e4m3fn and e5m2 conversions shared by every backend -*- C++ -*-===//
+//===- Fp8.h - FP8 e4m3fn and e5m2 conversions, every backend ---*- C++ -*-===//
 //
 // The conversions of the FP8 recipes, bit-exact with cuda_fp8.h's host
 // conversions under __NV_SATFINITE (runtime/tests/Cpu/Fp8Test.cpp checks

@@ -1,9 +1,10 @@
-//===- OpKernelAttentionSource.cpp - Attention kernels' CUDA C++ ----------===//
+//===- Attention.cpp - The attention kernels: CUDA C++ and launches -------===//
 //
-// Part of the op kernel library's text (OpKernelSource.cpp). Tensors are
+// The hand-written attention (cuDNN's fused SDPA is the CUDA backend's
+// first choice; this runs where it cannot). Tensors are
 // [batch, seq, heads, dim] (lse and the backward's D: [batch, heads, seq]);
 // a query head h reads kv head h / (qHeads / kvHeads) (GQA). Tiles are T
-// query rows by T keys, T chosen by the launches (OpKernelLaunches.cpp) so
+// query rows by T keys, T chosen by the launches below so
 // that a block's tiles fit 48 KiB of shared memory; all arithmetic is f32
 // in shared memory, no tensor cores (untuned).
 //
@@ -20,13 +21,17 @@
 // query heads, query rows, or keys in increasing order; masked terms are
 // +0), so the gradients are the CPU's bits.
 //
+//
 //===----------------------------------------------------------------------===//
 
-namespace kiln::runtime::cuda {
+#include "Families.h"
+#include "Launch.h"
+
+namespace kiln::runtime::cuda::kernels {
 
 namespace {
 
-const char *kAttention = R"(
+const char *kSource = R"(
 #define KILN_TYPE(packed, k) ((int)(((packed) >> (4 * (k))) & 15))
 
 // dst[r * ld + d] = x[b, s0 + r, h, d] for r < T, zero past seq.
@@ -289,8 +294,119 @@ extern "C" __global__ void kiln_attention_dq(KilnOpArgs a) {
 }
 )";
 
+/// Dtype codes packed 4 bits each, first value lowest.
+int64_t packTypes(std::initializer_list<DType> types) {
+  int64_t packed = 0, shift = 0;
+  for (DType t : types) {
+    packed |= static_cast<int64_t>(t) << shift;
+    shift += 4;
+  }
+  return packed;
+}
+
+/// The largest tile (32, 16 or 8 rows) whose shared memory, by `bytes`,
+/// fits; 0 when none does.
+template <typename Bytes> int chooseTile(Bytes bytes) {
+  for (int t : {32, 16, 8})
+    if (bytes(t) <= kMaxSharedBytes)
+      return t;
+  return 0;
+}
+
+/// Checks q [b, s, hq, d] and k, v [b, s, hk, d] with hk dividing hq.
+bool attentionShapes(StepReader &r, const PlanValue &q, const PlanValue &k,
+                     const PlanValue &v) {
+  const auto &qs = q.shape, &ks = k.shape;
+  if (qs.size() != 4 || ks.size() != 4 || v.shape != ks || qs[0] != ks[0] ||
+      qs[1] != ks[1] || qs[3] != ks[3] || ks[2] <= 0 || qs[2] % ks[2] != 0)
+    return r.fail("needs q [b, s, h, d] and k, v [b, s, kv heads, d], the kv "
+                  "heads dividing h");
+  return true;
+}
+
 } // namespace
 
-const char *opKernelAttentionSource() { return kAttention; }
+const char *attentionSource() { return kSource; }
 
-} // namespace kiln::runtime::cuda
+Result attention(StepReader &r) {
+  if (!r.counts(3, 2) || !r.floats({0, 1, 2}, {0, 1}) ||
+      !attentionShapes(r, r.in(0), r.in(1), r.in(2)))
+    return std::nullopt;
+  const std::vector<int64_t> &qs = r.in(0).shape;
+  int64_t b = qs[0], seq = qs[1], hq = qs[2], dim = qs[3];
+  auto bytes = [&](int64_t t) {
+    return 4 * (3 * t * dim + t * (dim + 1) + t * t + 3 * t);
+  };
+  int tile = chooseTile(bytes);
+  if (tile == 0) {
+    r.fail("head dim " + std::to_string(dim) + " is too large");
+    return std::nullopt;
+  }
+  OpLaunchPlan p;
+  if (b * hq * seq == 0)
+    return p;
+  p.launches.push_back(
+      {"kiln_attention", b * hq * ceilDiv(seq, tile), 128,
+       static_cast<int>(bytes(tile)),
+       {operand(0), operand(1), operand(2), result(0), result(1),
+        integer(packTypes({r.in(0).dtype, r.in(1).dtype, r.in(2).dtype,
+                           r.out(0).dtype, r.out(1).dtype})),
+        integer(seq), integer(hq), integer(r.in(1).shape[2]), integer(dim),
+        integer(tile), integer(r.step.flag("causal")),
+        real(r.step.f64("scale"))}});
+  return p;
+}
+
+Result attentionGrad(StepReader &r) {
+  // Operands: dout, q, k, v, out, lse; results: dq, dk, dv.
+  if (!r.counts(6, 3) || !r.floats({0, 1, 2, 3, 4, 5}, {0, 1, 2}) ||
+      !attentionShapes(r, r.in(1), r.in(2), r.in(3)))
+    return std::nullopt;
+  const std::vector<int64_t> &qs = r.in(1).shape;
+  int64_t b = qs[0], seq = qs[1], hq = qs[2], hk = r.in(2).shape[2],
+          dim = qs[3];
+  auto dkdvBytes = [&](int64_t t) {
+    return 4 * (2 * t * (dim + 1) + 4 * t * dim + 2 * t * t + 2 * t);
+  };
+  auto dqBytes = [&](int64_t t) {
+    return 4 * (2 * t * (dim + 1) + 3 * t * dim + 2 * t * t + 2 * t);
+  };
+  int tile = chooseTile(dkdvBytes); // the larger of the two
+  if (tile == 0) {
+    r.fail("head dim " + std::to_string(dim) + " is too large");
+    return std::nullopt;
+  }
+  OpLaunchPlan p;
+  int64_t rows = b * seq * hq;
+  if (rows == 0)
+    return p;
+  p.scratchBytes = rows * 4; // D
+  DType q = r.in(1).dtype, k = r.in(2).dtype, v = r.in(3).dtype,
+        dout = r.in(0).dtype, lse = r.in(5).dtype;
+  p.launches.push_back(elementwise(
+      "kiln_attention_row_dot", rows,
+      {operand(0), operand(4), integer(packTypes({dout, r.in(4).dtype})),
+       scratch(0), integer(rows), integer(dim), integer(seq), integer(hq)}));
+  int64_t tiles = ceilDiv(seq, tile);
+  Arg causal = integer(r.step.flag("causal"));
+  Arg scale = real(r.step.f64("scale"));
+  p.launches.push_back(
+      {"kiln_attention_dkdv", b * hk * tiles, 128,
+       static_cast<int>(dkdvBytes(tile)),
+       {operand(1), operand(2), operand(3), operand(0), operand(5), scratch(0),
+        result(1), result(2),
+        integer(packTypes(
+            {q, k, v, dout, lse, r.out(1).dtype, r.out(2).dtype})),
+        integer(seq), integer(hq), integer(hk), integer(dim), integer(tile),
+        causal, scale}});
+  p.launches.push_back(
+      {"kiln_attention_dq", b * hq * tiles, 128,
+       static_cast<int>(dqBytes(tile)),
+       {operand(1), operand(2), operand(3), operand(0), operand(5), scratch(0),
+        result(0), integer(packTypes({q, k, v, dout, lse, r.out(0).dtype})),
+        integer(seq), integer(hq), integer(hk), integer(dim), integer(tile),
+        causal, scale}});
+  return p;
+}
+
+} // namespace kiln::runtime::cuda::kernels
