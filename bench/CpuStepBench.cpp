@@ -16,8 +16,8 @@
 
 #include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Cpu/Common.h"
-#include "kiln/Runtime/CpuExecutor.h"
-#include "kiln/Runtime/Data.h"
+#include "kiln/Runtime/Cpu/CpuExecutor.h"
+#include "kiln/Runtime/Train/Data.h"
 
 #include <algorithm>
 #include <chrono>

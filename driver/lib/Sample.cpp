@@ -9,9 +9,10 @@
 #include "kiln/Driver/Driver.h"
 #include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Cpu/Common.h"
-#include "kiln/Runtime/Sampler.h"
-#include "kiln/Runtime/Checkpoint.h"
-#include "kiln/Runtime/Trainer.h"
+#include "kiln/Runtime/Cpu/CpuExecutor.h"
+#include "kiln/Runtime/Train/Sampler.h"
+#include "kiln/Runtime/Train/Checkpoint.h"
+#include "kiln/Runtime/Train/Trainer.h"
 
 #include <cmath>
 

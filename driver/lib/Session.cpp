@@ -5,8 +5,8 @@
 #include "kiln/Frontend/ModelImporter.h"
 #include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Runtime/Cache.h"
-#include "kiln/Runtime/Files.h"
-#include "kiln/Runtime/Safetensors.h"
+#include "kiln/Runtime/Support/Files.h"
+#include "kiln/Runtime/Support/AtomicFile.h"
 
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/FileSystem.h"

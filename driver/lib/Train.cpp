@@ -4,7 +4,7 @@
 // (ModelSession::cachedRuntimePlan).
 // The loop itself (data, steps,
 // validation, checkpoints, the loss curve) is the runtime's
-// (kiln/Runtime/Trainer.h), the same that `kiln-run PLAN` runs.
+// (kiln/Runtime/Train/Trainer.h), the same that `kiln-run PLAN` runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,8 +14,8 @@
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
 #include "kiln/Runtime/Comm/Communicator.h"
-#include "kiln/Runtime/Signals.h"
-#include "kiln/Runtime/Trainer.h"
+#include "kiln/Runtime/Train/Signals.h"
+#include "kiln/Runtime/Train/Trainer.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"

@@ -15,8 +15,8 @@ set(KILN_HAVE_NCCL ON)
 message(STATUS "Kiln NCCL communicator: ${KILN_NCCL_LIBRARY}")
 
 target_sources(KilnComm PRIVATE
-  ${CMAKE_CURRENT_SOURCE_DIR}/lib/comm/NcclCommunicator.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/lib/comm/NcclBootstrap.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/lib/Comm/NcclCommunicator.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/lib/Comm/NcclBootstrap.cpp
 )
 target_include_directories(KilnComm PRIVATE ${KILN_NCCL_INCLUDE_DIR})
 target_link_libraries(KilnComm PRIVATE ${KILN_NCCL_LIBRARY} CUDA::cudart)
@@ -27,11 +27,11 @@ target_link_libraries(KilnComm PRIVATE ${KILN_NCCL_LIBRARY} CUDA::cudart)
 # rank prints "skipped: <why>" and exits 77, which ctest counts as skipped.
 # NCCL refuses two ranks on one GPU, hence one rank here.
 add_executable(kiln-comm-nccl-tests
-  ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/CommConformance.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/CommConformanceProgress.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/CommConformanceSupport.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/NcclCommTest.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/tests/comm/NcclCommTestMain.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/Comm/CommConformance.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/Comm/CommConformanceProgress.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/Comm/CommConformanceSupport.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/Comm/NcclCommTest.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/Comm/NcclCommTestMain.cpp
 )
 target_link_libraries(kiln-comm-nccl-tests PRIVATE KilnComm GTest::gtest
   CUDA::cudart Threads::Threads)

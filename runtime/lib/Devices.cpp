@@ -7,7 +7,7 @@
 namespace kiln::runtime {
 
 #ifdef KILN_HAVE_CUDA
-// In lib/cuda/CudaDevices.cpp, compiled only with the CUDA toolkit.
+// In lib/Cuda/CudaDevices.cpp, compiled only with the CUDA toolkit.
 void probeCudaDevices(DeviceReport &report);
 #endif
 

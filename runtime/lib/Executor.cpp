@@ -1,45 +1,14 @@
-//===- Executor.cpp - The backends behind one interface -------------------===//
+//===- Executor.cpp - What runs a plan: the backends' interface -----------===//
+//
+// The interface alone; the factory that picks a backend by name is in
+// Backends.cpp, the one file above both backends.
+//
+//===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Executor.h"
-#include "kiln/Runtime/CpuExecutor.h"
-#ifdef KILN_HAVE_CUDA
-#include "kiln/Runtime/Cuda/CudaExecutor.h"
-#endif
 
 namespace kiln::runtime {
 
 Executor::~Executor() = default;
-
-std::vector<std::string> executorBackends() {
-#ifdef KILN_HAVE_CUDA
-  return {"cpu", "cuda"};
-#else
-  return {"cpu"};
-#endif
-}
-
-std::unique_ptr<Executor> createExecutor(const Plan &plan,
-                                         const std::string &backend,
-                                         std::string &error,
-                                         const ExecutorOptions &options) {
-  if (backend == "cpu")
-    return CpuExecutor::create(plan, error);
-  if (backend == "cuda") {
-#ifdef KILN_HAVE_CUDA
-    std::unique_ptr<cuda::CudaExecutor> exec =
-        cuda::CudaExecutor::create(plan, error);
-    if (exec)
-      exec->setGraphs(options.cudaGraphs);
-    return exec;
-#else
-    (void)options;
-    error = "this build has no CUDA backend (the CUDA toolkit was not found "
-            "when it was configured)";
-    return nullptr;
-#endif
-  }
-  error = "unknown backend '" + backend + "' (expected cpu or cuda)";
-  return nullptr;
-}
 
 } // namespace kiln::runtime

@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Plan.h"
-#include "kiln/Runtime/Files.h"
+#include "kiln/Runtime/Support/Files.h"
 
 #include <nlohmann/json.hpp>
 

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Safetensors.h"
-#include "kiln/Runtime/Files.h"
+#include "kiln/Runtime/Support/Files.h"
 
 #include <nlohmann/json.hpp>
 
@@ -102,10 +102,6 @@ buildHeader(const std::string &what, const std::vector<FloatTensor> &tensors,
   if (inNameOrder)
     *inNameOrder = std::move(sorted);
   return std::nullopt;
-}
-
-bool writeAll(std::FILE *f, const void *data, size_t bytes) {
-  return bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes;
 }
 
 /// Reads exactly `bytes` at `offset`; false on an error or a short file.
@@ -298,83 +294,6 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   for (size_t i = 0; i < shape.size(); ++i)
     s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-//===----------------------------------------------------------------------===//
-// AtomicFile
-//===----------------------------------------------------------------------===//
-
-AtomicFile::AtomicFile(std::string path)
-    : target(std::move(path)),
-      temp(target + ".tmp." + std::to_string(::getpid())) {}
-
-AtomicFile::~AtomicFile() {
-  if (!committed)
-    ::unlink(temp.c_str());
-}
-
-std::optional<std::string>
-AtomicFile::write(const std::function<bool(std::FILE *)> &fill) {
-  written = false;
-  if (std::optional<std::string> why = checkReplaceable(target))
-    return "cannot save: " + *why;
-  std::FILE *f = std::fopen(temp.c_str(), "wb");
-  if (!f)
-    return "cannot save '" + target + "': cannot create '" + temp +
-           "': " + errnoText();
-  // Each step's errno is read before the next call can change it; a failed
-  // write may only show at the flush (buffering) or the close (NFS).
-  std::string failed;
-  if (!fill(f) || std::ferror(f))
-    failed = "cannot write '" + temp + "': " + errnoText();
-  else if (std::fflush(f) != 0)
-    failed = "cannot write '" + temp + "': " + errnoText();
-  else if (::fsync(::fileno(f)) != 0)
-    failed = "cannot sync '" + temp + "': " + errnoText();
-  if (std::fclose(f) != 0 && failed.empty())
-    failed = "cannot close '" + temp + "': " + errnoText();
-  if (!failed.empty()) {
-    ::unlink(temp.c_str());
-    return "cannot save '" + target + "': " + failed;
-  }
-  written = true;
-  return std::nullopt;
-}
-
-std::optional<std::string> AtomicFile::commit() {
-  if (!written)
-    return "cannot save '" + target + "': nothing was written";
-  // Checked again: what was a regular file or nothing may have changed.
-  if (std::optional<std::string> why = checkReplaceable(target)) {
-    ::unlink(temp.c_str());
-    return "cannot save: " + *why;
-  }
-  if (std::rename(temp.c_str(), target.c_str()) != 0) {
-    std::string error = "cannot save '" + target + "': cannot rename '" + temp +
-                        "' over it: " + errnoText();
-    ::unlink(temp.c_str());
-    return error;
-  }
-  committed = true;
-  // The rename is durable once the directory is synced. This is best effort:
-  // the new file is already in place, so a failure here is not a failed save.
-  std::string dir = target.substr(0, target.find_last_of('/') + 1);
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> writeFileAtomically(const std::string &path,
-                                               const std::string &bytes) {
-  AtomicFile file(path);
-  if (auto error = file.write([&](std::FILE *f) {
-        return writeAll(f, bytes.data(), bytes.size());
-      }))
-    return error;
-  return file.commit();
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,7 +1,7 @@
 //===- Trace.cpp - A Chrome trace of a run's steps ------------------------===//
 
 #include "kiln/Runtime/Trace.h"
-#include "kiln/Runtime/Safetensors.h"
+#include "kiln/Runtime/Support/AtomicFile.h"
 
 #include <sstream>
 

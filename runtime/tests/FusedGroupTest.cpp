@@ -6,7 +6,7 @@
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/Cpu/Fp8.h"
 #include "kiln/Runtime/Cpu/Norm.h"
-#include "kiln/Runtime/CpuFusedGroup.h"
+#include "kiln/Runtime/Cpu/CpuFusedGroup.h"
 #include "kiln/Runtime/Plan.h"
 
 #include <gtest/gtest.h>

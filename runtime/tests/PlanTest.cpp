@@ -1,7 +1,7 @@
 // Reading plans: a valid one, and each way a plan file can be wrong gives
 // one error line naming the entry, the step and the field, never a crash.
 // tests/Plan/hostile-plans.test does the same to compiled plans through
-// kiln-run, and tests/fuzz/PlanFuzz.cpp mutates them by the thousand.
+// kiln-run, and tests/Fuzz/PlanFuzz.cpp mutates them by the thousand.
 #include "kiln/Runtime/Plan.h"
 
 #include <gtest/gtest.h>

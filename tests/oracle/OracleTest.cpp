@@ -4,9 +4,9 @@
 #include "TorchLlama.h"
 
 #include "kiln/Driver/Session.h"
-#include "kiln/Runtime/CpuExecutor.h"
-#include "kiln/Runtime/CpuOps.h"
-#include "kiln/Runtime/Data.h"
+#include "kiln/Runtime/Cpu/CpuExecutor.h"
+#include "kiln/Runtime/Cpu/CpuOps.h"
+#include "kiln/Runtime/Train/Data.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // a given thread count.
 #include "kiln/Driver/Session.h"
 #include "kiln/Runtime/Cpu/Common.h"
-#include "kiln/Runtime/CpuExecutor.h"
+#include "kiln/Runtime/Cpu/CpuExecutor.h"
 
 #include <gtest/gtest.h>
 

@@ -21,8 +21,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Runtime/Cpu/Bf16.h"
-#include "kiln/Runtime/Cpu/Fp8.h"
+#include "kiln/Runtime/Numerics/Bf16.h"
+#include "kiln/Runtime/Numerics/Fp8.h"
 #include "kiln/Runtime/Cuda/Gemm.h"
 
 #include "GemmInternal.h"
@@ -101,12 +101,12 @@ bool fillRandom(void *device, DType t, int64_t count, std::mt19937 &rng) {
     float x = normal(rng);
     uint8_t *at = host.data() + i * bytes;
     if (t == DType::BF16) {
-      uint16_t bits = cpu::toBf16Bits(x);
+      uint16_t bits = numerics::toBf16Bits(x);
       std::memcpy(at, &bits, 2);
     } else if (t == DType::F32) {
       std::memcpy(at, &x, 4);
     } else {
-      *at = t == DType::F8E4M3 ? cpu::toE4m3(64 * x) : cpu::toE5m2(64 * x);
+      *at = t == DType::F8E4M3 ? numerics::toE4m3(64 * x) : numerics::toE5m2(64 * x);
     }
   }
   for (int64_t done = 0; done < count; done += block) {

@@ -2,17 +2,17 @@
 //
 //   kiln-run --devices            the devices this build can run plans on
 //   kiln-run PLAN --describe      what a plan holds
-//   kiln-run PLAN [options]       train with the plan (kiln/Runtime/Trainer.h)
+//   kiln-run PLAN [options]       train with the plan (kiln/Runtime/Train/Trainer.h)
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Comm/Communicator.h"
-#include "kiln/Runtime/CpuExecutor.h"
+#include "kiln/Runtime/Cpu/CpuExecutor.h"
 #include "kiln/Runtime/Devices.h"
 #include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Plan.h"
-#include "kiln/Runtime/Signals.h"
-#include "kiln/Runtime/Trainer.h"
+#include "kiln/Runtime/Train/Signals.h"
+#include "kiln/Runtime/Train/Trainer.h"
 
 #include <cerrno>
 #include <cstdlib>

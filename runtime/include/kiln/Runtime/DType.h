@@ -8,7 +8,7 @@
 namespace kiln::runtime {
 
 /// F8E4M3 is e4m3fn (no infinities), F8E5M2 IEEE-like: codes of the FP8
-/// recipes (kiln/Runtime/Cpu/Fp8.h).
+/// recipes (kiln/Runtime/Numerics/Fp8.h).
 enum class DType { F32, BF16, F16, F64, I32, I64, F8E4M3, F8E5M2 };
 inline bool isFp8(DType type) {
   return type == DType::F8E4M3 || type == DType::F8E5M2;

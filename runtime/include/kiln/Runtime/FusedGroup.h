@@ -30,6 +30,19 @@
 
 namespace kiln::runtime {
 
+// The reduction orders below are part of the group semantics (docs/plan.md,
+// "Fused groups"): every backend sums in this order, so their bits agree.
+
+/// Rows per block of a `col_sum` output (part of the group semantics: the
+/// partial sums of each block are added in block order).
+inline constexpr int64_t kColSumBlockRows = 32;
+
+/// Partial sums of a `row_sum` (part of the group semantics): column c
+/// goes into partial c % kRowSumLanes, each in increasing column order, and
+/// the partials are then added pairwise, kRowSumLanes / 2 apart, then half
+/// that, down to 1 (a warp's butterfly on a GPU).
+inline constexpr int kRowSumLanes = 32;
+
 enum class GroupKind { Scalar, Row, Col, Elem };
 
 struct GroupInstr {

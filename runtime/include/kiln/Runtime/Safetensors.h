@@ -16,9 +16,9 @@
 #ifndef KILN_RUNTIME_SAFETENSORS_H
 #define KILN_RUNTIME_SAFETENSORS_H
 
+#include "kiln/Runtime/Support/AtomicFile.h"
+
 #include <cstdint>
-#include <cstdio>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,38 +46,6 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100u << 20;
 /// The largest checkpoint file read: 4 TiB, past any model's weights and
 /// optimizer state in f32.
 inline constexpr int64_t kMaxSafetensorsBytes = int64_t(1) << 42;
-
-/// A file written beside its destination, at `<path>.tmp.<pid>`, that
-/// replaces the destination only on commit(), so `path` always holds either
-/// its old contents or all of the new ones. A temporary file that is never
-/// committed (a failed write, an early return) is removed by the destructor.
-/// Two AtomicFiles let a caller write both before replacing either.
-class AtomicFile {
-public:
-  explicit AtomicFile(std::string path);
-  ~AtomicFile();
-  AtomicFile(const AtomicFile &) = delete;
-  AtomicFile &operator=(const AtomicFile &) = delete;
-
-  /// Writes the temporary file with `fill` (which returns false when a
-  /// write fails), flushes and fsyncs it. Returns an error line or nothing.
-  std::optional<std::string>
-  write(const std::function<bool(std::FILE *)> &fill);
-  /// Renames the written temporary file over the destination.
-  std::optional<std::string> commit();
-
-  const std::string &path() const { return target; }
-  const std::string &tempPath() const { return temp; }
-
-private:
-  std::string target, temp;
-  bool written = false, committed = false;
-};
-
-/// Writes `bytes` to `path` through an AtomicFile: `path` ends up holding
-/// its old contents or `bytes`. Returns an error line or nothing.
-std::optional<std::string> writeFileAtomically(const std::string &path,
-                                               const std::string &bytes);
 
 /// Writes `tensors` as F32 in name order, with `metadata`, into `file`'s
 /// temporary file (committing is the caller's). Fails, writing nothing, on

@@ -4,7 +4,7 @@
 // normative description and this header its summary. Backends: MPI (CPU,
 // MpiCommunicator.h), local (world size 1, LocalCommunicator.h); NCCL
 // (#6) is to implement the same interface and pass the same conformance
-// suite (runtime/tests/comm).
+// suite (runtime/tests/Comm).
 //
 // - Ranks 0..size()-1. Every rank issues the same collectives, with the
 //   same count, element type and reduction, in the same order; that order

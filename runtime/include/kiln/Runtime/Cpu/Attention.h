@@ -20,7 +20,7 @@
 // backward block) against the keys they see, as small matrix products:
 // memory is O(seq * (dim + 64)) per thread, never seq x seq. The softmax
 // denominator accumulates in double; exp is a polynomial approximation
-// within 1 ulp (lib/cpu/FastExp.h). Work is split over
+// within 1 ulp (lib/Cpu/FastExp.h). Work is split over
 // (batch, head) in the forward and over (batch, kv head) in the backward,
 // each computed serially in a fixed order, so results do not depend on the
 // thread count, nor on whether the kernels' AVX2 loops or their baseline

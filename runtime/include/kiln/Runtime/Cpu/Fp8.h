@@ -1,31 +1,24 @@
-//===- Fp8.h - FP8 e4m3fn and e5m2 conversions ------------------*- C++ -*-===//
+//===- Fp8.h - The FP8 all-gather's casts on the CPU ------------*- C++ -*-===//
 //
-// The conversions of the FP8 recipes, bit-exact with cuda_fp8.h's host
-// conversions under __NV_SATFINITE (runtime/tests/cpu/Fp8Test.cpp checks
-// every code and a million floats against tables generated from it):
-//
-//   e4m3fn  1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities;
-//           0x7f / 0xff are NaN; largest finite 448.
-//   e5m2    1 sign, 5 exponent (bias 15), 2 mantissa bits; IEEE-like;
-//           largest finite 57344.
-//
-// Encoding rounds to nearest, ties to even; a magnitude beyond the largest
-// finite value (infinity included) saturates to it; NaN encodes as 0x7f.
-// Decoding a NaN code gives the float with bits 0x7fffffff.
+// The CPU backend's FP8 kernels over a rank's shard of a flat buffer. The
+// conversions are the shared ones (kiln/Runtime/Numerics/Fp8.h), visible
+// here as cpu:: names too.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef KILN_RUNTIME_CPU_FP8_H
 #define KILN_RUNTIME_CPU_FP8_H
 
+#include "kiln/Runtime/Numerics/Fp8.h"
+
 #include <cstdint>
 
 namespace kiln::runtime::cpu {
 
-uint8_t toE4m3(float x);
-uint8_t toE5m2(float x);
-float fromE4m3(uint8_t code);
-float fromE5m2(uint8_t code);
+using numerics::fromE4m3;
+using numerics::fromE5m2;
+using numerics::toE4m3;
+using numerics::toE5m2;
 
 /// One weight's elements [offset, offset + size) of a flat buffer.
 struct FlatRange {

@@ -5,7 +5,7 @@
 // AdamW, the layout ops, the FP8 bookkeeping ops, ...) with kernels from one
 // CUDA C++ translation unit, opKernelLibrarySource(), that NVRTC compiles
 // once at load (KernelCompiler.h). Generating the source and the launches
-// needs no CUDA: the host check (runtime/tests/cuda/OpKernelCheck.cpp) runs
+// needs no CUDA: the host check (runtime/tests/Cuda/OpKernelCheck.cpp) runs
 // the very launches below against a shim of the CUDA built-ins and compares
 // them with the CPU backend's ops (CpuOps.h).
 //

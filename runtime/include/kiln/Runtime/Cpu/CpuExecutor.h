@@ -1,0 +1,106 @@
+//===- CpuExecutor.h - Runs a plan on the CPU -------------------*- C++ -*-===//
+//
+// The reference backend: every step of an entry in order, fp32 math, each
+// result rounded to its dtype (bf16 round-to-nearest-even), OpenBLAS GEMMs.
+// Deterministic for a given thread count.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_CPU_CPUEXECUTOR_H
+#define KILN_RUNTIME_CPU_CPUEXECUTOR_H
+
+#include "kiln/Runtime/Executor.h"
+#include "kiln/Runtime/StateLayout.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+/// A tensor the executor hands to an op: its storage and element type.
+struct View {
+  void *data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t numElements() const;
+  float *f32() const { return static_cast<float *>(data); }
+  int32_t *i32() const { return static_cast<int32_t *>(data); }
+  int64_t *i64() const { return static_cast<int64_t *>(data); }
+};
+
+class CpuExecutor final : public Executor {
+public:
+  /// Checks that every step's op is one this backend runs and that state is
+  /// f32; on failure returns nothing and sets `error`.
+  static std::unique_ptr<CpuExecutor> create(const Plan &plan,
+                                             std::string &error);
+
+  std::string setCommunicator(comm::Communicator *communicator) override;
+  int rank() const override { return rankIndex; }
+  std::string initialize(uint64_t seed) override;
+  std::optional<std::vector<FloatTensor>>
+  unshardedState(std::string &error) override;
+  std::string setUnshardedState(
+      const std::map<std::string, const FloatTensor *> &byName) override;
+  /// Fails on a token out of range, or a non-finite value when checking is
+  /// on (naming the op).
+  std::optional<std::map<std::string, std::vector<float>>>
+  run(const std::string &entry, const std::vector<int32_t> &tokens,
+      const std::vector<int32_t> &targets, int64_t step,
+      std::string &error) override;
+  void setTrace(Trace *t) override { trace = t; }
+  /// Off by default: one more pass over memory per step.
+  void setCheckNumerics(bool on) override { checkNumerics = on; }
+  const Plan &plan() const override { return planRef; }
+  /// Persistent state and the arena (what `kiln explain --memory`
+  /// predicts); per-op scratch for widening bf16 comes on top.
+  int64_t allocatedBytes() const override;
+  std::string describe() const override;
+
+  /// The persistent tensor `name` (a parameter or an optimizer moment).
+  std::vector<float> *state(const std::string &name);
+
+private:
+  explicit CpuExecutor(const Plan &plan);
+  View view(int64_t id);
+  std::string runShardOp(const PlanStep &step,
+                         std::vector<std::vector<float>> &scratch);
+  std::string runStep(const PlanStep &step,
+                      std::vector<std::vector<float>> &scratch);
+
+  const Plan &planRef;
+  HostStates states;
+  std::vector<int32_t> tokensBuf, targetsBuf;
+  int64_t stepValue = 0;
+  std::map<int64_t, float> consts;
+  std::unique_ptr<float[]> arena; // aligned storage, arenaBytes long
+  int64_t arenaFloats = 0;
+  bool checkNumerics = false;
+  comm::Communicator *communicator = nullptr;
+  int rankIndex = 0;
+  /// Collectives in flight, by the value id of their result: the handle
+  /// and the divisor of a mean (1 otherwise).
+  struct Pending {
+    comm::CommHandle handle;
+    int64_t divisor = 1;
+    // For the trace: the collective, when it started, whether its end
+    // has been recorded.
+    std::string name;
+    Trace::Clock::time_point started;
+    bool recorded = false;
+  };
+  Trace *trace = nullptr;
+  /// Records the end of every traced collective that has completed.
+  void traceCompleted();
+  std::map<int64_t, Pending> pending;
+  std::string startCollective(const PlanStep &step);
+  std::string waitCollective(const PlanStep &step);
+};
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_CPU_CPUEXECUTOR_H

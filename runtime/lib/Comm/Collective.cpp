@@ -1,0 +1,165 @@
+//===- Collective.cpp - Argument checks, failed state, reductions ---------===//
+//
+// The reductions are written as plain loops over elements, one rank's row
+// at a time; each element's own order of operations is the rank order the
+// specification fixes (the compiler may vectorise across elements, never
+// reassociate within one: no -ffast-math, and this file is built with
+// -ffp-contract=off).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Collective.h"
+
+#include "kiln/Runtime/Numerics/Bf16.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace kiln::runtime::comm {
+
+namespace {
+
+const char *kindName(CollectiveKind kind) {
+  switch (kind) {
+  case CollectiveKind::AllGather:
+    return "all-gather";
+  case CollectiveKind::ReduceScatter:
+    return "reduce-scatter";
+  case CollectiveKind::AllReduce:
+    return "all-reduce";
+  case CollectiveKind::Barrier:
+    return "barrier";
+  }
+  return "collective";
+}
+
+bool validType(ElementType type) {
+  return type == ElementType::F32 || type == ElementType::BF16 ||
+         type == ElementType::U8;
+}
+
+bool validOp(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Max; }
+
+/// The max rule of the specification: a NaN already held stays, a NaN
+/// contribution is taken, otherwise the larger value, +0 above -0.
+inline float maxStep(float acc, float x) {
+  if (std::isnan(acc))
+    return acc;
+  if (std::isnan(x) || x > acc)
+    return x;
+  if (x == acc && std::signbit(acc) && !std::signbit(x))
+    return x;
+  return acc;
+}
+
+} // namespace
+
+std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
+                               ElementType type, ReduceOp op) {
+  std::string s = std::string(kindName(kind)) + " #" + std::to_string(id);
+  if (kind == CollectiveKind::Barrier)
+    return s;
+  s += " (" + std::to_string(count) + " x " + elementTypeName(type);
+  if (kind != CollectiveKind::AllGather)
+    s += std::string(", ") + reduceOpName(op);
+  return s + ")";
+}
+
+std::optional<std::string> checkCollective(CollectiveKind kind,
+                                           const void *send, const void *recv,
+                                           int64_t count, ElementType type,
+                                           ReduceOp op, int size,
+                                           int64_t maxElements) {
+  if (kind == CollectiveKind::Barrier)
+    return std::nullopt;
+  if (!validType(type))
+    return "unknown element type " + std::to_string(static_cast<int>(type));
+  if (kind != CollectiveKind::AllGather && type == ElementType::U8)
+    return std::string("u8 (raw bytes) can be gathered but not reduced");
+  if (kind != CollectiveKind::AllGather && !validOp(op))
+    return "unknown reduction " + std::to_string(static_cast<int>(op));
+  if (count < 0)
+    return "negative count";
+  if (count == 0)
+    return std::nullopt;
+  if (!send || !recv)
+    return std::string("null ") + (send ? "receive" : "send") + " buffer";
+  // Elements of the larger buffer: size*count except for all-reduce.
+  int64_t factor = kind == CollectiveKind::AllReduce ? 1 : size;
+  if (count > maxElements / factor)
+    return "more than " + std::to_string(maxElements) +
+           " elements in one buffer, this backend's limit";
+  int64_t bytes = elementBytes(type);
+  int64_t sendBytes =
+      count * bytes * (kind == CollectiveKind::ReduceScatter ? size : 1);
+  int64_t recvBytes =
+      count * bytes * (kind == CollectiveKind::AllGather ? size : 1);
+  auto s = reinterpret_cast<uintptr_t>(send);
+  auto r = reinterpret_cast<uintptr_t>(recv);
+  bool overlap = s < r + static_cast<uintptr_t>(recvBytes) &&
+                 r < s + static_cast<uintptr_t>(sendBytes);
+  if (overlap && !(kind == CollectiveKind::AllReduce && s == r))
+    return kind == CollectiveKind::AllReduce
+               ? "send and receive buffers overlap without being the same"
+               : "send and receive buffers overlap";
+  return std::nullopt;
+}
+
+void FailureState::fail(uint64_t id, std::string why) {
+  if (failedFrom != 0)
+    return;
+  failedFrom = id;
+  message = std::move(why);
+}
+
+std::optional<std::string> FailureState::resultOf(uint64_t id) const {
+  if (failedFrom == 0 || id < failedFrom)
+    return std::nullopt;
+  if (id == failedFrom)
+    return message;
+  return "collective #" + std::to_string(id) +
+         " not run: the communicator failed earlier: " + message;
+}
+
+void reduceRows(const void *rows, int nranks, int64_t count, ElementType type,
+                ReduceOp op, void *out, std::vector<float> &scratch) {
+  if (count <= 0 || nranks <= 0)
+    return;
+  if (type == ElementType::F32) {
+    const float *in = static_cast<const float *>(rows);
+    float *acc = static_cast<float *>(out);
+    if (acc != in)
+      std::memcpy(acc, in, count * sizeof(float));
+    for (int r = 1; r < nranks; ++r) {
+      const float *row = in + r * count;
+      if (op == ReduceOp::Sum)
+        for (int64_t i = 0; i < count; ++i)
+          acc[i] = acc[i] + row[i];
+      else
+        for (int64_t i = 0; i < count; ++i)
+          acc[i] = maxStep(acc[i], row[i]);
+    }
+    return;
+  }
+  // bf16: widen (exactly) to f32, fold in f32, round once.
+  const uint16_t *in = static_cast<const uint16_t *>(rows);
+  if (static_cast<int64_t>(scratch.size()) < count)
+    scratch.resize(count);
+  float *acc = scratch.data();
+  for (int64_t i = 0; i < count; ++i)
+    acc[i] = numerics::fromBf16Bits(in[i]);
+  for (int r = 1; r < nranks; ++r) {
+    const uint16_t *row = in + r * count;
+    if (op == ReduceOp::Sum)
+      for (int64_t i = 0; i < count; ++i)
+        acc[i] = acc[i] + numerics::fromBf16Bits(row[i]);
+    else
+      for (int64_t i = 0; i < count; ++i)
+        acc[i] = maxStep(acc[i], numerics::fromBf16Bits(row[i]));
+  }
+  uint16_t *dst = static_cast<uint16_t *>(out);
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = numerics::toBf16Bits(acc[i]);
+}
+
+} // namespace kiln::runtime::comm

@@ -1,0 +1,62 @@
+//===- Collective.h - What every communicator backend shares ----*- C++ -*-===//
+//
+// Private to runtime/lib/Comm. The argument checks every backend applies
+// at start, the failed-state bookkeeping behind wait(), and the one
+// implementation of the reduction rules of docs/communicator.md that the
+// CPU backends (MPI, local) apply once the contributions to a chunk have
+// been gathered as rows: row r holds rank r's contribution.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_COMM_COLLECTIVE_H
+#define KILN_RUNTIME_COMM_COLLECTIVE_H
+
+#include "kiln/Runtime/Comm/Communicator.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime::comm {
+
+enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, Barrier };
+
+/// E.g. "all-reduce #7 (1237 x bf16, sum)".
+std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
+                               ElementType type, ReduceOp op);
+
+/// Why these arguments are not a valid collective for a world of `size`
+/// ranks, or nothing: an unknown element type or reduction, a negative
+/// count, a null buffer with count > 0, a buffer of more than
+/// `maxElements` elements (the backend's limit), or overlapping send and
+/// receive buffers (an all-reduce may also be exactly in place).
+std::optional<std::string> checkCollective(CollectiveKind kind,
+                                           const void *send, const void *recv,
+                                           int64_t count, ElementType type,
+                                           ReduceOp op, int size,
+                                           int64_t maxElements);
+
+/// The failed state of a communicator: once a collective fails, it and
+/// every later one report an error. Not thread-safe; the backend guards it.
+struct FailureState {
+  uint64_t failedFrom = 0; // id of the first failed collective; 0: none
+  std::string message;
+
+  bool failed() const { return failedFrom != 0; }
+  /// Records the failure of collective `id` unless one is recorded already.
+  void fail(uint64_t id, std::string why);
+  /// What wait() reports for a completed collective `id`.
+  std::optional<std::string> resultOf(uint64_t id) const;
+};
+
+/// out[i] = the reduction over r = 0..nranks-1 of rows[r*count + i], by the
+/// rules of docs/communicator.md: an f32 fold in rank order starting from
+/// row 0, rounded once to bf16 at the end for bf16. `out` may equal `rows`
+/// only when nranks == 1. `scratch` is reused f32 space (bf16 only).
+void reduceRows(const void *rows, int nranks, int64_t count, ElementType type,
+                ReduceOp op, void *out, std::vector<float> &scratch);
+
+} // namespace kiln::runtime::comm
+
+#endif // KILN_RUNTIME_COMM_COLLECTIVE_H

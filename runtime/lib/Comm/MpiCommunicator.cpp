@@ -1,0 +1,284 @@
+//===- MpiCommunicator.cpp - Collectives over MPI, one progress thread ----===//
+//
+// Threads. The caller's threads only touch the request queue under `mu_`.
+// The communication thread makes every MPI call: MPI_Init_thread, the
+// collectives, MPI_Finalize. It takes requests in issue order and runs each
+// to completion with non-blocking MPI calls it polls (MPI_Test): tight
+// polling for a short while, then sleeps that double up to a cap, so that a
+// rank whose peers are late leaves its core to the compute thread instead
+// of spinning in MPI (ranks are oversubscribed on small machines). Between
+// requests it sleeps on `workCv_`. Completing request k sets doneThrough_
+// = k and wakes the waiters; requests finish one after the other, which is
+// what makes completion follow issue order.
+//
+// The collectives themselves: MpiCollectives.cpp; the deadline:
+// MpiDeadline.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Comm/MpiCommunicator.h"
+
+#include "MpiCommunicatorImpl.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+namespace kiln::runtime::comm {
+
+namespace {
+/// MPI may be initialised once per process; these track who holds it.
+std::mutex processMutex;
+bool communicatorExists = false;
+bool finalisedByUs = false;
+} // namespace
+
+namespace mpi {
+
+/// MPI_THREAD_MULTIPLE, unless KILN_MPI_THREAD_LEVEL asks for funneled or
+/// serialized (to check that the backend needs no more than FUNNELED).
+int requestedThreadLevel() {
+  const char *level = std::getenv("KILN_MPI_THREAD_LEVEL");
+  if (level && std::strcmp(level, "funneled") == 0)
+    return MPI_THREAD_FUNNELED;
+  if (level && std::strcmp(level, "serialized") == 0)
+    return MPI_THREAD_SERIALIZED;
+  return MPI_THREAD_MULTIPLE;
+}
+
+std::string mpiErrorText(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, length);
+}
+
+MPI_Datatype mpiType(ElementType type) {
+  switch (type) {
+  case ElementType::BF16:
+    return MPI_UINT16_T;
+  case ElementType::U8:
+    return MPI_UINT8_T;
+  default:
+    return MPI_FLOAT;
+  }
+}
+
+std::optional<std::string> MpiCommunicator::launch() {
+  try {
+    thread_ = std::thread([this] { threadMain(); });
+  } catch (const std::exception &e) {
+    return std::string("mpi: cannot start the communication thread: ") +
+           e.what();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  doneCv_.wait(lock, [this] { return setUpDone_; });
+  return setUpError_;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  workCv_.notify_one();
+  if (thread_.joinable())
+    thread_.join();
+  std::lock_guard<std::mutex> lock(processMutex);
+  communicatorExists = false;
+}
+
+CommHandle MpiCommunicator::enqueue(CollectiveKind kind, const void *send,
+                                    void *recv, int64_t count, ElementType type,
+                                    ReduceOp op) {
+  Request request;
+  request.kind = kind;
+  request.type = type;
+  request.op = op;
+  request.send = send;
+  request.recv = recv;
+  request.count = count;
+  CommHandle handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    request.id = handle.id = nextId_++;
+    if (auto why =
+            checkCollective(kind, send, recv, count, type, op, size_, INT_MAX))
+      request.invalid = "mpi " +
+                        describeCollective(kind, request.id, count, type, op) +
+                        ": " + *why;
+    queue_.push_back(std::move(request));
+  }
+  workCv_.notify_one();
+  return handle;
+}
+
+std::optional<std::string> MpiCommunicator::wait(CommHandle handle) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (handle.id == 0 || handle.id >= nextId_)
+    return "mpi: wait on a handle this communicator did not issue (#" +
+           std::to_string(handle.id) + ")";
+  doneCv_.wait(lock, [&] { return doneThrough_ >= handle.id; });
+  return failure_.resultOf(handle.id);
+}
+
+bool MpiCommunicator::test(CommHandle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return handle.id == 0 || handle.id >= nextId_ || doneThrough_ >= handle.id;
+}
+
+void MpiCommunicator::threadMain() {
+#ifdef __linux__
+  // Sleeps of a few microseconds should not be stretched by the default
+  // 50 us timer slack.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+#endif
+  std::optional<std::string> error = setUp();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    setUpDone_ = true;
+    setUpError_ = error;
+  }
+  doneCv_.notify_all();
+  if (error)
+    return;
+  for (;;) {
+    Request request;
+    bool failed;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Idle, the thread still answers other ranks' questions (a rank
+      // that never issues the next collective is told apart from one that
+      // is stopped) and looks for an abortRun.
+      while (!stopping_ && queue_.empty()) {
+        if (workCv_.wait_for(lock, kIdlePoll) == std::cv_status::timeout ||
+            abortCode_.load() >= 0) {
+          lock.unlock();
+          abortIfAsked();
+          answerPeers();
+          lock.lock();
+        }
+      }
+      if (queue_.empty())
+        break; // stopping, and every issued request is done
+      request = std::move(queue_.front());
+      queue_.pop_front();
+      failed = failure_.failed();
+    }
+    std::optional<std::string> result;
+    if (!failed && !request.invalid.empty()) {
+      result = request.invalid;
+    } else if (!failed) {
+      running_ = request.id;
+      runningSince_ = std::chrono::steady_clock::now();
+      result = runCaught(request);
+      running_ = 0;
+    }
+    finished_ = request.id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (result)
+        failure_.fail(request.id, *result);
+      doneThrough_ = request.id;
+    }
+    doneCv_.notify_all();
+  }
+  if (!abandoned_)
+    tearDown();
+}
+
+std::optional<std::string> MpiCommunicator::setUp() {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (finalised)
+    return std::string("mpi: MPI was finalised in this process and cannot be "
+                       "initialised again");
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialised) {
+    int rc =
+        MPI_Init_thread(nullptr, nullptr, requestedThreadLevel(), &provided);
+    if (rc != MPI_SUCCESS)
+      return "mpi: MPI_Init_thread failed: " + mpiErrorText(rc);
+    ownsMpi_ = true;
+    // This thread makes every MPI call and is the one that initialised
+    // MPI, which is all that FUNNELED asks.
+    if (provided < MPI_THREAD_FUNNELED) {
+      tearDown();
+      return std::string("mpi: the MPI library provides only "
+                         "MPI_THREAD_SINGLE; the communication thread needs "
+                         "MPI_THREAD_FUNNELED or more");
+    }
+  } else {
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+      return std::string("mpi: MPI was initialised elsewhere without "
+                         "MPI_THREAD_MULTIPLE; the communication thread "
+                         "cannot share it");
+  }
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &side_);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_rank(comm_, &rank_);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_size(comm_, &size_);
+  if (rc != MPI_SUCCESS) {
+    std::string error = "mpi: setting up the communicator of MPI_COMM_WORLD "
+                        "failed: " +
+                        mpiErrorText(rc);
+    tearDown();
+    return error;
+  }
+  return std::nullopt;
+}
+
+void MpiCommunicator::tearDown() {
+  if (comm_ != MPI_COMM_NULL)
+    MPI_Comm_free(&comm_);
+  if (side_ != MPI_COMM_NULL)
+    MPI_Comm_free(&side_);
+  if (ownsMpi_) {
+    MPI_Finalize();
+    std::lock_guard<std::mutex> lock(processMutex);
+    finalisedByUs = true;
+  }
+}
+
+} // namespace mpi
+
+std::unique_ptr<Communicator> createMpiCommunicator(std::string &error) {
+  {
+    std::lock_guard<std::mutex> lock(processMutex);
+    if (communicatorExists) {
+      error = "mpi: an MPI communicator already exists in this process";
+      return nullptr;
+    }
+    if (finalisedByUs) {
+      error = "mpi: MPI was finalised in this process and cannot be "
+              "initialised again";
+      return nullptr;
+    }
+    communicatorExists = true;
+  }
+  auto comm = std::make_unique<mpi::MpiCommunicator>();
+  if (auto why = comm->launch()) {
+    error = *why;
+    return nullptr;
+  }
+  return comm;
+}
+
+} // namespace kiln::runtime::comm

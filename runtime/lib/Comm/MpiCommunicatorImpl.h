@@ -1,0 +1,167 @@
+//===- MpiCommunicatorImpl.h - The MPI communicator's class ------*- C++ -*-===//
+//
+// Internal to the MPI communicator, whose code is in three files by
+// concern: MpiCommunicator.cpp (the callers' side, the communication
+// thread, MPI's set-up and tear-down), MpiCollectives.cpp (each collective
+// as non-blocking MPI calls and the reductions) and MpiDeadline.cpp (the
+// side channel that names late ranks, and aborting the run).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_COMM_MPICOMMUNICATORIMPL_H
+#define KILN_RUNTIME_COMM_MPICOMMUNICATORIMPL_H
+
+#include "kiln/Runtime/Comm/Communicator.h"
+
+#include "Collective.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kiln::runtime::comm::mpi {
+
+// Polling: MPI_Test back to back for kSpin, then sleeps from kMinSleep
+// doubling to kMaxSleep.
+inline constexpr std::chrono::microseconds kSpin{50};
+inline constexpr std::chrono::microseconds kMinSleep{2};
+inline constexpr std::chrono::microseconds kMaxSleep{200};
+// The side channel: how often an idle thread looks for questions, how long
+// a rank whose collective passed its deadline waits for the answers.
+inline constexpr std::chrono::milliseconds kIdlePoll{100};
+inline constexpr std::chrono::seconds kAnswerGrace{2};
+inline constexpr int kAskTag = 1, kAnswerTag = 2;
+
+struct Request {
+  uint64_t id = 0;
+  CollectiveKind kind = CollectiveKind::Barrier;
+  ElementType type = ElementType::F32;
+  ReduceOp op = ReduceOp::Sum;
+  const void *send = nullptr;
+  void *recv = nullptr;
+  int64_t count = 0;
+  /// Set at start when the arguments are invalid: the request fails
+  /// (in its turn) without MPI calls.
+  std::string invalid;
+};
+
+/// MPI_THREAD_MULTIPLE, unless KILN_MPI_THREAD_LEVEL asks for funneled or
+/// serialized (to check that the backend needs no more than FUNNELED).
+int requestedThreadLevel();
+/// MPI's text for an error code.
+std::string mpiErrorText(int code);
+/// The MPI datatype that moves elements of `type` as bytes.
+MPI_Datatype mpiType(ElementType type);
+
+class MpiCommunicator final : public Communicator {
+public:
+  ~MpiCommunicator() override;
+
+  /// Starts the communication thread and waits for it to set MPI up.
+  std::optional<std::string> launch();
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char *backendName() const override { return "mpi"; }
+
+  CommHandle startAllGather(const void *send, void *recv, int64_t count,
+                            ElementType type) override {
+    return enqueue(CollectiveKind::AllGather, send, recv, count, type,
+                   ReduceOp::Sum);
+  }
+  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
+                                ElementType type, ReduceOp op) override {
+    return enqueue(CollectiveKind::ReduceScatter, send, recv, count, type, op);
+  }
+  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
+                            ElementType type, ReduceOp op) override {
+    return enqueue(CollectiveKind::AllReduce, send, recv, count, type, op);
+  }
+
+  std::optional<std::string> wait(CommHandle handle) override;
+  bool test(CommHandle handle) override;
+
+  std::optional<std::string> barrier() override {
+    return wait(enqueue(CollectiveKind::Barrier, nullptr, nullptr, 0,
+                        ElementType::F32, ReduceOp::Sum));
+  }
+
+  std::optional<std::string> failure() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.failed())
+      return std::nullopt;
+    return failure_.message;
+  }
+
+  void setTimeout(int64_t seconds) override {
+    timeoutSeconds_.store(std::max<int64_t>(0, seconds));
+  }
+  [[noreturn]] void abortRun(int code) override;
+
+private:
+  CommHandle enqueue(CollectiveKind kind, const void *send, void *recv,
+                     int64_t count, ElementType type, ReduceOp op);
+
+  // On the communication thread only.
+  void threadMain();
+  std::optional<std::string> setUp();
+  void tearDown();
+  std::optional<std::string> runCaught(const Request &request);
+  std::optional<std::string> run(const Request &request);
+  std::optional<std::string> finish(MPI_Request &request, const char *call);
+  std::optional<std::string> allReduce(const Request &request);
+  void answerPeers();
+  std::string missingRanks();
+  void abortIfAsked();
+
+  // Shared, guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable workCv_; // a request was queued, or stopping_
+  std::condition_variable doneCv_; // doneThrough_ moved, or set-up ended
+  std::deque<Request> queue_;
+  uint64_t nextId_ = 1;      // the id the next start call gets
+  uint64_t doneThrough_ = 0; // every request with id <= this is complete
+  FailureState failure_;
+  bool stopping_ = false;
+  bool setUpDone_ = false;
+  std::optional<std::string> setUpError_;
+
+  // Written by the communication thread before set-up ends, then constant.
+  int rank_ = 0, size_ = 1;
+
+  // Set by any thread, read by the communication thread.
+  std::atomic<int64_t> timeoutSeconds_{0};
+  std::atomic<int> abortCode_{-1};
+
+  // The communication thread's own.
+  std::thread thread_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm side_ = MPI_COMM_NULL; // questions and answers about progress
+  uint64_t running_ = 0;          // the request in MPI now, else 0
+  uint64_t finished_ = 0;         // the last request this thread completed
+  std::chrono::steady_clock::time_point runningSince_;
+  // A request left pending when its deadline passed: MPI may still write
+  // to its buffers, so MPI is not finalised and the run ends by abortRun.
+  bool abandoned_ = false;
+  // Buffers of the side channel's messages; they stay put, since sends and
+  // receives of a timed-out ask may never complete.
+  std::deque<int64_t> answers_;
+  int64_t asked_ = 0;
+  std::vector<int64_t> peerReached_;
+  bool ownsMpi_ = false;
+  std::vector<unsigned char> rows_;
+  std::vector<float> scratch_;
+  std::vector<int> sendCounts_, sendDispls_, recvCounts_, recvDispls_;
+};
+
+} // namespace kiln::runtime::comm::mpi
+
+#endif // KILN_RUNTIME_COMM_MPICOMMUNICATORIMPL_H

@@ -1,0 +1,169 @@
+//===- CudaActionsEnqueue.cpp - Device actions onto the streams -----------===//
+//
+// Loading generated CUBINs, and putting a built action list on the
+// compute stream (collectives on the communicator's stream, joined by
+// events), optionally with an event before each action for the trace.
+// The same enqueueing runs eagerly and inside a CUDA graph capture.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaActions.h"
+
+#include <cstring>
+
+namespace kiln::runtime::cuda {
+
+std::unique_ptr<LoadedModule> LoadedModule::load(const std::string &cubin,
+                                                 std::string &error) {
+  std::unique_ptr<LoadedModule> m(new LoadedModule);
+  if (cudaError_t e = cudaLibraryLoadData(&m->library, cubin.data(), nullptr,
+                                          nullptr, 0, nullptr, nullptr, 0);
+      e != cudaSuccess) {
+    error = cudaProblem("loading a CUBIN", e);
+    return nullptr;
+  }
+  return m;
+}
+
+LoadedModule::~LoadedModule() {
+  if (library)
+    cudaLibraryUnload(library);
+}
+
+cudaKernel_t LoadedModule::kernel(const std::string &name,
+                                  std::string &error) {
+  auto it = kernels.find(name);
+  if (it != kernels.end())
+    return it->second;
+  cudaKernel_t k = nullptr;
+  if (cudaError_t e = cudaLibraryGetKernel(&k, library, name.c_str());
+      e != cudaSuccess) {
+    error = cudaProblem("kernel '" + name + "'", e);
+    return nullptr;
+  }
+  kernels[name] = k;
+  return k;
+}
+
+namespace {
+std::string enqueue(const Action &a, Gemms &gemms,
+                    comm::NcclCommunicator *comm, cudaStream_t stream,
+                    std::map<int64_t, comm::CommHandle> &pending) {
+  switch (a.kind) {
+  case Action::Launch: {
+    void *params[2] = {const_cast<uint64_t *>(a.args.data()),
+                       const_cast<int *>(&a.extra)};
+    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void *>(a.kernel),
+                                         a.grid, a.block, params,
+                                         a.shared, stream);
+        e != cudaSuccess)
+      return cudaProblem("launching a kernel", e);
+    return "";
+  }
+  case Action::Memset:
+    if (cudaError_t e = cudaMemsetAsync(a.dst, 0, a.bytes, stream);
+        e != cudaSuccess)
+      return cudaProblem("cudaMemsetAsync", e);
+    return "";
+  case Action::Copy:
+    if (cudaError_t e = cudaMemcpyAsync(a.dst, a.src, a.bytes,
+                                        cudaMemcpyDefault, stream);
+        e != cudaSuccess)
+      return cudaProblem("cudaMemcpyAsync", e);
+    return "";
+  case Action::Linear:
+    switch (a.gemm) {
+    case Action::Gemm::Forward:
+      return gemms.linear(a.dtype, a.a, a.b, a.c, a.m, a.k, a.n, stream);
+    case Action::Gemm::GradInput:
+      return gemms.linearGradInput(a.dtype, a.a, a.b, a.c, a.m, a.n, a.k,
+                                   stream);
+    case Action::Gemm::GradWeight:
+      return gemms.linearGradWeight(a.dtype, a.a, a.b, a.c, a.m, a.n, a.k,
+                                    stream);
+    }
+    return "";
+  case Action::Scaled:
+    return gemms.scaledMatmul(a.scaled, stream);
+  case Action::Collective: {
+    if (!comm)
+      return "a collective in a plan run without a communicator";
+    comm::CommHandle h;
+    if (a.collective == plan::Op::AllGatherStart)
+      h = comm->startAllGather(a.src, a.dst, a.count, a.element);
+    else if (a.collective == plan::Op::ReduceScatterStart)
+      h = comm->startReduceScatter(a.src, a.dst, a.count, a.element, a.reduce);
+    else
+      h = comm->startAllReduce(a.src, a.dst, a.count, a.element, a.reduce);
+    pending[a.resultId] = h;
+    return "";
+  }
+  case Action::Wait: {
+    auto it = pending.find(a.resultId);
+    if (it == pending.end() || !comm)
+      return "waits for a collective that was not started";
+    std::string problem = comm->streamWait(it->second, stream);
+    pending.erase(it);
+    return problem;
+  }
+  }
+  return "";
+}
+} // namespace
+
+std::string enqueueActions(const Plan &plan, const std::string &entry,
+                           const std::vector<Action> &actions, Gemms &gemms,
+                           comm::NcclCommunicator *comm, cudaStream_t stream,
+                           const std::vector<cudaEvent_t> *marks) {
+  const PlanEntry *e = plan.entry(entry);
+  std::map<int64_t, comm::CommHandle> pending;
+  if (comm)
+    comm->setProducerStream(stream);
+  auto mark = [&](size_t i) -> std::string {
+    if (!marks)
+      return "";
+    if (cudaError_t err = cudaEventRecord((*marks)[i], stream);
+        err != cudaSuccess)
+      return cudaProblem("recording an event", err);
+    return "";
+  };
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action &a = actions[i];
+    std::string problem = mark(i);
+    if (problem.empty())
+      problem = enqueue(a, gemms, comm, stream, pending);
+    if (!problem.empty())
+      return "op " + std::to_string(a.step) + " of " + entry + ", " +
+             describeStep(plan, e->steps[a.step]) + ": " + problem;
+  }
+  return mark(actions.size());
+}
+
+const char *actionCategory(const Action &a) {
+  switch (a.kind) {
+  case Action::Linear:
+    return "GEMM";
+  case Action::Scaled:
+    return "FP8 GEMM";
+  case Action::Collective:
+  case Action::Wait:
+    return "collectives";
+  case Action::Memset:
+  case Action::Copy:
+    return "copies and memsets";
+  case Action::Launch:
+    break;
+  }
+  const std::string &k = a.kernelName;
+  if (k.rfind("kiln_group", 0) == 0)
+    return "fused groups";
+  if (k.rfind("kiln_attention", 0) == 0)
+    return "attention";
+  if (k.rfind("kiln_adamw", 0) == 0)
+    return "AdamW";
+  if (k == "kiln_check_finite")
+    return "numerics check";
+  return "other op kernels";
+}
+
+} // namespace kiln::runtime::cuda

@@ -1,0 +1,182 @@
+//===- CudaExecutor.cpp - Runs a plan on one GPU per rank -----------------===//
+//
+// Creating the executor (which ops and values the backend takes), its
+// settings, the communicator (NCCL over the host's MPI for several ranks),
+// and what it reports. Memory: CudaExecutorMemory.cpp; running an entry:
+// CudaExecutorRun.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaExecutorState.h"
+
+#include "kiln/Runtime/Cuda/OpKernels.h"
+#include "kiln/Runtime/MemoryCheck.h"
+
+#include <cstdio>
+
+namespace kiln::runtime::cuda {
+
+namespace {
+/// Which ops the backend runs outside fused groups: init, the GEMMs, the
+/// collectives and their waits, and the op kernels.
+bool runsOp(plan::Op op) {
+  switch (plan::category(op)) {
+  case plan::Category::Init:
+  case plan::Category::Collective:
+  case plan::Category::Wait:
+    return true;
+  case plan::Category::Library:
+  case plan::Category::ShardCast:
+    return isGemm(op) || isKernelOp(op);
+  case plan::Category::Fused:
+  case plan::Category::GroupOnly:
+    return false;
+  }
+  return false;
+}
+} // namespace
+
+void CudaExecutor::State::dropEntries() {
+  for (auto &[name, e] : entries) {
+    if (e.graph)
+      cudaGraphExecDestroy(e.graph);
+    for (cudaEvent_t m : e.marks)
+      cudaEventDestroy(m);
+  }
+  entries.clear();
+}
+
+CudaExecutor::State::~State() {
+  dropEntries();
+  groups.clear();
+  ops.reset();
+  gemms.reset();
+  for (void *p : {static_cast<void *>(arena), static_cast<void *>(states),
+                  static_cast<void *>(small), static_cast<void *>(scratch),
+                  static_cast<void *>(numericsFlag)})
+    if (p)
+      cudaFree(p);
+  for (void *p : {static_cast<void *>(pinned),
+                  static_cast<void *>(numericsHost)})
+    if (p)
+      cudaFreeHost(p);
+  if (stream)
+    cudaStreamDestroy(stream);
+  nccl.reset();
+}
+
+std::unique_ptr<CudaExecutor> CudaExecutor::create(const Plan &plan,
+                                                   std::string &error) {
+  if (!plan.entry("init")) {
+    error = "the plan has no 'init' entry";
+    return nullptr;
+  }
+  for (const auto &[name, entry] : plan.entries)
+    for (const PlanStep &step : entry.steps)
+      if (!step.group && !runsOp(step.kind)) {
+        error = "the CUDA backend cannot run op '" + step.op + "' (" + name +
+                ", " + step.loc + ")";
+        return nullptr;
+      }
+  for (const PlanValue &v : plan.values) {
+    if (v.kind == PlanValue::State && v.dtype != DType::F32) {
+      error = "state '" + v.name + "' is " + dtypeName(v.dtype) +
+              "; the CUDA backend keeps state in f32";
+      return nullptr;
+    }
+    if (v.kind == PlanValue::Const && v.dtype != DType::F32) {
+      error = std::string("a ") + dtypeName(v.dtype) +
+              " constant; the CUDA backend takes f32 constants";
+      return nullptr;
+    }
+  }
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    error = std::string("no usable CUDA device (") + cudaGetErrorString(e) +
+            ")";
+    return nullptr;
+  }
+  if (count == 0) {
+    error = "no CUDA device";
+    return nullptr;
+  }
+  return std::unique_ptr<CudaExecutor>(
+      new CudaExecutor(std::make_unique<State>(plan)));
+}
+
+CudaExecutor::CudaExecutor(std::unique_ptr<State> state)
+    : s(std::move(state)) {}
+CudaExecutor::~CudaExecutor() = default;
+
+const Plan &CudaExecutor::plan() const { return s->plan; }
+int CudaExecutor::rank() const { return s->rankIndex; }
+void CudaExecutor::setTrace(Trace *trace) { s->trace = trace; }
+void CudaExecutor::setGraphs(bool on) { s->graphs = on; }
+
+void CudaExecutor::setCheckNumerics(bool on) {
+  if (s->checkNumerics == on)
+    return;
+  s->checkNumerics = on;
+  s->dropEntries(); // their actions have the checks, or lack them
+}
+int64_t CudaExecutor::allocatedBytes() const { return s->allocated; }
+
+CudaExecutor::Memory CudaExecutor::memory() const {
+  return {s->predicted, s->allocated, s->usedPeak};
+}
+
+std::string CudaExecutor::setCommunicator(comm::Communicator *c) {
+  int size = c ? c->size() : 1;
+  if (size == 1 && s->plan.ranks != 1)
+    return "the plan is for " + std::to_string(s->plan.ranks) +
+           " ranks; start it with mpirun -np " +
+           std::to_string(s->plan.ranks);
+  if (size != s->plan.ranks)
+    return "the plan is for " + std::to_string(s->plan.ranks) +
+           " ranks but the run has " + std::to_string(size);
+  if (s->prepared)
+    return "the communicator is set before the executor's first use";
+  s->host = c;
+  s->rankIndex = c ? c->rank() : 0;
+  if (s->plan.ranks > 1) {
+    // One rank per GPU; NCCL picks this rank's device and sets it.
+#ifdef KILN_HAVE_NCCL
+    std::string error;
+    // The collective deadline of the run (comm.train_timeout_seconds; 0
+    // waits forever), as the MPI communicator keeps it.
+    s->nccl = comm::createNcclCommunicator(
+        *c, static_cast<double>(s->plan.training.commTimeoutSeconds), error);
+    if (!s->nccl)
+      return error;
+    s->device = s->nccl->device();
+#else
+    return "this build has no NCCL (libnccl was not found when it was "
+           "configured): the CUDA backend runs one rank only";
+#endif
+  }
+  return s->prepare();
+}
+
+std::string CudaExecutor::memoryReport() const {
+  if (!s->prepared)
+    return "";
+  return "device memory: " + formatBytes(s->predicted) + " predicted, " +
+         formatBytes(s->allocated) + " allocated by Kiln, " +
+         formatBytes(s->usedPeak) + " in use on the device at most "
+         "(cudaMemGetInfo, CUDA's own memory included)";
+}
+
+std::string CudaExecutor::describe() const {
+  char text[256];
+  if (!s->prepared)
+    return "CUDA";
+  std::snprintf(text, sizeof text,
+                "CUDA, GPU %d (%s, %s), %s predicted, %s allocated%s", s->device,
+                s->prop.name, s->arch.c_str(),
+                formatBytes(s->predicted).c_str(),
+                formatBytes(s->allocated).c_str(),
+                s->graphs ? ", CUDA graphs" : "");
+  return text;
+}
+
+} // namespace kiln::runtime::cuda

@@ -1,0 +1,118 @@
+//===- GroupKernelSource.cpp - CUDA C++ for a fused group -----------------===//
+//
+// The entry points of GroupKernelSource.h: a group's kernel text (written
+// by GroupKernelWriter.h's writer), its launch shape, and the distinct
+// kernels of a plan.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Cuda/GroupKernelSource.h"
+#include "GroupKernelWriter.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kiln::runtime::cuda {
+
+// Column sums add the same rows in the same order as the CPU backend's.
+static_assert(kKilnGroupBlockRows == kColSumBlockRows);
+
+using group::pointwise;
+using group::Store;
+using group::Writer;
+
+GroupKernelSource groupKernelSource(const FusedGroup &group,
+                                    const std::vector<DType> &operands,
+                                    const std::vector<DType> &results,
+                                    std::string &error) {
+  GroupKernelSource k;
+  if (results.size() != group.outputs.size()) {
+    error = "the group has " + std::to_string(group.outputs.size()) +
+            " outputs but the step " + std::to_string(results.size()) +
+            " results";
+    return k;
+  }
+  Writer w(group, operands, results);
+  if (!w.write(error))
+    return k;
+  k.source = w.text();
+  k.tiled = w.tiled;
+  k.hasColSum = w.hasColSum;
+  return k;
+}
+
+std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
+                                       std::string &error) {
+  auto parts = [](int64_t n, int64_t per) {
+    return std::max<int64_t>(1, (n + per - 1) / per);
+  };
+  auto tooLarge = [&] {
+    error = "a fused group of " + std::to_string(group.rows) + " x " +
+            std::to_string(group.cols) + " is too large for one launch";
+    return std::nullopt;
+  };
+  GroupLaunch l;
+  if (pointwise(group)) {
+    // One block per tile, column-tile major (a 1-D grid: a flat shard's
+    // one row of millions of columns has more column tiles than grid.y
+    // takes).
+    int64_t tiles =
+        parts(group.rows, kKilnGroupTile) * parts(group.cols, kKilnGroupTile);
+    if (tiles > std::numeric_limits<int32_t>::max())
+      return tooLarge();
+    l.grid[0] = static_cast<unsigned>(tiles);
+    l.block[0] = kKilnGroupTile;
+    l.block[1] = kKilnGroupTileThreadRows;
+    return l;
+  }
+  int64_t blocks = parts(group.rows, kKilnGroupBlockRows);
+  if (blocks > std::numeric_limits<int32_t>::max())
+    return tooLarge();
+  l.grid[0] = static_cast<unsigned>(blocks);
+  l.block[0] = kRowSumLanes;
+  l.block[1] = kKilnGroupBlockRows;
+  int64_t sums = std::count_if(
+      group.outputs.begin(), group.outputs.end(),
+      [](const GroupOutput &o) { return o.store == Store::ColSum; });
+  if (sums > 0) {
+    l.partialBlocks = static_cast<int>(blocks);
+    l.sumBlock = 128;
+    l.sumGrid = static_cast<unsigned>(parts(group.cols, 128));
+    l.partialBytes = static_cast<int64_t>(sizeof(double)) * blocks *
+                     group.cols * sums;
+  }
+  return l;
+}
+
+GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,
+                                    std::string &error) {
+  std::vector<DType> operands, results;
+  for (int64_t id : step.operands)
+    operands.push_back(plan.values[id].dtype);
+  for (int64_t id : step.results)
+    results.push_back(plan.values[id].dtype);
+  return groupKernelSource(*step.group, operands, results, error);
+}
+
+std::optional<std::vector<PlanGroupKernel>>
+distinctGroupKernels(const Plan &plan, std::set<std::string> &seen,
+                     int &groups, std::string &error) {
+  std::vector<PlanGroupKernel> kernels;
+  groups = 0;
+  for (const auto &[name, entry] : plan.entries)
+    for (const PlanStep &step : entry.steps) {
+      if (!step.group)
+        continue;
+      ++groups;
+      GroupKernelSource k = groupKernelSource(plan, step, error);
+      if (k.source.empty()) {
+        error = name + ", " + step.loc + ": " + error;
+        return std::nullopt;
+      }
+      if (seen.insert(k.source).second)
+        kernels.push_back({name, &step, std::move(k)});
+    }
+  return kernels;
+}
+
+} // namespace kiln::runtime::cuda

@@ -1,0 +1,111 @@
+//===- Embedding.cpp - The embedding kernels: CUDA C++ and launches -------===//
+//
+// The forward gathers rows; the backward accumulates each column in f32
+// over the tokens in order, one thread per column, so its sums are the CPU
+// backend's (no atomics).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Families.h"
+#include "Launch.h"
+
+#include <algorithm>
+
+namespace kiln::runtime::cuda::kernels {
+
+namespace {
+
+const char *kSource = R"(
+// out[t, c] = table[ids[t], c]; a row of zeros for an id outside the
+// table (the CPU backend refuses it). 0 table, 1 dtype, 2 ids (i32),
+// 3 out, 4 dtype, 5 tokens, 6 vocab, 7 dim.
+extern "C" __global__ void kiln_embedding(KilnOpArgs a) {
+  const int *ids = (const int *)a.s[2].p;
+  int tt = (int)a.s[1].i, ot = (int)a.s[4].i;
+  kiln_i64 vocab = a.s[6].i, dim = a.s[7].i, n = a.s[5].i * dim;
+  for (kiln_i64 e = kiln_thread(); e < n; e += kiln_threads()) {
+    kiln_i64 t = e / dim, c = e % dim;
+    int id = ids[t];
+    if (id < 0 || id >= vocab)
+      kiln_store(a.s[3].p, ot, e, 0.0f);
+    else
+      kiln_move(a.s[0].p, tt, (kiln_i64)id * dim + c, a.s[3].p, ot, e);
+  }
+}
+
+// acc[ids[t], c] += dout[t, c] for every token t in order, one thread per
+// column c, as the CPU kernel does: each sum has the CPU's order, and no
+// two threads touch one element. 0 dout, 1 dtype, 2 ids, 3 acc (f32,
+// zeroed), 4 tokens, 5 vocab, 6 dim.
+extern "C" __global__ void kiln_embedding_grad(KilnOpArgs a) {
+  const int *ids = (const int *)a.s[2].p;
+  float *acc = (float *)a.s[3].p;
+  int gt = (int)a.s[1].i;
+  kiln_i64 tokens = a.s[4].i, vocab = a.s[5].i, dim = a.s[6].i;
+  kiln_i64 c = kiln_thread();
+  if (c >= dim)
+    return;
+  for (kiln_i64 t = 0; t < tokens; ++t) {
+    int id = ids[t];
+    if (id >= 0 && id < vocab)
+      acc[(kiln_i64)id * dim + c] += kiln_load(a.s[0].p, gt, t * dim + c);
+  }
+}
+)";
+
+} // namespace
+
+const char *embeddingSource() { return kSource; }
+
+Result embedding(StepReader &r) {
+  if (!r.counts(2, 1) || !r.floats({0}, {0}) ||
+      !r.is(r.in(1), DType::I32, "the token ids"))
+    return std::nullopt;
+  const PlanValue &table = r.in(0);
+  if (table.shape.size() != 2) {
+    r.fail("needs a [vocab, dim] table");
+    return std::nullopt;
+  }
+  int64_t tokens = r.in(1).numElements(), dim = table.shape[1];
+  OpLaunchPlan p;
+  p.launches.push_back(elementwise(
+      "kiln_embedding", tokens * dim,
+      {operand(0), code(table.dtype), operand(1), result(0),
+       code(r.out(0).dtype), integer(tokens), integer(table.shape[0]),
+       integer(dim)}));
+  return p;
+}
+
+Result embeddingGrad(StepReader &r) {
+  if (!r.counts(2, 1) || !r.floats({0}, {0}) ||
+      !r.is(r.in(1), DType::I32, "the token ids"))
+    return std::nullopt;
+  const PlanValue &table = r.out(0);
+  if (table.shape.size() != 2) {
+    r.fail("needs a [vocab, dim] result");
+    return std::nullopt;
+  }
+  int64_t tokens = r.in(1).numElements(), vocab = table.shape[0],
+          dim = table.shape[1];
+  // The sums run in f32: in the result itself, or in scratch rounded to
+  // the result's dtype afterwards.
+  bool direct = table.dtype == DType::F32;
+  OpLaunchPlan p;
+  if (direct)
+    p.zeroResults = {0};
+  else
+    p.scratchBytes = vocab * dim * 4;
+  Arg acc = direct ? result(0) : scratch(0);
+  p.launches.push_back({"kiln_embedding_grad",
+                        std::max<int64_t>(1, ceilDiv(dim, 128)), 128, 0,
+                        {operand(0), code(r.in(0).dtype), operand(1), acc,
+                         integer(tokens), integer(vocab), integer(dim)}});
+  if (!direct)
+    p.launches.push_back(elementwise(
+        "kiln_copy", vocab * dim,
+        {scratch(0), code(DType::F32), result(0), code(table.dtype),
+         integer(vocab * dim), integer(0), integer(0)}));
+  return p;
+}
+
+} // namespace kiln::runtime::cuda::kernels

@@ -1,0 +1,146 @@
+//===- Data.cpp - Training tokens and deterministic batches ---------------===//
+
+#include "kiln/Runtime/Train/Data.h"
+#include "kiln/Runtime/Support/Files.h"
+#include "kiln/Runtime/Init.h"
+
+#include <algorithm>
+#include <cstring>
+#include <dirent.h>
+
+namespace kiln::runtime {
+
+namespace {
+constexpr int32_t kTokenFileMagic = 20240520;
+constexpr size_t kHeaderInts = 256;
+
+/// The largest data file read whole: 16 GiB (4 G uint32 tokens; text
+/// becomes four bytes a token in memory). Larger corpora are token shards.
+constexpr int64_t kMaxDataBytes = int64_t(1) << 34;
+
+bool readFile(const std::string &path, std::string &out, std::string &error) {
+  std::optional<std::string> text =
+      readRegularFile(path, kMaxDataBytes, "data file", error);
+  if (text)
+    out = std::move(*text);
+  return text.has_value();
+}
+
+/// Every fortune file (not the .dat indexes, not the .u8 duplicates).
+bool readFortunes(std::string &out, std::string &error) {
+  DIR *dir = opendir(kFortunesDir);
+  if (!dir) {
+    error = std::string("the default data needs Debian's fortunes package (") +
+            kFortunesDir + " is missing; scripts/bootstrap installs it)";
+    return false;
+  }
+  std::vector<std::string> names;
+  while (dirent *e = readdir(dir)) {
+    std::string name = e->d_name;
+    if (name[0] == '.' || name.find('.') != std::string::npos)
+      continue;
+    names.push_back(name);
+  }
+  closedir(dir);
+  std::sort(names.begin(), names.end());
+  for (const std::string &name : names) {
+    std::string text, skipped;
+    if (readFile(std::string(kFortunesDir) + "/" + name, text, skipped))
+      out += text;
+  }
+  return true;
+}
+} // namespace
+
+std::optional<std::vector<uint32_t>>
+loadTokens(const std::string &path, int64_t vocab, std::string &error) {
+  std::string bytes;
+  if (path == kDefaultData) {
+    if (!readFortunes(bytes, error))
+      return std::nullopt;
+  } else if (!readFile(path, bytes, error)) {
+    return std::nullopt;
+  }
+  if (bytes.empty()) {
+    error = "data file '" + path + "' is empty";
+    return std::nullopt;
+  }
+  std::vector<uint32_t> tokens;
+  int32_t header[3] = {0, 0, 0};
+  if (bytes.size() >= sizeof header)
+    std::memcpy(header, bytes.data(), sizeof header);
+  if (header[0] == kTokenFileMagic) {
+    int32_t version = header[1];
+    int64_t count = header[2];
+    size_t width = version == 1 ? 2 : version == 2 ? 4 : 0;
+    if (width == 0) {
+      error = path + ": token file version " + std::to_string(version) +
+              " is neither 1 (uint16) nor 2 (uint32)";
+      return std::nullopt;
+    }
+    size_t need = kHeaderInts * 4 + static_cast<size_t>(count) * width;
+    if (count <= 0 || bytes.size() < need) {
+      error = path + ": token file is truncated (header says " +
+              std::to_string(count) + " tokens)";
+      return std::nullopt;
+    }
+    tokens.resize(count);
+    const char *p = bytes.data() + kHeaderInts * 4;
+    for (int64_t i = 0; i < count; ++i) {
+      uint32_t t = 0;
+      std::memcpy(&t, p + i * width, width);
+      tokens[i] = t;
+    }
+  } else {
+    tokens.assign(bytes.begin(), bytes.end());
+    for (uint32_t &t : tokens)
+      t &= 0xff;
+  }
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] >= static_cast<uint64_t>(vocab)) {
+      error = path + ": token " + std::to_string(tokens[i]) + " at position " +
+              std::to_string(i) + " is not below the vocab size " +
+              std::to_string(vocab);
+      return std::nullopt;
+    }
+  return tokens;
+}
+
+std::optional<Split> splitTokens(size_t count, int64_t seqLen,
+                                 std::string &error) {
+  Split s;
+  s.trainBegin = 0;
+  s.trainEnd = count - count / 10;
+  s.validBegin = s.trainEnd;
+  s.validEnd = count;
+  size_t window = static_cast<size_t>(seqLen) + 1;
+  if (s.trainEnd - s.trainBegin < window || s.validEnd - s.validBegin < window) {
+    error = "the data has " + std::to_string(count) +
+            " tokens: too few for a training and a validation sequence of " +
+            std::to_string(seqLen) + " tokens (needs " +
+            std::to_string(10 * window) + ")";
+    return std::nullopt;
+  }
+  return s;
+}
+
+void fillBatch(const std::vector<uint32_t> &tokens, size_t begin, size_t end,
+               int64_t batch, int64_t seqLen, uint64_t seed, uint64_t draw,
+               int32_t *inputs, int32_t *targets, int64_t firstRow,
+               int64_t rows) {
+  size_t starts = end - begin - static_cast<size_t>(seqLen);
+  uint64_t key = nameKey("batch");
+  if (rows < 0)
+    rows = batch - firstRow;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t b = firstRow + r;
+    double u = uniformAt(seed, key, draw * static_cast<uint64_t>(batch) + b);
+    size_t start = begin + std::min(starts - 1, static_cast<size_t>(u * starts));
+    for (int64_t s = 0; s < seqLen; ++s) {
+      inputs[r * seqLen + s] = static_cast<int32_t>(tokens[start + s]);
+      targets[r * seqLen + s] = static_cast<int32_t>(tokens[start + s + 1]);
+    }
+  }
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,594 @@
+//===- Trainer.cpp - The training loop over a compiled plan ---------------===//
+//
+// Batches are a function of (seed, step) and the optimizer state is saved
+// whole, so resuming from the checkpoint of step N repeats steps N+1, ...
+// bit for bit on the same backend and thread count.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Runtime/Train/Trainer.h"
+#include "kiln/Runtime/Train/Checkpoint.h"
+#include "kiln/Runtime/Cpu/Common.h"
+#include "kiln/Runtime/Executor.h"
+#include "kiln/Runtime/Support/Files.h"
+#include "kiln/Runtime/Train/Data.h"
+#include "kiln/Runtime/Train/LossPlot.h"
+#include "kiln/Runtime/Train/Signals.h"
+#include "kiln/Runtime/Trace.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+namespace kiln::runtime {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+int fail(const std::string &message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string formatDuration(double seconds) {
+  char buf[32];
+  int s = static_cast<int>(seconds + 0.5);
+  std::snprintf(buf, sizeof buf, "%d:%02d:%02d", s / 3600, s / 60 % 60,
+                s % 60);
+  return buf;
+}
+
+/// Every core, shared among the ranks on this machine (Open MPI says how
+/// many there are), so that oversubscribed ranks do not fight for cores.
+int defaultThreads(comm::Communicator *c) {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!c || c->size() == 1)
+    return cores;
+  const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int perMachine = local ? std::atoi(local) : c->size();
+  return std::max(1, cores / std::max(1, perMachine));
+}
+
+/// The stop signal some rank received (the largest number when they differ,
+/// 0 when none), so that every rank stops at the same point and exits with
+/// the same code. Every rank must call this at the same points; nothing on
+/// success, else the communicator's error.
+std::optional<std::string> agreeOnStop(comm::Communicator *c, int &signal) {
+  signal = stopSignal();
+  if (!c || c->size() == 1)
+    return std::nullopt;
+  float mine = static_cast<float>(signal), any = 0.0f;
+  comm::CommHandle h = c->startAllReduce(&mine, &any, 1, comm::ElementType::F32,
+                                         comm::ReduceOp::Max);
+  if (std::optional<std::string> failure = c->wait(h))
+    return failure;
+  signal = static_cast<int>(any);
+  return std::nullopt;
+}
+
+/// This rank's rows of the global batch `counter` (ranks x `batch` rows,
+/// drawn as one rank would draw them all).
+void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
+                   size_t end, int64_t batch, int64_t seq, uint64_t seed,
+                   uint64_t counter, int rank, int64_t ranks,
+                   std::vector<int32_t> &in, std::vector<int32_t> &tg) {
+  fillBatch(tokens, begin, end, ranks * batch, seq, seed, counter, in.data(),
+            tg.data(), rank * batch, batch);
+}
+
+/// Mean loss over `batches` fixed validation batches. A stop signal on any
+/// rank abandons it between batches: then nothing is returned, `error` is
+/// empty and `signal` holds the signal.
+std::optional<double>
+validationLoss(Executor &exec, comm::Communicator *c,
+               const std::vector<uint32_t> &tokens, const Split &split,
+               int64_t batch, int64_t seq, uint64_t seed, int64_t batches,
+               int &signal, std::string &error) {
+  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    if (std::optional<std::string> failure = agreeOnStop(c, signal)) {
+      error = "the ranks' agreement to go on: " + *failure;
+      return std::nullopt;
+    }
+    if (signal)
+      return std::nullopt;
+    fillRankBatch(tokens, split.validBegin, split.validEnd, batch, seq, seed,
+                  (uint64_t(1) << 40) + i, exec.rank(), exec.plan().ranks, in,
+                  tg);
+    auto out = exec.run("eval_loss", in, tg, 1, error);
+    if (!out)
+      return std::nullopt;
+    sum += out->at("loss")[0];
+  }
+  return sum / batches;
+}
+
+class Run {
+public:
+  Run(const Plan &plan, const TrainOptions &options, Executor &exec)
+      : plan(plan), options(options), exec(exec) {}
+
+  std::optional<std::string> save(int64_t step);
+  std::optional<std::string> restore(const std::string &dir, int64_t &step);
+
+private:
+  const Plan &plan;
+  const TrainOptions &options;
+  Executor &exec;
+};
+
+std::optional<std::string> Run::save(int64_t step) {
+  Checkpoint c;
+  c.step = step;
+  c.metadata["seed"] = std::to_string(options.training.seed);
+  std::string error;
+  std::optional<std::vector<FloatTensor>> all = exec.unshardedState(error);
+  if (!all)
+    return error;
+  if (exec.rank() != 0)
+    return std::nullopt;
+  for (FloatTensor &t : *all)
+    (isOptimizerState(t.name) ? c.optimizer : c.model).push_back(std::move(t));
+  std::string dir = options.outDir + "/" + options.training.checkpointFolder +
+                    "/step-" + std::to_string(step);
+  if (!options.configText.empty())
+    c.files["config.toml"] = options.configText;
+  return saveCheckpoint(dir, c);
+}
+
+std::optional<std::string> Run::restore(const std::string &path,
+                                        int64_t &step) {
+  std::string error;
+  std::optional<std::string> dir =
+      findCheckpoint(path, error, options.training.checkpointFolder);
+  if (!dir)
+    return "cannot resume: " + error;
+  std::map<std::string, std::vector<int64_t>> model, optimizer;
+  unshardedShapes(plan, model, optimizer);
+  std::optional<Checkpoint> c = loadCheckpoint(*dir, model, optimizer, error);
+  if (!c)
+    return error;
+  std::map<std::string, const FloatTensor *> byName;
+  for (const auto *part : {&c->model, &c->optimizer})
+    for (const CheckpointTensor &t : *part) {
+      for (size_t e = 0; e < t.data.size(); ++e)
+        if (!std::isfinite(t.data[e]))
+          return *dir + ": tensor '" + t.name + "' holds " +
+                 (std::isnan(t.data[e]) ? "NaN" : "infinity") +
+                 " at element " + std::to_string(e);
+      byName[t.name] = &t;
+    }
+  if (std::string problem = exec.setUnshardedState(byName); !problem.empty())
+    return *dir + ": " + problem;
+  step = c->step;
+  std::printf("resumed from %s (step %lld)\n", dir->c_str(),
+              static_cast<long long>(step));
+  return std::nullopt;
+}
+
+/// Keeps the metrics lines of steps <= `step` (a resumed run rewrites what
+/// came after its checkpoint).
+void truncateMetrics(const std::string &path, int64_t step) {
+  std::ifstream in(path);
+  if (!in)
+    return;
+  std::stringstream kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    long long s = 0;
+    if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) == 1 && s <= step)
+      kept << line << "\n";
+  }
+  in.close();
+  (void)writeFileAtomically(path, kept.str());
+}
+
+/// The step-N subfolders of `dir` (a checkpoint folder), by N.
+std::map<int64_t, std::string> stepFolders(const std::string &dir) {
+  std::map<int64_t, std::string> steps;
+  std::error_code ec;
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    long long n = -1;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "step-%lld%c", &n, &tail) == 1 && n >= 0 &&
+        fs::is_directory(e.path(), ec))
+      steps[n] = e.path().string();
+  }
+  return steps;
+}
+
+/// Where this rank writes its trace: the --trace path, or, in a run of
+/// several ranks, that path with `.rank<r>` before its extension.
+std::string tracePathOf(const TrainOptions &options, int rank, int64_t ranks) {
+  std::string path = options.tracePath;
+  if (ranks <= 1)
+    return path;
+  size_t dot = path.rfind('.');
+  std::string suffix = ".rank" + std::to_string(rank);
+  return dot == std::string::npos || path.find('/', dot) != std::string::npos
+             ? path + suffix
+             : path.substr(0, dot) + suffix + path.substr(dot);
+}
+
+/// Before anything is loaded or computed: the run's output folder exists
+/// (created) and holds no earlier run unless that is resumed or to be
+/// overwritten; temporary files of killed writers are gone; the trace can
+/// be written. Rank 0 alone looks at the folder; every rank checks its
+/// trace. Empty, or the one line to fail with.
+std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
+  int rank = options.communicator ? options.communicator->rank() : 0;
+  if (options.outDir.empty())
+    return "the output folder (--out) must not be empty";
+  if (!options.tracePath.empty())
+    if (std::optional<std::string> why =
+            checkReplaceable(tracePathOf(options, rank, plan.ranks)))
+      return "--trace: " + *why;
+  if (rank != 0)
+    return "";
+  // Nothing is created yet (a run that fails on its data writes nothing),
+  // but a folder that could not be is an error now, not after training.
+  if (std::optional<std::string> why = checkCreatableFolder(options.outDir))
+    return "cannot create the output folder '" + options.outDir + "': " +
+           *why;
+  std::error_code ec;
+  std::string checkpoints =
+      options.outDir + "/" + options.training.checkpointFolder;
+  std::map<int64_t, std::string> steps = stepFolders(checkpoints);
+  bool metrics = fs::exists(options.outDir + "/metrics.jsonl", ec);
+  if ((!steps.empty() || metrics) && options.resume.empty()) {
+    if (!options.overwrite)
+      return "'" + options.outDir + "' holds an earlier run (" +
+             (steps.empty() ? std::string("metrics.jsonl")
+                            : "checkpoints up to step " +
+                                  std::to_string(steps.rbegin()->first)) +
+             "); pass --resume " + options.outDir +
+             " to continue it, --overwrite to replace it, or another --out";
+    // --overwrite: what an earlier run wrote here, and only that.
+    for (const auto &[n, dir] : steps)
+      fs::remove_all(dir, ec);
+    for (const char *file : {"metrics.jsonl", "loss.png"})
+      fs::remove(options.outDir + "/" + file, ec);
+  }
+  // Writers killed mid-save leave NAME.tmp.PID beside the file.
+  removeStaleTemporaries(options.outDir);
+  removeStaleTemporaries(checkpoints);
+  for (const auto &[n, dir] : stepFolders(checkpoints))
+    removeStaleTemporaries(dir);
+  return "";
+}
+} // namespace
+
+const std::vector<std::string> &resumeFiles() {
+  static const std::vector<std::string> files = {kModelCheckpointFile,
+                                                 kOptimizerCheckpointFile};
+  return files;
+}
+
+bool isCompleteCheckpoint(const std::string &dir,
+                          const std::vector<std::string> &files) {
+  std::error_code ec;
+  for (const std::string &file : files)
+    if (!fs::is_regular_file(dir + "/" + file, ec))
+      return false;
+  return true;
+}
+
+
+std::optional<std::string>
+findCheckpoint(const std::string &path, std::string &error,
+               const std::string &checkpointFolder,
+               const std::vector<std::string> &files) {
+  std::error_code ec;
+  if (isCompleteCheckpoint(path, files))
+    return path;
+  if (!fs::is_directory(path, ec)) {
+    error = "no checkpoint: '" + path + "' is not a folder";
+    return std::nullopt;
+  }
+  // A checkpoint folder of step-N folders, or a run's --out folder holding
+  // one; the latest complete step wins (a writer killed mid-save leaves a
+  // folder without model.safetensors, which is renamed into place last).
+  for (const std::string &dir :
+       {path, path + "/" + checkpointFolder}) {
+    std::map<int64_t, std::string> steps = stepFolders(dir);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      if (isCompleteCheckpoint(it->second, files))
+        return it->second;
+  }
+  std::string needed;
+  for (size_t i = 0; i < files.size(); ++i)
+    needed += (i == 0 ? "" : i + 1 == files.size() ? " and " : ", ") +
+              files[i];
+  error = "no complete checkpoint in '" + path + "' (a folder holding " +
+          needed + ", or step-N folders of them, or a run folder with " +
+          checkpointFolder + "/)";
+  return std::nullopt;
+}
+
+int runTraining(const Plan &plan, const TrainOptions &options) {
+  const TrainingSpec &t = options.training;
+  if (std::string problem = prepareOutputs(plan, options); !problem.empty())
+    return fail(problem);
+  const PlanValue *tokensValue = plan.named(PlanValue::Input, "tokens");
+  if (!tokensValue || tokensValue->shape.size() != 2 ||
+      !plan.entry("train_step") || !plan.entry("eval_loss"))
+    return fail("the plan has no train_step/eval_loss over [batch, seq] "
+                "tokens");
+  int64_t batch = tokensValue->shape[0], seq = tokensValue->shape[1];
+
+  std::string error;
+  std::optional<std::vector<uint32_t>> tokens =
+      loadTokens(t.data, plan.vocabSize, error);
+  if (!tokens)
+    return fail(error);
+  std::optional<Split> split = splitTokens(tokens->size(), seq, error);
+  if (!split)
+    return fail(error);
+  if (split->trainEnd - split->trainBegin <= size_t(seq))
+    return fail("'" + t.data + "' is too short: the training part holds " +
+                std::to_string(split->trainEnd - split->trainBegin) +
+                " tokens, fewer than one sequence of " +
+                std::to_string(seq + 1));
+
+  cpu::setCpuThreads(options.threads > 0 ? options.threads
+                                         : defaultThreads(options.communicator));
+  std::unique_ptr<Executor> exec =
+      createExecutor(plan, options.backend, error,
+                     ExecutorOptions{options.cudaGraphs});
+  if (!exec)
+    return fail(error);
+  exec->setCheckNumerics(options.checkNumerics);
+  if (std::string problem = exec->setCommunicator(options.communicator);
+      !problem.empty())
+    return fail(problem);
+  // A rank that stops without dying (SIGSTOP, a deadlock) must not hold the
+  // others in a collective forever.
+  if (t.commTimeoutSeconds < 0)
+    return fail("the collective deadline (comm.train_timeout_seconds) must "
+                "be 0 (none) or more seconds, got " +
+                std::to_string(t.commTimeoutSeconds));
+  if (options.communicator)
+    options.communicator->setTimeout(t.commTimeoutSeconds);
+  // Rank 0 speaks for the run; the others print only errors.
+  const bool lead = exec->rank() == 0;
+  if (!lead && !std::freopen("/dev/null", "w", stdout))
+    return fail("cannot silence the output of rank " +
+                std::to_string(exec->rank()));
+  uint64_t seed = static_cast<uint64_t>(t.seed);
+  if (std::string problem = exec->initialize(seed); !problem.empty())
+    return fail(problem);
+
+  std::unique_ptr<Trace> trace;
+  if (!options.tracePath.empty()) {
+    trace = std::make_unique<Trace>(exec->rank());
+    exec->setTrace(trace.get());
+  }
+
+  Run run(plan, options, *exec);
+  int64_t done = 0;
+  if (!options.resume.empty())
+    if (std::optional<std::string> failure = run.restore(options.resume, done))
+      return fail(*failure);
+  if (done > t.steps)
+    return fail("the checkpoint is from step " + std::to_string(done) +
+                ", past the " + std::to_string(t.steps) + " steps to train");
+
+  std::error_code ec;
+  fs::create_directories(options.outDir, ec);
+  if (ec)
+    return fail("cannot create '" + options.outDir + "': " + ec.message());
+  // Rank 0 writes the metrics; the others write to nowhere.
+  std::string metricsPath =
+      lead ? options.outDir + "/metrics.jsonl" : std::string("/dev/null");
+  if (done > 0 && lead)
+    truncateMetrics(metricsPath, done);
+  std::ofstream metrics(metricsPath, done > 0 ? std::ios::app
+                                              : std::ios::trunc);
+  if (!metrics)
+    return fail("cannot write '" + metricsPath + "'");
+
+  std::printf("%s%lld steps of %lldx%lld tokens, %zu tokens of data, %s, "
+              "output in %s\n",
+              options.title.c_str(), static_cast<long long>(t.steps),
+              static_cast<long long>(batch), static_cast<long long>(seq),
+              tokens->size(), exec->describe().c_str(),
+              options.outDir.c_str());
+  std::fflush(stdout);
+
+  // From here a SIGINT or SIGTERM stops the loop at the next step or
+  // validation batch, on every rank, with a checkpoint.
+  clearStopSignal();
+  setStopPhase(StopPhase::Deferred);
+  int stopping = 0; // the signal the ranks agreed to stop on
+  std::string stoppedIn;
+  int64_t saved = done; // the last step with a checkpoint
+  auto save = [&](int64_t at) {
+    StopPhase before = setStopPhase(StopPhase::Saving);
+    std::optional<std::string> failure = run.save(at);
+    setStopPhase(before);
+    return failure;
+  };
+  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  auto began = Clock::now();
+  int64_t step = done + 1;
+  // The delayed FP8 recipe's histories start empty: a fresh run first
+  // measures every cast's amax on the first step's batch (the step itself
+  // then scales with them; a resumed run has them from its checkpoint).
+  if (done == 0 && plan.entry("fp8_calibration")) {
+    fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
+                  seed, 1, exec->rank(), plan.ranks, in, tg);
+    if (!exec->run("fp8_calibration", in, tg, 1, error))
+      return fail("the FP8 calibration step: " + error);
+  }
+  for (; step <= t.steps; ++step) {
+    // Ranks stop together: after the same step.
+    if (std::optional<std::string> failure =
+            agreeOnStop(options.communicator, stopping))
+      return fail("before step " + std::to_string(step) +
+                  ": the ranks' agreement to go on: " + *failure);
+    if (stopping)
+      break;
+    fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
+                  seed, step, exec->rank(), plan.ranks, in, tg);
+    auto t0 = Clock::now();
+    auto result = exec->run("train_step", in, tg, step, error);
+    if (!result)
+      return fail("step " + std::to_string(step) + ": " + error +
+                  "; no checkpoint written for this step");
+    double loss = result->at("loss")[0];
+    double norm = result->at("grad_norm")[0];
+    double lr = result->at("lr")[0];
+    if (!std::isfinite(loss) || !std::isfinite(norm))
+      return fail("step " + std::to_string(step) + ": the " +
+                  (std::isfinite(loss) ? "gradient norm" : "loss") +
+                  " is not finite");
+    double tokensPerSecond = plan.ranks * batch * seq / secondsSince(t0);
+    if (step == done + 1)
+      if (std::string memory = exec->memoryReport(); !memory.empty())
+        std::printf("%s\n", memory.c_str());
+    metrics << "{\"step\": " << step << ", \"loss\": " << loss
+            << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
+            << ", \"tokens_per_s\": " << tokensPerSecond << "}\n";
+    metrics.flush(); // visible while a long validation runs
+
+    std::optional<double> valid;
+    if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
+      valid = validationLoss(*exec, options.communicator, *tokens, *split,
+                             batch, seq, seed, t.evalSteps, stopping, error);
+      if (!valid && stopping) {
+        // The step is done, its validation abandoned: save the step.
+        metrics.flush();
+        stoppedIn = " (its validation abandoned)";
+        ++step;
+        break;
+      }
+      if (!valid)
+        return fail("validation at step " + std::to_string(step) + ": " +
+                    error);
+      metrics << "{\"step\": " << step << ", \"val_loss\": " << *valid
+              << "}\n";
+    }
+    metrics.flush();
+
+    bool checkpointNow =
+        t.checkpointInterval > 0 && step % t.checkpointInterval == 0;
+    if (checkpointNow || step == t.steps) {
+      if (std::optional<std::string> failure = save(step))
+        return fail("checkpoint at step " + std::to_string(step) + ": " +
+                    *failure);
+      saved = step;
+    }
+
+    // Once a stop is asked for, nothing more goes to stdout before the
+    // checkpoint is saved (see below).
+    if (stopSignal())
+      continue;
+    double eta = secondsSince(began) / (step - done) * (t.steps - step);
+    if (options.progressBar) {
+      int width = 30;
+      int filled = static_cast<int>(width * step / t.steps);
+      std::printf("\r[%s%s] step %lld/%lld loss %.4f %.0f tok/s ETA %s   ",
+                  std::string(filled, '#').c_str(),
+                  std::string(width - filled, ' ').c_str(),
+                  static_cast<long long>(step),
+                  static_cast<long long>(t.steps), loss, tokensPerSecond,
+                  formatDuration(eta).c_str());
+      if (valid || step == t.steps)
+        std::printf("\n");
+    }
+    if (!options.progressBar || valid) {
+      std::printf("step %lld loss %.4f lr %.2e grad_norm %.3f %.0f tok/s",
+                  static_cast<long long>(step), loss, lr, norm,
+                  tokensPerSecond);
+      if (valid)
+        std::printf(" val_loss %.4f", *valid);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+  metrics.close();
+
+  int64_t last = step - 1;
+  if (stopping) {
+    // Save first, say so after. A launcher that is about to kill may no
+    // longer read this rank's stdout: Open MPI's mpirun stops draining the
+    // terminal it gives rank 0 while it waits to send SIGKILL, and drops
+    // what is queued there (Signals.cpp makes writes to it fail rather than
+    // block). Its stderr is a pipe mpirun still forwards, so under a
+    // launcher the lines go there.
+    FILE *says = comm::launchedByMpi() ? stderr : stdout;
+    if (last > saved) {
+      if (std::string note = launcherGraceNote(10); !note.empty() && lead)
+        std::fprintf(stderr, "%s\n", note.c_str());
+      if (std::optional<std::string> failure = save(last))
+        return fail("checkpoint at step " + std::to_string(last) + ": " +
+                    *failure);
+    }
+    if (lead) {
+      std::fprintf(says, "\ninterrupted by %s after step %lld%s\n",
+                   signalName(stopping), static_cast<long long>(last),
+                   stoppedIn.c_str());
+      if (last > done)
+        std::fprintf(says, "checkpoint: %s/%s/step-%lld\n",
+                     options.outDir.c_str(), t.checkpointFolder.c_str(),
+                     static_cast<long long>(last));
+      std::fflush(says);
+    }
+  } else if (last > done) {
+    std::printf("checkpoint: %s/%s/step-%lld\n", options.outDir.c_str(),
+                t.checkpointFolder.c_str(), static_cast<long long>(last));
+  }
+  if (trace) {
+    std::string path = tracePathOf(options, exec->rank(), plan.ranks);
+    fs::path folder = fs::path(path).parent_path();
+    std::error_code ec;
+    if (!folder.empty())
+      fs::create_directories(folder, ec);
+    if (std::optional<std::string> failure = trace->write(path))
+      return fail("cannot write the trace: " + *failure);
+    std::printf("trace: %s (%zu events)\n", path.c_str(), trace->size());
+  }
+  std::string png = options.outDir + "/loss.png";
+  int code = stopping ? 128 + stopping : 0;
+  if (!lead)
+    return code;
+  if (std::optional<std::string> failure = plotLossCurve(metricsPath, png))
+    std::fprintf(stderr, "warning: no loss curve: %s\n", failure->c_str());
+  else
+    std::printf("loss curve: %s\n", png.c_str());
+  return code;
+}
+
+int runTrainingOnRanks(const Plan &plan, TrainOptions options,
+                       comm::Communicator &ranks) {
+  options.communicator = &ranks;
+  int code = runTraining(plan, options);
+  if (code != 0 && ranks.size() > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    // A failed collective (a deadline passed) may leave ranks that never
+    // notice: one that is stopped, or waits in a collective that will not
+    // complete. End them all; otherwise the launcher does when this exits.
+    if (ranks.failure())
+      ranks.abortRun(code);
+    std::_Exit(code);
+  }
+  return code;
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,698 @@
+//===- OpKernelCheck.cpp - The op kernels against the CPU backend ---------===//
+//
+//   kiln-op-kernel-check [--device host|gpu] [--stats] PLAN...
+//
+// For every distinct library step of the plans that the CUDA backend runs
+// with its op kernels (OpKernels.h; the op, its operands' and results'
+// shapes and dtypes, its attributes, and for the shard ops each rank), runs
+// the step's launches exactly as the executor does (the listed results and
+// the scratch zeroed, each argument slot resolved, the launches in order)
+// on random inputs, runs the CPU backend's op on the same inputs (widened
+// to f32, results rounded to their dtypes), and compares. Exits 1 on the
+// first difference beyond the op's tolerance (toleranceOf), naming the op,
+// its location, the element and both values. Also checked: AdamW over each
+// run of consecutive updates at once (adamwListLaunchPlan), a synthetic
+// transpose step, meanDivideLaunch and the numerics check
+// (nonFiniteCheckLaunch). --stats prints, per op, the largest difference
+// seen in units in the last place of the result dtype.
+//
+// --device host: through the host shim (HostShim.h). --device gpu (builds
+// with the CUDA backend): NVRTC compiles the library for GPU 0 and cudart
+// launches it; with no usable GPU it prints why and exits 77. Both devices
+// are in OpKernelDevices.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostShim.h"
+#include "OpKernelDevices.h"
+
+#include "kiln/Runtime/Cpu/Bf16.h"
+#include "kiln/Runtime/Cpu/Fp8.h"
+#include "kiln/Runtime/Cpu/CpuOps.h"
+#include "kiln/Runtime/Cuda/OpKernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <unistd.h>
+
+using namespace kiln::runtime;
+using hostshim::valueAt;
+using namespace kiln::runtime::opcheck;
+namespace plan = kiln::plan;
+
+namespace {
+
+
+void setValue(DType t, std::vector<uint8_t> &b, int64_t i, float x) {
+  if (t == DType::F32) {
+    std::memcpy(b.data() + 4 * i, &x, 4);
+  } else if (t == DType::BF16) {
+    uint16_t bits = cpu::toBf16Bits(x);
+    std::memcpy(b.data() + 2 * i, &bits, 2);
+  } else {
+    b[i] = t == DType::F8E4M3 ? cpu::toE4m3(x) : cpu::toE5m2(x);
+  }
+}
+
+bool isFloat(DType t) { return t != DType::I32 && t != DType::I64; }
+
+/// The spacing of `t`'s values at |x| (its subnormal spacing near zero).
+double ulpOf(DType t, float x) {
+  int bits = t == DType::F32 ? 23 : t == DType::BF16 ? 7
+             : t == DType::F8E4M3                    ? 3
+                                                     : 2;
+  int minExp = t == DType::F8E4M3 ? -6 : t == DType::F8E5M2 ? -14 : -126;
+  int e = 0;
+  std::frexp(std::fabs(static_cast<double>(x)), &e);
+  int lead = x == 0 ? minExp : std::max(e - 1, minExp);
+  return std::ldexp(1.0, lead - bits);
+}
+
+/// How far a kernel's result may be from the CPU backend's: `ulps` units
+/// in the last place of the result dtype at the CPU's value, plus `ofMax`
+/// times the largest magnitude in that result. Zero: the same bits.
+struct Tolerance {
+  double ulps = 0, ofMax = 0;
+};
+
+/// The stated tolerance of `op` (docs/cuda-op-kernels.md). On the host
+/// only attention's forward (online softmax: another order of exp and
+/// sums), cross-entropy and the gradient norm (double sums as trees) are
+/// not bit for bit; on a GPU, CUDA's expf, logf, pow, sin and cos are not
+/// the host's libm either.
+/// AdamW over a list of parameters (kiln_adamw_list) has adamw's.
+Tolerance toleranceOf(plan::Op op, bool gpu) {
+  switch (op) {
+  case plan::Op::Attention:
+    return {2, 1e-6};
+  case plan::Op::CrossEntropy:
+  case plan::Op::GradNorm:
+    return {gpu ? 4.0 : 2.0, 0};
+  case plan::Op::CrossEntropyGrad:
+    return {gpu ? 2.0 : 1.0, 0};
+  case plan::Op::Rope:
+  case plan::Op::RopeGrad:
+  case plan::Op::LrSchedule:
+    return {gpu ? 1.0 : 0.0, 0};
+  case plan::Op::AdamW:
+    return {gpu ? 4.0 : 0.0, 0};
+  default:
+    return {};
+  }
+}
+
+std::string toleranceText(plan::Op op, bool gpu) {
+  Tolerance t = toleranceOf(op, gpu);
+  if (t.ulps == 0 && t.ofMax == 0)
+    return "bit for bit";
+  char text[96];
+  std::snprintf(text, sizeof text, "tolerance %g ulp%s", t.ulps,
+                t.ofMax > 0 ? " + 1e-6 of the largest magnitude" : "");
+  return text;
+}
+
+struct Stats {
+  plan::Op op = plan::Op::Init; // whose tolerance applies
+  int steps = 0;
+  double maxUlps = 0, maxOfLargest = 0;
+};
+
+/// Random operand values: normal floats, ids inside the table, and where
+/// an op expects it, positive amaxes and norms, sensible AdamW state.
+std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
+                                   size_t index, std::mt19937 &rng) {
+  const PlanValue &v = plan.values[step.operands[index]];
+  int64_t n = v.numElements();
+  std::vector<uint8_t> b(n * dtypeBytes(v.dtype));
+  const plan::Op op = step.kind;
+  if (v.dtype == DType::I32) {
+    const PlanValue &table =
+        op == plan::Op::EmbeddingGrad ? plan.values[step.results[0]]
+        : op == plan::Op::Embedding   ? plan.values[step.operands[0]]
+                                      : plan.values[step.operands[index - 1]];
+    int64_t range =
+        op == plan::Op::Embedding || op == plan::Op::EmbeddingGrad
+            ? table.shape[0]
+            : table.shape.back();
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(range - 1));
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t x = id(rng);
+      std::memcpy(b.data() + 4 * i, &x, 4);
+    }
+    return b;
+  }
+  if (v.dtype == DType::I64) {
+    int64_t most =
+        op == plan::Op::LrSchedule ? step.i64("total_steps") + 100 : 200;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t x = 1 + static_cast<int64_t>(rng() % most);
+      std::memcpy(b.data() + 8 * i, &x, 8);
+    }
+    return b;
+  }
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    float x = normal(rng);
+    if (op == plan::Op::DelayedAmax || op == plan::Op::AmaxHistoryUpdate)
+      x = std::fabs(x) * 4;
+    else if (op == plan::Op::AdamW && index == 2)
+      x *= 0.1f;
+    else if (op == plan::Op::AdamW && index == 3)
+      x = std::fabs(x) * 0.01f;
+    else if (op == plan::Op::AdamW && index == 4)
+      x = 0.5f + std::fabs(x); // the norm: clipping or not
+    else if (op == plan::Op::AdamW && index == 5)
+      x = 1e-3f;
+    else if (op == plan::Op::ShardQuantize && index == 1)
+      x = 0.5f + 3 * std::fabs(x);
+    else if (op == plan::Op::CrossEntropyGrad && index == 0)
+      x = 0.5f + std::fabs(x);
+    else if (op == plan::Op::CrossEntropy || op == plan::Op::CrossEntropyGrad)
+      x *= 3; // logits with a spread
+    setValue(v.dtype, b, i, x);
+  }
+  return b;
+}
+
+/// out and lse of attention_grad's operands: the CPU forward of its q, k,
+/// v, rounded to their dtypes, so that the backward sees a real softmax.
+std::string consistentAttention(const Plan &plan, const PlanStep &step,
+                                std::vector<std::vector<uint8_t>> &in) {
+  std::vector<std::vector<float>> wide(3);
+  std::vector<View> operands;
+  for (int k = 1; k <= 3; ++k) {
+    const PlanValue &v = plan.values[step.operands[k]];
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      wide[k - 1].push_back(valueAt(v.dtype, in[k], i));
+    operands.push_back(View{wide[k - 1].data(), DType::F32, v.shape});
+  }
+  const PlanValue &out = plan.values[step.operands[4]],
+                  &lse = plan.values[step.operands[5]];
+  std::vector<float> o(out.numElements()), l(lse.numElements());
+  std::vector<View> results = {View{o.data(), DType::F32, out.shape},
+                               View{l.data(), DType::F32, lse.shape}};
+  PlanStep forward = step;
+  forward.op = "attention";
+  forward.kind = plan::Op::Attention;
+  if (std::string failure =
+          findCpuOp(plan::Op::Attention)(forward, operands, results);
+      !failure.empty())
+    return failure;
+  for (int64_t i = 0; i < out.numElements(); ++i)
+    setValue(out.dtype, in[4], i, o[i]);
+  for (int64_t i = 0; i < lse.numElements(); ++i)
+    setValue(lse.dtype, in[5], i, l[i]);
+  return "";
+}
+
+/// The CPU backend's results of the step on `in`, each in its dtype.
+std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
+                       std::vector<std::vector<uint8_t>> &in,
+                       std::vector<std::vector<uint8_t>> &out) {
+  std::vector<std::vector<float>> wide(step.operands.size()),
+      res(step.results.size());
+  std::vector<View> operands, results;
+  for (size_t k = 0; k < step.operands.size(); ++k) {
+    const PlanValue &v = plan.values[step.operands[k]];
+    if (!isFloat(v.dtype)) {
+      operands.push_back(View{in[k].data(), v.dtype, v.shape});
+      continue;
+    }
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      wide[k].push_back(valueAt(v.dtype, in[k], i));
+    operands.push_back(View{wide[k].data(), DType::F32, v.shape});
+  }
+  for (size_t k = 0; k < step.results.size(); ++k) {
+    const PlanValue &v = plan.values[step.results[k]];
+    res[k].assign(v.numElements(), 0.0f);
+    results.push_back(View{res[k].data(), DType::F32, v.shape});
+  }
+  out.clear();
+  if (plan::category(step.kind) == plan::Category::ShardCast) {
+    // As CpuExecutor::runShardOp: the rank's part of each weight.
+    const auto &offsets = std::get<std::vector<int64_t>>(step.attrs.at("offsets"));
+    const auto &sizes = std::get<std::vector<int64_t>>(step.attrs.at("sizes"));
+    std::vector<cpu::FlatRange> weights;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      weights.push_back({offsets[i], sizes[i]});
+    int64_t n = operands[0].numElements();
+    int64_t count = static_cast<int64_t>(weights.size());
+    if (step.kind == plan::Op::ShardAmax) {
+      cpu::shardAmax(operands[0].f32(), n, rank * n, weights.data(), count,
+                     res[0].data());
+    } else {
+      out.emplace_back(n);
+      cpu::shardQuantizeE4m3(operands[0].f32(), n, rank * n, weights.data(),
+                             count, operands[1].f32(), out[0].data(),
+                             res[1].data());
+    }
+  } else if (std::string failure =
+                 findCpuOp(step.kind)(step, operands, results);
+             !failure.empty()) {
+    return "the CPU backend fails: " + failure;
+  }
+  for (size_t k = out.size(); k < step.results.size(); ++k) {
+    const PlanValue &v = plan.values[step.results[k]];
+    out.emplace_back(v.bytes());
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      setValue(v.dtype, out[k], i, res[k][i]);
+  }
+  return "";
+}
+
+/// Compares the results of step `at` of a launch plan (in `b`) with the
+/// CPU backend's (`want`); empty when every result is within the op's
+/// tolerance, else the first difference.
+std::string compareResults(const Plan &plan, const PlanStep &step,
+                           const std::vector<std::vector<uint8_t>> &want,
+                           const Buffers &b, size_t at, bool gpu,
+                           Stats &stats) {
+  Tolerance tol = toleranceOf(step.kind, gpu);
+  ++stats.steps;
+  for (size_t k = 0; k < step.results.size(); ++k) {
+    const PlanValue &v = plan.values[step.results[k]];
+    const std::vector<uint8_t> &got = b.storage[b.results[at][k]];
+    double largest = 0;
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      largest = std::max(largest, std::fabs(double(valueAt(v.dtype, want[k], i))));
+    for (int64_t i = 0; i < v.numElements(); ++i) {
+      float w = valueAt(v.dtype, want[k], i), g = valueAt(v.dtype, got, i);
+      if ((std::isnan(w) && std::isnan(g)) || std::memcmp(&w, &g, 4) == 0)
+        continue;
+      double diff = std::fabs(double(g) - double(w));
+      stats.maxUlps = std::max(stats.maxUlps, diff / ulpOf(v.dtype, w));
+      stats.maxOfLargest = std::max(stats.maxOfLargest, diff / largest);
+      if (diff <= tol.ulps * ulpOf(v.dtype, w) + tol.ofMax * largest)
+        continue;
+      char text[200];
+      std::snprintf(text, sizeof text,
+                    "result %zu element %lld: kernel %.9g, CPU backend %.9g "
+                    "(%s)",
+                    k, static_cast<long long>(i), g, w,
+                    toleranceText(step.kind, gpu).c_str());
+      return step.op + " " + text;
+    }
+  }
+  return "";
+}
+
+/// Checks one step's launches against the CPU backend; empty when every
+/// result is within the op's tolerance, else the first difference.
+std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
+                      Device &device, std::mt19937 &rng, Stats &stats) {
+  std::string error;
+  std::optional<cuda::OpLaunchPlan> p = cuda::opLaunchPlan(plan, step, error,
+                                                           rank);
+  if (!p)
+    return "no launches: " + error;
+  for (const cuda::OpKernelLaunch &l : p->launches)
+    if (l.args.size() > static_cast<size_t>(l.slots) || l.grid < 1 ||
+        l.block < 1 || l.block > 1024 || l.sharedBytes > 48 * 1024)
+      return "launch of " + l.kernel + " exceeds what a launch takes";
+  std::vector<std::vector<uint8_t>> in;
+  for (size_t k = 0; k < step.operands.size(); ++k)
+    in.push_back(randomOperand(plan, step, k, rng));
+  if (step.kind == plan::Op::AttentionGrad)
+    if (std::string failure = consistentAttention(plan, step, in);
+        !failure.empty())
+      return "the CPU forward fails: " + failure;
+
+  Buffers b;
+  b.storage = in; // the kernels may write operands in place
+  b.operands.emplace_back();
+  b.results.emplace_back();
+  for (size_t k = 0; k < in.size(); ++k)
+    b.operands[0].push_back(static_cast<int>(k));
+  for (int64_t id : step.results) {
+    const PlanValue &v = plan.values[id];
+    int shared = -1;
+    for (size_t k = 0; k < step.operands.size(); ++k)
+      if (sameStorage(v, plan.values[step.operands[k]]))
+        shared = static_cast<int>(k);
+    if (shared < 0) {
+      // Garbage, so that a result the launches do not write shows up.
+      b.storage.emplace_back(v.bytes(), 0xa5);
+      shared = static_cast<int>(b.storage.size() - 1);
+    }
+    b.results[0].push_back(shared);
+  }
+  if (std::string failure = device.run(*p, b); !failure.empty())
+    return failure;
+
+  std::vector<std::vector<uint8_t>> want;
+  if (std::string failure = cpuResults(plan, step, rank, in, want);
+      !failure.empty())
+    return failure;
+  return compareResults(plan, step, want, b, 0, device.onGpu(), stats);
+}
+
+/// Runs AdamW over `steps` at once (adamwListLaunchPlan, `perLaunch`
+/// parameters per kiln_adamw_list launch) on random inputs, the steps'
+/// shared operands (grad norm, lr, step) one buffer as on the device, and
+/// compares each step's results with the CPU backend's adamw of that step.
+std::string checkAdamWList(const Plan &plan,
+                           const std::vector<const PlanStep *> &steps,
+                           int perLaunch, Device &device, std::mt19937 &rng,
+                           Stats &stats) {
+  std::string error;
+  std::optional<cuda::OpLaunchPlan> p =
+      cuda::adamwListLaunchPlan(plan, steps, error, perLaunch);
+  if (!p)
+    return "no launches: " + error;
+  Buffers b;
+  std::map<int64_t, int> byValue;
+  for (const PlanStep *s : steps) {
+    b.operands.emplace_back();
+    b.results.emplace_back();
+    for (size_t k = 0; k < s->operands.size(); ++k) {
+      auto [it, fresh] = byValue.try_emplace(s->operands[k],
+                                             static_cast<int>(b.storage.size()));
+      if (fresh)
+        b.storage.push_back(randomOperand(plan, *s, k, rng));
+      b.operands.back().push_back(it->second);
+    }
+    for (int64_t id : s->results) {
+      int shared = -1;
+      for (size_t k = 0; k < s->operands.size(); ++k)
+        if (sameStorage(plan.values[id], plan.values[s->operands[k]]))
+          shared = b.operands.back()[k];
+      if (shared < 0)
+        return "adamw: a result that is not in place";
+      b.results.back().push_back(shared);
+    }
+  }
+  std::vector<std::vector<std::vector<uint8_t>>> in(steps.size());
+  for (size_t k = 0; k < steps.size(); ++k)
+    for (int i : b.operands[k])
+      in[k].push_back(b.storage[i]);
+  if (std::string failure = device.run(*p, b); !failure.empty())
+    return failure;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    std::vector<std::vector<uint8_t>> want;
+    if (std::string failure = cpuResults(plan, *steps[k], 0, in[k], want);
+        !failure.empty())
+      return failure;
+    if (std::string failure = compareResults(plan, *steps[k], want, b, k,
+                                             device.onGpu(), stats);
+        !failure.empty())
+      return steps[k]->loc + ": " + failure;
+  }
+  return "";
+}
+
+/// A plan of one transpose step (no preset's plan has one outside a fused
+/// group): x [3, 5, 7] of `t` permuted by [2, 0, 1].
+Plan transposePlan(DType t) {
+  Plan plan;
+  PlanValue x, y;
+  x.id = 0;
+  x.shape = {3, 5, 7};
+  x.dtype = t;
+  y.id = 1;
+  y.shape = {7, 3, 5};
+  y.dtype = t;
+  y.offset = 4096;
+  plan.values = {x, y};
+  PlanStep step;
+  step.op = "transpose";
+  step.kind = plan::Op::Transpose;
+  step.operands = {0};
+  step.results = {1};
+  step.attrs["permutation"] = std::vector<int64_t>{2, 0, 1};
+  step.loc = "a synthetic plan";
+  plan.entries["transpose"].steps.push_back(step);
+  return plan;
+}
+
+/// meanDivideLaunch against the CPU executor's division of a mean.
+std::string checkMeanDivide(DType t, Device &device, std::mt19937 &rng) {
+  const int64_t n = 3000, divisor = 3;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Buffers b;
+  b.storage.emplace_back(n * dtypeBytes(t));
+  for (int64_t i = 0; i < n; ++i)
+    setValue(t, b.storage[0], i, normal(rng));
+  std::vector<uint8_t> before = b.storage[0];
+  b.operands = {{}};
+  b.results = {{0}};
+  if (std::string failure =
+          device.run(cuda::meanDivideLaunch(t, n, divisor), b);
+      !failure.empty())
+    return failure;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<uint8_t> want(dtypeBytes(t));
+    setValue(t, want, 0, valueAt(t, before, i) / static_cast<float>(divisor));
+    if (std::memcmp(want.data(), b.storage[0].data() + i * dtypeBytes(t),
+                    dtypeBytes(t)) != 0)
+      return std::string(dtypeName(t)) + " element " + std::to_string(i) +
+             ": kernel " + std::to_string(valueAt(t, b.storage[0], i)) +
+             ", CPU backend " + std::to_string(valueAt(t, want, 0));
+  }
+  return "";
+}
+
+/// The per-op numerics check (nonFiniteCheckLaunch) on `t` tensors: a
+/// clean tensor leaves the flag zero; a tensor with a NaN and an earlier
+/// infinity gives the infinity's element; a later step's NaN does not
+/// replace an earlier step's value in the same flag; the step and result
+/// come back as given.
+std::string checkNonFinite(DType t, Device &device, std::mt19937 &rng) {
+  const int64_t n = 5000;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto run = [&](std::vector<uint8_t> &flag, int64_t step, int result,
+                 int64_t nanAt, int64_t infAt) -> std::string {
+    Buffers b;
+    b.storage.emplace_back(n * dtypeBytes(t));
+    for (int64_t i = 0; i < n; ++i)
+      setValue(t, b.storage[0], i, normal(rng));
+    if (nanAt >= 0) {
+      if (isFp8(t))
+        b.storage[0][nanAt] = 0x7f; // e4m3's and e5m2's NaN
+      else
+        setValue(t, b.storage[0], nanAt, std::nanf(""));
+    }
+    if (infAt >= 0) {
+      if (t == DType::F8E5M2)
+        b.storage[0][infAt] = 0x7c; // the saturating cast would not give it
+      else
+        setValue(t, b.storage[0], infAt, INFINITY);
+    }
+    b.storage.push_back(flag);
+    b.operands = {{0, 1}};
+    b.results = {{}};
+    cuda::OpLaunchPlan p;
+    p.launches.push_back(*cuda::nonFiniteCheckLaunch(t, n, step, result));
+    std::string failure = device.run(p, b);
+    flag = b.storage[1];
+    return failure;
+  };
+  auto flagOf = [](const std::vector<uint8_t> &flag) {
+    uint64_t f;
+    std::memcpy(&f, flag.data(), 8);
+    return f;
+  };
+  std::vector<uint8_t> flag(8, 0);
+  if (std::string failure = run(flag, 3, 0, -1, -1); !failure.empty())
+    return failure;
+  if (flagOf(flag) != 0)
+    return "a finite tensor sets the flag";
+  bool hasInf = t == DType::F32 || t == DType::BF16 || t == DType::F8E5M2;
+  if (std::string failure = run(flag, 7, 2, 3001, hasInf ? 1200 : -1);
+      !failure.empty())
+    return failure;
+  if (std::string failure = run(flag, 9, 0, 10, -1); !failure.empty())
+    return failure;
+  std::optional<cuda::NonFinite> bad = cuda::decodeNonFinite(flagOf(flag));
+  std::string want = std::string("op 7 result 2: ") +
+                     (hasInf ? "infinity" : "NaN") + " in its result 2 at element " +
+                     (hasInf ? "1200" : "3001");
+  std::string got = bad ? "op " + std::to_string(bad->step) + " result " +
+                              std::to_string(bad->result) + ": " +
+                              bad->describe()
+                        : "nothing";
+  if (got != want)
+    return std::string(dtypeName(t)) + ": the flag says '" + got +
+           "', not '" + want + "'";
+  return "";
+}
+
+/// "op [shapes and dtypes] {attrs} rank r": what makes two steps the same
+/// check.
+std::string signature(const Plan &plan, const PlanStep &step, int rank) {
+  std::string s = step.op;
+  for (const auto *ids : {&step.operands, &step.results}) {
+    s += " |";
+    for (int64_t id : *ids) {
+      const PlanValue &v = plan.values[id];
+      s += std::string(" ") + dtypeName(v.dtype) + "[";
+      for (int64_t d : v.shape)
+        s += std::to_string(d) + ",";
+      s += "]";
+    }
+  }
+  for (const auto &[name, value] : step.attrs) {
+    if (name == "param")
+      continue;
+    s += " " + name + "=";
+    if (const auto *list = std::get_if<std::vector<int64_t>>(&value))
+      for (int64_t x : *list)
+        s += std::to_string(x) + ",";
+    else if (const auto *text = std::get_if<std::string>(&value))
+      s += *text;
+    else if (const auto *d = std::get_if<double>(&value))
+      s += std::to_string(*d);
+    else if (const auto *i = std::get_if<int64_t>(&value))
+      s += std::to_string(*i);
+    else
+      s += std::get<bool>(value) ? "true" : "false";
+  }
+  return s + " rank " + std::to_string(rank);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string deviceName = "host";
+  bool stats = false;
+  std::vector<std::string> plans;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+      deviceName = argv[++i];
+    else if (std::strcmp(argv[i], "--stats") == 0)
+      stats = true;
+    else
+      plans.push_back(argv[i]);
+  }
+  if (plans.empty() || (deviceName != "host" && deviceName != "gpu")) {
+    std::fprintf(stderr, "usage: kiln-op-kernel-check [--device host|gpu] "
+                         "[--stats] PLAN...\n");
+    return 1;
+  }
+  char dirTemplate[] = "/tmp/kiln-op-kernels-XXXXXX";
+  const char *dir = mkdtemp(dirTemplate);
+  if (!dir) {
+    std::fprintf(stderr, "cannot make a temporary folder\n");
+    return 1;
+  }
+  std::string why;
+  bool skip = false;
+  std::unique_ptr<Device> device = deviceName == "host"
+                                       ? openHostDevice(dir, why)
+                                       : openGpuDevice(skip, why);
+  if (!device) {
+    if (skip) {
+      std::printf("skipped: %s\n", why.c_str());
+      return 77;
+    }
+    std::fprintf(stderr, "%s\n", why.c_str());
+    return 1;
+  }
+
+  std::set<std::string> checked;
+  std::map<std::string, Stats> perOp;
+  auto statsOf = [&](const std::string &label, plan::Op op) -> Stats & {
+    Stats &s = perOp[label];
+    s.op = op;
+    return s;
+  };
+  std::mt19937 rng(11);
+  int count = 0;
+  for (const std::string &path : plans) {
+    std::string error;
+    std::optional<Plan> plan = loadPlan(path, error);
+    if (!plan) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      return 1;
+    }
+    for (const auto &[name, entry] : plan->entries)
+      for (const PlanStep &step : entry.steps) {
+        if (step.group || !cuda::isKernelOp(step.kind))
+          continue;
+        bool shard =
+            plan::category(step.kind) == plan::Category::ShardCast;
+        for (int rank = 0; rank < (shard ? plan->ranks : 1); ++rank) {
+          if (!checked.insert(signature(*plan, step, rank)).second)
+            continue;
+          ++count;
+          std::string failure = checkStep(*plan, step, rank, *device, rng,
+                                          statsOf(step.op, step.kind));
+          if (!failure.empty()) {
+            std::fprintf(stderr, "%s: %s, %s (rank %d): %s\n", path.c_str(),
+                         name.c_str(), step.loc.c_str(), rank,
+                         failure.c_str());
+            return 1;
+          }
+        }
+      }
+    // AdamW over consecutive updates at once, as the executor runs them
+    // (CudaActions.cpp): all parameters per launch, and 3 per launch so
+    // that a list spans several launches.
+    for (const auto &[name, entry] : plan->entries)
+      for (size_t i = 0; i < entry.steps.size(); ++i) {
+        std::vector<const PlanStep *> run = {&entry.steps[i]};
+        while (i + run.size() < entry.steps.size() &&
+               cuda::adamwJoins(*plan, entry.steps[i], entry.steps[i + run.size()]))
+          run.push_back(&entry.steps[i + run.size()]);
+        if (run.size() < 2)
+          continue;
+        for (int perLaunch : {cuda::kMaxAdamWListTensors, 3}) {
+          ++count;
+          std::string failure = checkAdamWList(*plan, run, perLaunch, *device,
+                                               rng,
+                                               statsOf("adamw_list",
+                                                       plan::Op::AdamW));
+          if (!failure.empty()) {
+            std::fprintf(stderr, "%s: %s, AdamW over %zu parameters: %s\n",
+                         path.c_str(), name.c_str(), run.size(),
+                         failure.c_str());
+            return 1;
+          }
+        }
+        i += run.size() - 1;
+      }
+  }
+  for (DType t : {DType::F32, DType::BF16}) {
+    Plan plan = transposePlan(t);
+    ++count;
+    if (std::string failure =
+            checkStep(plan, plan.entries["transpose"].steps[0], 0, *device,
+                      rng, statsOf("transpose", plan::Op::Transpose));
+        !failure.empty()) {
+      std::fprintf(stderr, "transpose: %s\n", failure.c_str());
+      return 1;
+    }
+  }
+  for (DType t : {DType::F32, DType::BF16, DType::F8E4M3, DType::F8E5M2}) {
+    ++count;
+    if (std::string failure = checkNonFinite(t, *device, rng);
+        !failure.empty()) {
+      std::fprintf(stderr, "numerics check: %s\n", failure.c_str());
+      return 1;
+    }
+  }
+  for (DType t : {DType::F32, DType::BF16}) {
+    ++count;
+    if (std::string failure = checkMeanDivide(t, *device, rng);
+        !failure.empty()) {
+      std::fprintf(stderr, "mean divide: %s\n", failure.c_str());
+      return 1;
+    }
+  }
+  if (stats)
+    for (const auto &[op, s] : perOp)
+      std::printf("%-20s %3d steps, largest difference %.3g ulp, %.3g of the "
+                  "largest magnitude (%s)\n",
+                  op.c_str(), s.steps, s.maxUlps, s.maxOfLargest,
+                  toleranceText(s.op, device->onGpu()).c_str());
+  std::printf("%d op kernels on the %s match the CPU backend\n", count,
+              deviceName.c_str());
+  std::system((std::string("rm -rf ") + dir).c_str());
+  return 0;
+}

@@ -1,0 +1,130 @@
+// Data: text and token files, each bad-input case, and batches that are
+// deterministic windows with targets shifted by one.
+#include "kiln/Runtime/Train/Data.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+using namespace kiln::runtime;
+
+namespace {
+std::string writeTemp(const std::string &name, const std::string &bytes) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string tokenFile(int32_t version, int32_t count,
+                      const std::vector<uint32_t> &tokens) {
+  std::string bytes(256 * 4, '\0');
+  int32_t header[3] = {20240520, version, count};
+  std::memcpy(bytes.data(), header, sizeof header);
+  size_t width = version == 1 ? 2 : 4;
+  for (uint32_t t : tokens)
+    bytes.append(reinterpret_cast<const char *>(&t), width);
+  return bytes;
+}
+} // namespace
+
+TEST(Data, TextIsBytes) {
+  std::string error;
+  auto tokens = loadTokens(writeTemp("t.txt", "ab\xff"), 256, error);
+  ASSERT_TRUE(tokens) << error;
+  EXPECT_EQ(*tokens, (std::vector<uint32_t>{'a', 'b', 0xff}));
+}
+
+TEST(Data, TokenFiles) {
+  std::string error;
+  auto t16 = loadTokens(writeTemp("a.bin", tokenFile(1, 3, {1, 65535, 7})),
+                        65536, error);
+  ASSERT_TRUE(t16) << error;
+  EXPECT_EQ(*t16, (std::vector<uint32_t>{1, 65535, 7}));
+  auto t32 = loadTokens(writeTemp("b.bin", tokenFile(2, 2, {100000, 5})),
+                        128256, error);
+  ASSERT_TRUE(t32) << error;
+  EXPECT_EQ(*t32, (std::vector<uint32_t>{100000, 5}));
+}
+
+TEST(Data, BadInputs) {
+  std::string error;
+  EXPECT_FALSE(loadTokens("/nonexistent/data.txt", 256, error));
+  EXPECT_EQ(error, "cannot open data file '/nonexistent/data.txt': No such "
+                   "file or directory");
+  // Not a regular file: refused before anything is read (a FIFO would
+  // block, /dev/zero never end).
+  EXPECT_FALSE(loadTokens("/dev/zero", 256, error));
+  EXPECT_EQ(error, "data file '/dev/zero' is not a regular file (it is a "
+                   "character device)");
+
+  std::string empty = writeTemp("empty.txt", "");
+  EXPECT_FALSE(loadTokens(empty, 256, error));
+  EXPECT_EQ(error, "data file '" + empty + "' is empty");
+
+  std::string big = writeTemp("big.bin", tokenFile(1, 2, {3, 300}));
+  EXPECT_FALSE(loadTokens(big, 256, error));
+  EXPECT_EQ(error, big + ": token 300 at position 1 is not below the vocab "
+                         "size 256");
+
+  std::string cut = writeTemp("cut.bin", tokenFile(2, 10, {1, 2}));
+  EXPECT_FALSE(loadTokens(cut, 256, error));
+  EXPECT_EQ(error, cut + ": token file is truncated (header says 10 tokens)");
+
+  std::string v3 = writeTemp("v3.bin", tokenFile(3, 1, {1}));
+  EXPECT_FALSE(loadTokens(v3, 256, error));
+  EXPECT_EQ(error, v3 + ": token file version 3 is neither 1 (uint16) nor 2 "
+                        "(uint32)");
+}
+
+TEST(Data, SplitNeedsASequenceOnEachSide) {
+  std::string error;
+  EXPECT_FALSE(splitTokens(100, 16, error));
+  EXPECT_EQ(error, "the data has 100 tokens: too few for a training and a "
+                   "validation sequence of 16 tokens (needs 170)");
+  auto split = splitTokens(1000, 16, error);
+  ASSERT_TRUE(split);
+  EXPECT_EQ(split->trainEnd, 900u);
+  EXPECT_EQ(split->validBegin, 900u);
+  EXPECT_EQ(split->validEnd, 1000u);
+}
+
+TEST(Data, BatchesAreDeterministicShiftedWindows) {
+  std::vector<uint32_t> tokens(500);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = i % 251;
+  int32_t in1[2 * 8], tg1[2 * 8], in2[2 * 8], tg2[2 * 8];
+  fillBatch(tokens, 100, 300, 2, 8, 42, 5, in1, tg1);
+  fillBatch(tokens, 100, 300, 2, 8, 42, 5, in2, tg2);
+  EXPECT_EQ(0, std::memcmp(in1, in2, sizeof in1));
+  for (int b = 0; b < 2; ++b)
+    for (int s = 0; s < 8; ++s) {
+      int32_t x = in1[b * 8 + s];
+      EXPECT_EQ(tg1[b * 8 + s], static_cast<int32_t>((x + 1) % 251));
+    }
+  fillBatch(tokens, 100, 300, 2, 8, 42, 6, in2, tg2);
+  EXPECT_NE(0, std::memcmp(in1, in2, sizeof in1));
+}
+
+TEST(Data, DefaultDataIsTheFortunes) {
+  std::string error;
+  auto tokens = loadTokens(kDefaultData, 256, error);
+  ASSERT_TRUE(tokens) << error;
+  EXPECT_GT(tokens->size(), 1000000u);
+}
+
+TEST(Data, RowsOfABatchAreThoseOfTheWholeBatch) {
+  // A rank's share (rows [firstRow, firstRow + rows)) is exactly those rows
+  // of the batch drawn whole.
+  std::vector<uint32_t> tokens(400);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<uint32_t>(i % 251);
+  int32_t all[6 * 8], allTg[6 * 8], part[2 * 8], partTg[2 * 8];
+  fillBatch(tokens, 10, 390, 6, 8, 3, 9, all, allTg);
+  fillBatch(tokens, 10, 390, 6, 8, 3, 9, part, partTg, 2, 2);
+  for (int i = 0; i < 2 * 8; ++i) {
+    EXPECT_EQ(part[i], all[2 * 8 + i]);
+    EXPECT_EQ(partTg[i], allTg[2 * 8 + i]);
+  }
+}
