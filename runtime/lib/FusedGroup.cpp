@@ -12,37 +12,6 @@ namespace {
 using Op = GroupInstr::Op;
 using Store = GroupOutput::Store;
 
-constexpr std::pair<Op, const char *> kOpNames[] = {
-    {Op::Load, "load"},       {Op::Const, "const"},  {Op::Neg, "neg"},
-    {Op::Exp, "exp"},         {Op::Log, "log"},      {Op::Sqrt, "sqrt"},
-    {Op::Rsqrt, "rsqrt"},     {Op::Sigmoid, "sigmoid"},
-    {Op::Convert, "convert"}, {Op::Add, "add"},      {Op::Sub, "sub"},
-    {Op::Mul, "mul"},         {Op::Div, "div"},      {Op::Max, "max"},
-    {Op::Min, "min"},         {Op::RowSum, "row_sum"},
-    {Op::RowMax, "row_max"},  {Op::Abs, "abs"},
-    {Op::Pow2Floor, "pow2_floor"},
-};
-
-constexpr std::pair<Store, const char *> kStoreNames[] = {
-    {Store::Elem, "elem"},      {Store::Transpose, "transpose"},
-    {Store::Row, "row"},        {Store::ColSum, "col_sum"},
-    {Store::Amax, "amax"},      {Store::Scalar, "scalar"},
-};
-
-const char *kindName(GroupKind kind) {
-  switch (kind) {
-  case GroupKind::Scalar:
-    return "scalar";
-  case GroupKind::Row:
-    return "row";
-  case GroupKind::Col:
-    return "col";
-  case GroupKind::Elem:
-    return "elem";
-  }
-  return "?";
-}
-
 /// The kind of a value computed from values of kinds `a` and `b`: a row
 /// value combined with a column value has one value per point.
 GroupKind join(GroupKind a, GroupKind b) {
@@ -57,66 +26,6 @@ bool isComputeType(DType t) {
   return t == DType::F32 || t == DType::BF16 || isFp8(t);
 }
 } // namespace
-
-const char *groupOpName(Op op) {
-  for (auto [o, name] : kOpNames)
-    if (o == op)
-      return name;
-  return "?";
-}
-
-const char *groupStoreName(Store store) {
-  for (auto [s, name] : kStoreNames)
-    if (s == store)
-      return name;
-  return "?";
-}
-
-bool parseGroupOp(const std::string &name, Op &op) {
-  for (auto [o, n] : kOpNames)
-    if (name == n) {
-      op = o;
-      return true;
-    }
-  return false;
-}
-
-bool parseGroupStore(const std::string &name, Store &store) {
-  for (auto [s, n] : kStoreNames)
-    if (name == n) {
-      store = s;
-      return true;
-    }
-  return false;
-}
-
-int groupOpArity(Op op) {
-  switch (op) {
-  case Op::Load:
-  case Op::Const:
-    return 0;
-  case Op::Neg:
-  case Op::Exp:
-  case Op::Log:
-  case Op::Sqrt:
-  case Op::Rsqrt:
-  case Op::Sigmoid:
-  case Op::Convert:
-  case Op::RowSum:
-  case Op::RowMax:
-  case Op::Abs:
-  case Op::Pow2Floor:
-    return 1;
-  case Op::Add:
-  case Op::Sub:
-  case Op::Mul:
-  case Op::Div:
-  case Op::Max:
-  case Op::Min:
-    return 2;
-  }
-  return 0;
-}
 
 std::string checkFusedGroup(FusedGroup &group,
                             const std::vector<const PlanValue *> &operands,
@@ -140,10 +49,10 @@ std::string checkFusedGroup(FusedGroup &group,
   for (size_t i = 0; i < group.body.size(); ++i) {
     GroupInstr &in = group.body[i];
     std::string where = "instruction " + std::to_string(i) + " (" +
-                        groupOpName(in.op) + ")";
-    if (static_cast<int>(in.args.size()) != groupOpArity(in.op))
+                        plan::name(in.op) + ")";
+    if (static_cast<int>(in.args.size()) != plan::arity(in.op))
       return where + " has " + std::to_string(in.args.size()) +
-             " arguments, not " + std::to_string(groupOpArity(in.op));
+             " arguments, not " + std::to_string(plan::arity(in.op));
     for (int32_t a : in.args)
       if (a < 0 || a >= static_cast<int32_t>(i))
         return where + " reads instruction " + std::to_string(a) +
@@ -158,7 +67,7 @@ std::string checkFusedGroup(FusedGroup &group,
                dtypeName(in.type);
       if (v.numElements() != elements(in.kind))
         return where + " loads " + std::to_string(v.numElements()) +
-               " elements as a " + kindName(in.kind) + " value of " +
+               " elements as a " + plan::name(in.kind) + " value of " +
                std::to_string(elements(in.kind));
       continue;
     }
@@ -186,7 +95,7 @@ std::string checkFusedGroup(FusedGroup &group,
   for (size_t o = 0; o < group.outputs.size(); ++o) {
     const GroupOutput &out = group.outputs[o];
     std::string where = "output " + std::to_string(o) + " (" +
-                        groupStoreName(out.store) + ")";
+                        plan::name(out.store) + ")";
     if (out.value < 0 || out.value >= static_cast<int32_t>(group.body.size()))
       return where + " stores instruction " + std::to_string(out.value) +
              ", which does not exist";
@@ -196,7 +105,7 @@ std::string checkFusedGroup(FusedGroup &group,
                      : out.store == Store::Scalar ? GroupKind::Scalar
                                                   : GroupKind::Elem;
     if (in.kind != want)
-      return where + " stores a " + kindName(in.kind) + " value";
+      return where + " stores a " + plan::name(in.kind) + " value";
     int64_t n = out.store == Store::ColSum ? cols
                 : out.store == Store::Amax ? 1
                                            : elements(want);

@@ -244,19 +244,16 @@ std::shared_ptr<const FusedGroup> parseGroup(const json &j,
   group->cols = integerMember(j, "cols", 1, plan::kMaxElements, what);
   if (group->rows > plan::kMaxElements / group->cols)
     fail(what, "has more than 2^48 points");
-  static const std::map<std::string, GroupKind> kinds = {
-      {"scalar", GroupKind::Scalar},
-      {"row", GroupKind::Row},
-      {"col", GroupKind::Col},
-      {"elem", GroupKind::Elem}};
   const json &body = array(member(j, "body", what), what + " body");
   for (const json &ji : body) {
     std::string at =
         what + " instruction " + std::to_string(group->body.size());
     GroupInstr in;
     const std::string &op = text(member(ji, "op", at), at + " op");
-    if (!parseGroupOp(op, in.op))
+    std::optional<plan::GroupOp> parsed = plan::parseGroupName<plan::GroupOp>(op);
+    if (!parsed)
       fail(at, "is an unknown group instruction '" + op + "'");
+    in.op = *parsed;
     in.type = ji.contains("type") ? parseDType(ji["type"], at + " type")
                                   : DType::F32;
     if (ji.contains("args"))
@@ -266,10 +263,11 @@ std::shared_ptr<const FusedGroup> parseGroup(const json &j,
       in.operand =
           static_cast<int32_t>(integerMember(ji, "operand", 0, INT32_MAX, at));
       const json &kind = member(ji, "kind", at);
-      auto it = kinds.find(text(kind, at + " kind"));
-      if (it == kinds.end())
+      std::optional<GroupKind> parsedKind =
+          plan::parseGroupName<GroupKind>(text(kind, at + " kind"));
+      if (!parsedKind)
         fail(at, "has an unknown load kind " + shown(kind));
-      in.kind = it->second;
+      in.kind = *parsedKind;
     }
     if (in.op == GroupInstr::Op::Const)
       in.value = number(member(ji, "value", at), at + " value");
@@ -282,8 +280,11 @@ std::shared_ptr<const FusedGroup> parseGroup(const json &j,
         static_cast<int32_t>(integerMember(jo, "value", 0, INT32_MAX, at));
     std::string store =
         jo.contains("store") ? text(jo["store"], at + " store") : "elem";
-    if (!parseGroupStore(store, out.store))
+    std::optional<GroupOutput::Store> parsedStore =
+        plan::parseGroupName<plan::GroupStore>(store);
+    if (!parsedStore)
       fail(at, "has an unknown store '" + store + "'");
+    out.store = *parsedStore;
     group->outputs.push_back(out);
   }
   auto values = [&](const std::vector<int64_t> &ids) {

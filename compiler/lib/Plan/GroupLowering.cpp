@@ -9,12 +9,16 @@
 
 #include "kiln/Plan/GroupLowering.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Runtime/Plan/Group.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 
 using namespace mlir;
 using namespace kiln;
 namespace json = llvm::json;
+using plan::GroupKind;
+using plan::GroupOp;
+using plan::GroupStore;
 
 namespace {
 
@@ -28,18 +32,21 @@ public:
 
 private:
   /// Appends an instruction; returns its index.
-  int64_t emit(StringRef op, ArrayRef<int64_t> args, StringRef type = "f32") {
-    body.push_back(json::Object{
-        {"op", op.str()}, {"args", json::Array(args)}, {"type", type.str()}});
+  int64_t emit(GroupOp op, ArrayRef<int64_t> args, StringRef type = "f32") {
+    body.push_back(json::Object{{"op", plan::name(op)},
+                                {"args", json::Array(args)},
+                                {"type", type.str()}});
     return body.size() - 1;
   }
   int64_t constant(double value) {
-    body.push_back(json::Object{{"op", "const"}, {"value", value}});
+    body.push_back(
+        json::Object{{"op", plan::name(GroupOp::Const)}, {"value", value}});
     return body.size() - 1;
   }
   /// The instruction holding `v`: a load of the input `v` (as `kind`) the
   /// first time it is read, or the instruction of the op that made it.
-  FailureOr<int64_t> get(Operation *user, Value v, StringRef kind = "elem");
+  FailureOr<int64_t> get(Operation *user, Value v,
+                         GroupKind kind = GroupKind::Elem);
   FailureOr<StringRef> typeOf(Operation *op, Value v);
 
   LogicalResult lowerRstd(Operation *op, Value x, double eps, int64_t &r);
@@ -51,9 +58,9 @@ private:
   DenseMap<Value, int64_t> regs;
   llvm::StringMap<int64_t> loads; // "<operand>:<kind>"
   /// Values that are only stored: (instruction, store).
-  DenseMap<Value, std::pair<int64_t, StringRef>> stored;
+  DenseMap<Value, std::pair<int64_t, GroupStore>> stored;
   /// How a readable value is stored when it is an output, if not `elem`.
-  DenseMap<Value, StringRef> storeAs;
+  DenseMap<Value, GroupStore> storeAs;
 };
 
 FailureOr<StringRef> GroupWriter::typeOf(Operation *op, Value v) {
@@ -71,7 +78,8 @@ FailureOr<StringRef> GroupWriter::typeOf(Operation *op, Value v) {
          << e;
 }
 
-FailureOr<int64_t> GroupWriter::get(Operation *user, Value v, StringRef kind) {
+FailureOr<int64_t> GroupWriter::get(Operation *user, Value v,
+                                    GroupKind kind) {
   if (auto it = regs.find(v); it != regs.end())
     return it->second;
   if (stored.count(v))
@@ -81,15 +89,15 @@ FailureOr<int64_t> GroupWriter::get(Operation *user, Value v, StringRef kind) {
     return user->emitOpError("reads a value from outside its group that is "
                              "not one of the group's inputs");
   int64_t operand = at - inputs.begin();
-  std::string key = (llvm::Twine(operand) + ":" + kind).str();
+  std::string key = (llvm::Twine(operand) + ":" + plan::name(kind)).str();
   if (auto it = loads.find(key); it != loads.end())
     return it->second;
   FailureOr<StringRef> type = typeOf(user, v);
   if (failed(type))
     return failure();
-  body.push_back(json::Object{{"op", "load"},
+  body.push_back(json::Object{{"op", plan::name(GroupOp::Load)},
                               {"operand", operand},
-                              {"kind", kind.str()},
+                              {"kind", plan::name(kind)},
                               {"type", type->str()}});
   return loads[key] = body.size() - 1;
 }
@@ -101,10 +109,10 @@ LogicalResult GroupWriter::lowerRstd(Operation *op, Value x, double eps,
   FailureOr<int64_t> xi = get(op, x);
   if (failed(xi))
     return failure();
-  int64_t sq = emit("mul", {*xi, *xi});
-  int64_t ss = emit("row_sum", {sq});
-  int64_t ms = emit("div", {ss, constant(static_cast<double>(cols))});
-  r = emit("rsqrt", {emit("add", {ms, constant(eps)})});
+  int64_t sq = emit(GroupOp::Mul, {*xi, *xi});
+  int64_t ss = emit(GroupOp::RowSum, {sq});
+  int64_t ms = emit(GroupOp::Div, {ss, constant(static_cast<double>(cols))});
+  r = emit(GroupOp::Rsqrt, {emit(GroupOp::Add, {ms, constant(eps)})});
   return success();
 }
 
@@ -117,21 +125,22 @@ LogicalResult GroupWriter::lowerQuantize(QuantizeOp op) {
     return failure();
   int64_t amax;
   if (op.isRowwise()) {
-    amax = emit("row_max", {emit("abs", {*x})});
+    amax = emit(GroupOp::RowMax, {emit(GroupOp::Abs, {*x})});
   } else {
-    FailureOr<int64_t> a = get(op, op.getAmax(), "scalar");
+    FailureOr<int64_t> a = get(op, op.getAmax(), GroupKind::Scalar);
     if (failed(a))
       return failure();
     amax = *a;
   }
   double largest = *codes == "f8e4m3" ? 448.0 : 57344.0;
   int64_t scale =
-      emit("div", {constant(largest), emit("max", {amax, constant(1e-12)})});
+      emit(GroupOp::Div, {constant(largest), emit(GroupOp::Max, {amax, constant(1e-12)})});
   if (op.getPow2Scale())
-    scale = emit("pow2_floor", {scale});
-  regs[op.getResult()] = emit("convert", {emit("mul", {*x, scale})}, *codes);
+    scale = emit(GroupOp::Pow2Floor, {scale});
+  regs[op.getResult()] = emit(GroupOp::Convert, {emit(GroupOp::Mul, {*x, scale})}, *codes);
   regs[op.getScale()] = scale;
-  storeAs[op.getScale()] = op.isRowwise() ? "row" : "scalar";
+  storeAs[op.getScale()] =
+      op.isRowwise() ? GroupStore::Row : GroupStore::Scalar;
   return success();
 }
 
@@ -142,7 +151,7 @@ LogicalResult GroupWriter::lower(Operation *op) {
     FailureOr<int64_t> x = get(op, op->getOperand(0));
     if (failed(x))
       return failure();
-    stored[op->getResult(0)] = {*x, "amax"};
+    stored[op->getResult(0)] = {*x, GroupStore::Amax};
     return success();
   }
   if (isa<ReshapeOp>(op)) {
@@ -157,7 +166,7 @@ LogicalResult GroupWriter::lower(Operation *op) {
   FailureOr<StringRef> type = typeOf(op, result);
   if (failed(type))
     return failure();
-  auto arg = [&](unsigned i, StringRef kind = "elem") {
+  auto arg = [&](unsigned i, GroupKind kind = GroupKind::Elem) {
     return get(op, op->getOperand(i), kind);
   };
 
@@ -165,7 +174,7 @@ LogicalResult GroupWriter::lower(Operation *op) {
     FailureOr<int64_t> a = arg(0), b = arg(1);
     if (failed(a) || failed(b))
       return failure();
-    regs[result] = emit(isa<AddOp>(op) ? "add" : "mul", {*a, *b}, *type);
+    regs[result] = emit(isa<AddOp>(op) ? GroupOp::Add : GroupOp::Mul, {*a, *b}, *type);
     return success();
   }
   if (isa<SiluOp>(op)) {
@@ -173,7 +182,7 @@ LogicalResult GroupWriter::lower(Operation *op) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))
       return failure();
-    regs[result] = emit("mul", {*x, emit("sigmoid", {*x})}, *type);
+    regs[result] = emit(GroupOp::Mul, {*x, emit(GroupOp::Sigmoid, {*x})}, *type);
     return success();
   }
   if (isa<SiluGradOp>(op)) {
@@ -181,54 +190,54 @@ LogicalResult GroupWriter::lower(Operation *op) {
     FailureOr<int64_t> dy = arg(0), x = arg(1);
     if (failed(dy) || failed(x))
       return failure();
-    int64_t s = emit("sigmoid", {*x});
+    int64_t s = emit(GroupOp::Sigmoid, {*x});
     int64_t one = constant(1.0);
-    int64_t inner = emit("add", {one, emit("mul", {*x, emit("sub", {one, s})})});
-    regs[result] = emit("mul", {emit("mul", {*dy, s}), inner}, *type);
+    int64_t inner = emit(GroupOp::Add, {one, emit(GroupOp::Mul, {*x, emit(GroupOp::Sub, {one, s})})});
+    regs[result] = emit(GroupOp::Mul, {emit(GroupOp::Mul, {*dy, s}), inner}, *type);
     return success();
   }
   if (isa<CastOp, SqrtOp>(op)) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))
       return failure();
-    regs[result] = emit(isa<CastOp>(op) ? "convert" : "sqrt", {*x}, *type);
+    regs[result] = emit(isa<CastOp>(op) ? GroupOp::Convert : GroupOp::Sqrt, {*x}, *type);
     return success();
   }
   if (auto norm = dyn_cast<RMSNormOp>(op)) {
     // (x * r) * w
     int64_t r;
-    FailureOr<int64_t> x = arg(0), w = arg(1, "col");
+    FailureOr<int64_t> x = arg(0), w = arg(1, GroupKind::Col);
     if (failed(x) || failed(w) ||
         failed(lowerRstd(op, norm.getInput(), norm.getEps().convertToDouble(),
                          r)))
       return failure();
-    regs[result] = emit("mul", {emit("mul", {*x, r}), *w}, *type);
+    regs[result] = emit(GroupOp::Mul, {emit(GroupOp::Mul, {*x, r}), *w}, *type);
     return success();
   }
   if (auto grad = dyn_cast<RMSNormGradOp>(op)) {
     // g = dy * w, k = r^2 * mean(g * x): dx = r * (g - x * k);
     // dw = sum over rows of (dy * x) * r.
     int64_t r;
-    FailureOr<int64_t> dy = arg(0), x = arg(1), w = arg(2, "col");
+    FailureOr<int64_t> dy = arg(0), x = arg(1), w = arg(2, GroupKind::Col);
     if (failed(dy) || failed(x) || failed(w) ||
         failed(lowerRstd(op, grad.getInput(), grad.getEps().convertToDouble(),
                          r)))
       return failure();
-    int64_t g = emit("mul", {*dy, *w});
-    int64_t mean = emit("div", {emit("row_sum", {emit("mul", {g, *x})}),
+    int64_t g = emit(GroupOp::Mul, {*dy, *w});
+    int64_t mean = emit(GroupOp::Div, {emit(GroupOp::RowSum, {emit(GroupOp::Mul, {g, *x})}),
                                 constant(static_cast<double>(cols))});
-    int64_t k = emit("mul", {emit("mul", {r, r}), mean});
+    int64_t k = emit(GroupOp::Mul, {emit(GroupOp::Mul, {r, r}), mean});
     regs[grad.getInputGrad()] =
-        emit("mul", {r, emit("sub", {g, emit("mul", {*x, k})})}, *type);
-    int64_t dwTerm = emit("mul", {emit("mul", {*dy, *x}), r});
-    stored[grad.getWeightGrad()] = {dwTerm, "col_sum"};
+        emit(GroupOp::Mul, {r, emit(GroupOp::Sub, {g, emit(GroupOp::Mul, {*x, k})})}, *type);
+    int64_t dwTerm = emit(GroupOp::Mul, {emit(GroupOp::Mul, {*dy, *x}), r});
+    stored[grad.getWeightGrad()] = {dwTerm, GroupStore::ColSum};
     return success();
   }
   if (isa<TransposeOp>(op)) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))
       return failure();
-    stored[result] = {*x, "transpose"};
+    stored[result] = {*x, GroupStore::Transpose};
     return success();
   }
   return op->emitOpError("has no fused-group form");
@@ -239,16 +248,17 @@ FailureOr<json::Object> GroupWriter::finish(ArrayRef<Value> outputs) {
   for (Value v : outputs) {
     if (auto it = stored.find(v); it != stored.end()) {
       outs.push_back(json::Object{{"value", it->second.first},
-                                  {"store", it->second.second.str()}});
+                                  {"store", plan::name(it->second.second)}});
       continue;
     }
     auto it = regs.find(v);
     if (it == regs.end())
       return failure();
-    outs.push_back(json::Object{{"value", it->second},
-                                {"store", storeAs.lookup(v).empty()
-                                              ? "elem"
-                                              : storeAs.lookup(v).str()}});
+    auto store = storeAs.find(v);
+    outs.push_back(json::Object{
+        {"value", it->second},
+        {"store", plan::name(store == storeAs.end() ? GroupStore::Elem
+                                                    : store->second)}});
   }
   return json::Object{{"rows", rows},
                       {"cols", cols},

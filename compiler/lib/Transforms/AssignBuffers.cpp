@@ -71,13 +71,13 @@ bool ownsBuffer(Operation &op) {
 /// What a buffer holds, for the memory breakdown.
 enum Category { ParameterCopy = 0, Gradient = 1, Activation = 2 };
 
-struct AssignBuffers
-    : kiln::impl::KilnAssignBuffersBase<AssignBuffers> {
+struct AssignBuffersPass
+    : kiln::impl::KilnAssignBuffersBase<AssignBuffersPass> {
   void runOnOperation() override;
 };
 } // namespace
 
-void AssignBuffers::runOnOperation() {
+void AssignBuffersPass::runOnOperation() {
   func::FuncOp func = getOperation();
   if (func.isExternal())
     return;
@@ -192,7 +192,7 @@ void AssignBuffers::runOnOperation() {
                          b.getI64IntegerAttr(atPeak[Activation])),
       }));
 
-  LLVM_DEBUG(llvm::dbgs() << "[" DEBUG_TYPE "] @" << func.getSymName() << ": "
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": @" << func.getSymName() << ": "
                           << requests.size() << " buffers, arena " << peak
                           << " bytes, peak at step " << peakStep << " ("
                           << live[peakStep] << " bytes live)\n");

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "kiln-autodiff"
 
@@ -71,8 +72,12 @@ LogicalResult Autodiff::run() {
       resultGrads.push_back(grads.lookup(result));
       reachesLoss |= static_cast<bool>(resultGrads.back());
     }
-    if (!reachesLoss)
+    if (!reachesLoss) {
+      LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": no gradient reaches "
+                              << op->getName() << " at " << op->getLoc()
+                              << "\n");
       continue;
+    }
     auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
     if (!differentiable)
       return op->emitOpError("has no derivative rule, yet it reaches the loss");

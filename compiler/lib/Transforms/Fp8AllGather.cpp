@@ -273,7 +273,7 @@ LogicalResult FunctionRewriter::run() {
   return success();
 }
 
-struct Fp8AllGather : kiln::impl::KilnFp8AllGatherBase<Fp8AllGather> {
+struct Fp8AllGatherPass : kiln::impl::KilnFp8AllGatherBase<Fp8AllGatherPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<Float8Attr> policy = getFp8Policy(module);

@@ -500,7 +500,7 @@ void keepOnlyHistories(func::FuncOp f) {
   }
 }
 
-struct Fp8Linear : kiln::impl::KilnFp8LinearBase<Fp8Linear> {
+struct Fp8LinearPass : kiln::impl::KilnFp8LinearBase<Fp8LinearPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<Float8Attr> policy = getFp8Policy(module);

@@ -108,7 +108,7 @@ void warn(ArrayRef<LinearOp> linears) {
       << why << " (`kiln explain --fp8` lists each)";
 }
 
-struct Fp8Select : kiln::impl::KilnFp8SelectBase<Fp8Select> {
+struct Fp8SelectPass : kiln::impl::KilnFp8SelectBase<Fp8SelectPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     FailureOr<Float8Attr> policy = getFp8Policy(module);

@@ -19,6 +19,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "kiln-fsdp"
 
@@ -462,7 +463,7 @@ FailureOr<llvm::StringSet<>> fp8GatheredWeights(ModuleOp module) {
   return weights;
 }
 
-struct Fsdp : kiln::impl::KilnFsdpBase<Fsdp> {
+struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
   using KilnFsdpBase::KilnFsdpBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -493,6 +494,10 @@ struct Fsdp : kiln::impl::KilnFsdpBase<Fsdp> {
     FailureOr<llvm::StringSet<>> fp8Gathered = fp8GatheredWeights(module);
     if (failed(fp8Gathered))
       return signalPassFailure();
+    LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": " << n << " ranks, reshard after "
+                            << "forward " << reshard << ", reduce in bf16 "
+                            << reduceInBf16 << ", " << fp8Gathered->size()
+                            << " weights gathered as FP8\n");
     for (StringRef name : {kTrainStepFunc, kForwardLossFunc})
       if (auto f = module.lookupSymbol<func::FuncOp>(name))
         if (failed(FunctionSharder(f, n, reshard, reduceInBf16, *fp8Gathered)

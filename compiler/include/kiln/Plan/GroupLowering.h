@@ -2,9 +2,10 @@
 //
 // The plan writes elementwise and row-wise work as fused groups: a typed
 // list of instructions (load, const, arithmetic, row_sum) and stores
-// (docs/plan.md, "Fused groups"). This is where each fusible kiln op gets
-// its formula in that language; the CPU backend interprets the list, the
-// CUDA backend will generate kernels from it.
+// (docs/plan.md, "Fused groups"; the language's table is
+// kiln/Runtime/Plan/Group.h). This is where each fusible kiln op gets its
+// formula in that language; the CPU backend interprets the list, the CUDA
+// backend generates a kernel from it.
 //
 //===----------------------------------------------------------------------===//
 

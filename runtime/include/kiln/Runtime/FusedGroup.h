@@ -23,6 +23,7 @@
 #define KILN_RUNTIME_FUSEDGROUP_H
 
 #include "kiln/Runtime/DType.h"
+#include "kiln/Runtime/Plan/Group.h"
 
 #include <cstdint>
 #include <string>
@@ -30,49 +31,14 @@
 
 namespace kiln::runtime {
 
-// The reduction orders below are part of the group semantics (docs/plan.md,
-// "Fused groups"): every backend sums in this order, so their bits agree.
-
-/// Rows per block of a `col_sum` output (part of the group semantics: the
-/// partial sums of each block are added in block order).
-inline constexpr int64_t kColSumBlockRows = 32;
-
-/// Partial sums of a `row_sum` (part of the group semantics): column c
-/// goes into partial c % kRowSumLanes, each in increasing column order, and
-/// the partials are then added pairwise, kRowSumLanes / 2 apart, then half
-/// that, down to 1 (a warp's butterfly on a GPU).
-inline constexpr int kRowSumLanes = 32;
-
-enum class GroupKind { Scalar, Row, Col, Elem };
+// The group language's names, arities and reduction orders are the plan
+// format's (kiln/Runtime/Plan/Group.h); these are the runtime's structures.
+using plan::GroupKind;
+using plan::kColSumBlockRows;
+using plan::kRowSumLanes;
 
 struct GroupInstr {
-  enum class Op {
-    Load,
-    Const,
-    // Unary: f32 math, then rounding to the instruction's type.
-    Neg,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Sigmoid,
-    Convert,
-    // Binary.
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Max,
-    Min,
-    // Σ over a row's columns, in double: 32 partial sums over the columns
-    // c % 32, each in increasing column order, added pairwise (rowSum).
-    RowSum,
-    // The largest of a row's values (NaN if any is NaN; +0 over -0).
-    RowMax,
-    // |x|, and 2^floor(log2(x)) for x > 0 finite (x itself otherwise).
-    Abs,
-    Pow2Floor,
-  };
+  using Op = plan::GroupOp;
   Op op = Op::Const;
   std::vector<int32_t> args;
   DType type = DType::F32;          // each result is rounded to this type
@@ -82,7 +48,7 @@ struct GroupInstr {
 };
 
 struct GroupOutput {
-  enum class Store { Elem, Transpose, Row, ColSum, Amax, Scalar };
+  using Store = plan::GroupStore;
   int32_t value = 0;
   Store store = Store::Elem;
 };
@@ -92,16 +58,6 @@ struct FusedGroup {
   std::vector<GroupInstr> body;
   std::vector<GroupOutput> outputs;
 };
-
-const char *groupOpName(GroupInstr::Op op);
-const char *groupStoreName(GroupOutput::Store store);
-
-/// Parses the names used in the plan; false if unknown.
-bool parseGroupOp(const std::string &name, GroupInstr::Op &op);
-bool parseGroupStore(const std::string &name, GroupOutput::Store &store);
-
-/// Arity of an instruction's `args` (0 for Load and Const).
-int groupOpArity(GroupInstr::Op op);
 
 struct PlanValue;
 
