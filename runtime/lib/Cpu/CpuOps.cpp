@@ -28,9 +28,7 @@ using Views = std::vector<View>;
 int64_t lastDim(const View &v) { return v.shape.back(); }
 int64_t rows(const View &v) { return v.numElements() / lastDim(v); }
 
-std::string message(const cpu::Status &status) {
-  return status ? std::string() : status.message;
-}
+std::string message(Error error) { return error.takeMessage(); }
 
 KILN_CPU_OP(embedding) {
   (void)step;
