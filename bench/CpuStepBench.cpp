@@ -203,7 +203,11 @@ std::unique_ptr<CpuExecutor> makeExecutor(const Compiled &c) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return nullptr;
   }
-  exec->initialize(static_cast<uint64_t>(c.config.training.seed));
+  if (Error e =
+          exec->initialize(static_cast<uint64_t>(c.config.training.seed))) {
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
+    return nullptr;
+  }
   return exec;
 }
 

@@ -292,10 +292,9 @@ std::shared_ptr<const FusedGroup> parseGroup(const json &j,
       out.push_back(&plan.values[id]);
     return out;
   };
-  std::string problem =
-      checkFusedGroup(*group, values(step.operands), values(step.results));
-  if (!problem.empty())
-    throw PlanError{what + ": " + problem};
+  if (Error e =
+          checkFusedGroup(*group, values(step.operands), values(step.results)))
+    throw PlanError{what + ": " + e.message()};
   return group;
 }
 
@@ -503,10 +502,10 @@ const PlanValue *Plan::named(PlanValue::Kind kind,
 std::optional<Plan> parsePlan(const std::string &text, std::string &error) {
   try {
     Plan plan = parse(text);
-    std::string problem = verifyPlan(plan);
-    if (problem.empty())
+    Error problem = verifyPlan(plan);
+    if (!problem)
       return plan;
-    error = problem;
+    error = problem.takeMessage();
     return std::nullopt;
   } catch (const PlanError &e) {
     error = e.message;

@@ -44,7 +44,7 @@ TEST(TrainingStep, NonFiniteValueNamesTheOpThatProducedIt) {
   std::string error;
   std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
   ASSERT_TRUE(exec) << error;
-  exec->initialize(0);
+  ASSERT_FALSE(exec->initialize(0));
   (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
   std::vector<int32_t> tokens = someTokens(32, 1), targets = someTokens(32, 2);
 
@@ -57,7 +57,7 @@ TEST(TrainingStep, NonFiniteValueNamesTheOpThatProducedIt) {
   EXPECT_NE(error.find("in its result 0"), std::string::npos) << error;
 
   // Unchecked, the step runs and only the loss shows it.
-  exec->initialize(0);
+  ASSERT_FALSE(exec->initialize(0));
   (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
   exec->setCheckNumerics(false);
   auto out = exec->run("train_step", tokens, targets, 1, error);
@@ -74,7 +74,7 @@ TEST(TrainingStep, SameThreadCountSameBits) {
     std::string error;
     std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
     ASSERT_TRUE(exec) << error;
-    exec->initialize(7);
+    ASSERT_FALSE(exec->initialize(7));
     for (int64_t step = 1; step <= 3; ++step)
       ASSERT_TRUE(exec->run("train_step", tokens, targets, step, error))
           << error;
@@ -93,7 +93,7 @@ TEST(TrainingStep, LogitsEntryGivesTheEvalLoss) {
     std::string error;
     std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
     ASSERT_TRUE(exec) << error;
-    exec->initialize(3);
+    ASSERT_FALSE(exec->initialize(3));
     std::vector<int32_t> tokens = someTokens(32, 5), targets = someTokens(32, 9);
     auto loss = exec->run("eval_loss", tokens, targets, 1, error);
     ASSERT_TRUE(loss) << error;

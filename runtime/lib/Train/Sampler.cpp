@@ -19,15 +19,16 @@ std::vector<int64_t> windowShape(const Plan &plan) {
 }
 } // namespace
 
-std::string checkSamplingPlan(const Plan &plan) {
+Error checkSamplingPlan(const Plan &plan) {
   const PlanEntry *entry = plan.entry("logits");
   if (!entry || !entry->outputs.count("logits"))
-    return "the plan has no 'logits' entry (compile it with this kiln)";
+    return Error("the plan has no 'logits' entry (compile it with this kiln)");
   std::vector<int64_t> window = windowShape(plan);
   if (window.size() != 2 || window[0] != 1)
-    return "sampling needs a plan for batch 1 (training.global_batch_size "
-           "= 1)";
-  return "";
+    return Error(
+        "sampling needs a plan for batch 1 (training.global_batch_size "
+        "= 1)");
+  return Error::success();
 }
 
 std::optional<std::string> loadWeightsForSampling(Executor &exec,
@@ -62,8 +63,8 @@ std::optional<std::string> loadWeightsForSampling(Executor &exec,
   std::map<std::string, const FloatTensor *> all;
   for (const FloatTensor &t : *current)
     all[t.name] = byName.count(t.name) ? byName[t.name] : &t;
-  if (std::string problem = exec.setUnshardedState(all); !problem.empty())
-    return dir + ": " + problem;
+  if (Error problem = exec.setUnshardedState(all))
+    return dir + ": " + problem.message();
   return std::nullopt;
 }
 
@@ -72,8 +73,8 @@ sampleTokens(Executor &exec, const std::vector<int32_t> &prompt,
              const SampleOptions &options,
              const std::function<void(int32_t)> &onToken, std::string &error) {
   const Plan &plan = exec.plan();
-  if (std::string problem = checkSamplingPlan(plan); !problem.empty()) {
-    error = problem;
+  if (Error problem = checkSamplingPlan(plan)) {
+    error = problem.takeMessage();
     return std::nullopt;
   }
   if (prompt.empty()) {

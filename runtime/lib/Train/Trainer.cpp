@@ -172,8 +172,8 @@ std::optional<std::string> Run::restore(const std::string &path,
                  " at element " + std::to_string(e);
       byName[t.name] = &t;
     }
-  if (std::string problem = exec.setUnshardedState(byName); !problem.empty())
-    return *dir + ": " + problem;
+  if (Error problem = exec.setUnshardedState(byName))
+    return *dir + ": " + problem.message();
   step = c->step;
   std::printf("resumed from %s (step %lld)\n", dir->c_str(),
               static_cast<long long>(step));
@@ -229,22 +229,22 @@ std::string tracePathOf(const TrainOptions &options, int rank, int64_t ranks) {
 /// (created) and holds no earlier run unless that is resumed or to be
 /// overwritten; temporary files of killed writers are gone; the trace can
 /// be written. Rank 0 alone looks at the folder; every rank checks its
-/// trace. Empty, or the one line to fail with.
-std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
+/// trace. Fails with the one line to fail with.
+Error prepareOutputs(const Plan &plan, const TrainOptions &options) {
   int rank = options.communicator ? options.communicator->rank() : 0;
   if (options.outDir.empty())
-    return "the output folder (--out) must not be empty";
+    return Error("the output folder (--out) must not be empty");
   if (!options.tracePath.empty())
     if (std::optional<std::string> why =
             checkReplaceable(tracePathOf(options, rank, plan.ranks)))
-      return "--trace: " + *why;
+      return Error("--trace: " + *why);
   if (rank != 0)
-    return "";
+    return Error::success();
   // Nothing is created yet (a run that fails on its data writes nothing),
   // but a folder that could not be is an error now, not after training.
   if (std::optional<std::string> why = checkCreatableFolder(options.outDir))
-    return "cannot create the output folder '" + options.outDir + "': " +
-           *why;
+    return Error("cannot create the output folder '" + options.outDir +
+                 "': " + *why);
   std::error_code ec;
   std::string checkpoints =
       options.outDir + "/" + options.training.checkpointFolder;
@@ -252,12 +252,13 @@ std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
   bool metrics = fs::exists(options.outDir + "/metrics.jsonl", ec);
   if ((!steps.empty() || metrics) && options.resume.empty()) {
     if (!options.overwrite)
-      return "'" + options.outDir + "' holds an earlier run (" +
-             (steps.empty() ? std::string("metrics.jsonl")
-                            : "checkpoints up to step " +
-                                  std::to_string(steps.rbegin()->first)) +
-             "); pass --resume " + options.outDir +
-             " to continue it, --overwrite to replace it, or another --out";
+      return Error(
+          "'" + options.outDir + "' holds an earlier run (" +
+          (steps.empty() ? std::string("metrics.jsonl")
+                         : "checkpoints up to step " +
+                               std::to_string(steps.rbegin()->first)) +
+          "); pass --resume " + options.outDir +
+          " to continue it, --overwrite to replace it, or another --out");
     // --overwrite: what an earlier run wrote here, and only that.
     for (const auto &[n, dir] : steps)
       fs::remove_all(dir, ec);
@@ -269,7 +270,7 @@ std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
   removeStaleTemporaries(checkpoints);
   for (const auto &[n, dir] : stepFolders(checkpoints))
     removeStaleTemporaries(dir);
-  return "";
+  return Error::success();
 }
 } // namespace
 
@@ -322,8 +323,8 @@ findCheckpoint(const std::string &path, std::string &error,
 
 int runTraining(const Plan &plan, const TrainOptions &options) {
   const TrainingSpec &t = options.training;
-  if (std::string problem = prepareOutputs(plan, options); !problem.empty())
-    return fail(problem);
+  if (Error problem = prepareOutputs(plan, options))
+    return fail(problem.message());
   const PlanValue *tokensValue = plan.named(PlanValue::Input, "tokens");
   if (!tokensValue || tokensValue->shape.size() != 2 ||
       !plan.entry("train_step") || !plan.entry("eval_loss"))
@@ -353,9 +354,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (!exec)
     return fail(error);
   exec->setCheckNumerics(options.checkNumerics);
-  if (std::string problem = exec->setCommunicator(options.communicator);
-      !problem.empty())
-    return fail(problem);
+  if (Error problem = exec->setCommunicator(options.communicator))
+    return fail(problem.message());
   // A rank that stops without dying (SIGSTOP, a deadlock) must not hold the
   // others in a collective forever.
   if (t.commTimeoutSeconds < 0)
@@ -370,8 +370,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     return fail("cannot silence the output of rank " +
                 std::to_string(exec->rank()));
   uint64_t seed = static_cast<uint64_t>(t.seed);
-  if (std::string problem = exec->initialize(seed); !problem.empty())
-    return fail(problem);
+  if (Error problem = exec->initialize(seed))
+    return fail(problem.message());
 
   std::unique_ptr<Trace> trace;
   if (!options.tracePath.empty()) {

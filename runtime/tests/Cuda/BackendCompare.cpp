@@ -105,12 +105,12 @@ private:
     std::unique_ptr<Executor> e = createExecutor(plan, backend, error, options);
     if (!e)
       return nullptr;
-    if (std::string p = e->setCommunicator(nullptr); !p.empty()) {
-      error = p;
+    if (Error p = e->setCommunicator(nullptr)) {
+      error = p.takeMessage();
       return nullptr;
     }
-    if (std::string p = e->initialize(11); !p.empty()) {
-      error = p;
+    if (Error p = e->initialize(11)) {
+      error = p.takeMessage();
       return nullptr;
     }
     return e;
@@ -237,8 +237,8 @@ int Compare::numerics() {
   std::fill(first.data.begin(), first.data.end(), std::nanf(""));
   for (Executor *e : {cpu.get(), gpu.get()}) {
     e->setCheckNumerics(true);
-    if (std::string p = e->setUnshardedState(byName); !p.empty())
-      return fail(p);
+    if (Error p = e->setUnshardedState(byName))
+      return fail(p.message());
   }
   Batch b = randomBatch(plan, 1);
   std::string want, got;

@@ -336,9 +336,8 @@ std::string checkKernel(const Plan &plan, const cuda::PlanGroupKernel &k,
   if (std::string failure = launcher.launch(k.kernel, g, in, outKernel);
       !failure.empty())
     return failure;
-  if (std::string failure = runFusedGroup(g, inViews, cpuViews, false);
-      !failure.empty())
-    return "the CPU interpreter failed: " + failure;
+  if (Error failure = runFusedGroup(g, inViews, cpuViews, false))
+    return "the CPU interpreter failed: " + failure.message();
   for (size_t o = 0; o < outCpu.size(); ++o) {
     const PlanValue &v = plan.values[step.results[o]];
     for (int64_t i = 0, n = v.numElements(); i < n; ++i) {

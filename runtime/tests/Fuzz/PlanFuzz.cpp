@@ -245,17 +245,15 @@ private:
     if (plan.ranks > 1)
       communicator = fuzz::createMirrorCommunicator(
           static_cast<int>(index % plan.ranks), static_cast<int>(plan.ranks));
-    if (std::string e = exec->setCommunicator(communicator.get());
-        !e.empty()) {
+    if (Error e = exec->setCommunicator(communicator.get())) {
       ++tally.refused;
-      return check("setCommunicator", e);
+      return check("setCommunicator", e.message());
     }
     exec->setCheckNumerics(index % 2 == 0);
     bool failed = false, good = true;
-    if (std::string e = exec->initialize(static_cast<uint64_t>(index));
-        !e.empty()) {
+    if (Error e = exec->initialize(static_cast<uint64_t>(index))) {
       failed = true;
-      good &= check("initialize", e);
+      good &= check("initialize", e.message());
     }
     // In-range tokens; targets the next tokens, as the data loader gives.
     std::vector<int32_t> ids(tokens->numElements() + 1);
@@ -294,9 +292,9 @@ private:
         std::map<std::string, const FloatTensor *> byName;
         for (const FloatTensor &t : *all)
           byName[t.name] = &t;
-        if (std::string e = exec->setUnshardedState(byName); !e.empty()) {
+        if (Error e = exec->setUnshardedState(byName)) {
           failed = true;
-          good &= check("setUnshardedState", e);
+          good &= check("setUnshardedState", e.message());
         }
       }
     }

@@ -29,8 +29,8 @@ struct SampleOptions {
 };
 
 /// Checks that `plan` has a `logits` entry over a [1, seq] window and that
-/// the executor holds weights; returns "" or what is wrong.
-std::string checkSamplingPlan(const Plan &plan);
+/// the executor holds weights; fails saying what is wrong.
+Error checkSamplingPlan(const Plan &plan);
 
 /// Loads the model weights of the checkpoint in `dir` into `exec` (any
 /// backend), checking that every parameter of the plan is there with its
