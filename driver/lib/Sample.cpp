@@ -67,9 +67,8 @@ int kiln::runSample(const SampleCommand &command) {
   // A NaN or an infinity stops sampling at the op that made it, as in
   // training, instead of printing junk.
   exec->setCheckNumerics(true);
-  if (std::optional<std::string> problem =
-          loadWeightsForSampling(*exec, *dir))
-    return commandError(*problem);
+  if (Error problem = loadWeightsForSampling(*exec, *dir))
+    return commandError(problem.message());
 
   std::vector<int32_t> prompt;
   for (unsigned char c : command.prompt)

@@ -154,12 +154,13 @@ ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
   }
   // A cache that cannot be written only costs time; every write, flush and
   // close is checked, and the entry appears whole or not at all.
-  std::optional<std::string> failure;
+  runtime::Error failure;
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
-    failure = "cannot create '" + dir + "': " + ec.message();
+    failure = runtime::Error("cannot create '" + dir + "': " + ec.message());
   else if (!llvm::sys::fs::exists(path))
     failure = runtime::writeFileAtomically(path, *text);
   if (failure)
-    llvm::errs() << "warning: the plan is not cached: " << *failure << "\n";
+    llvm::errs() << "warning: the plan is not cached: " << failure.message()
+                 << "\n";
   return plan;
 }

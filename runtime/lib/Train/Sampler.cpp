@@ -31,12 +31,11 @@ Error checkSamplingPlan(const Plan &plan) {
   return Error::success();
 }
 
-std::optional<std::string> loadWeightsForSampling(Executor &exec,
-                                                  const std::string &dir) {
+Error loadWeightsForSampling(Executor &exec, const std::string &dir) {
   std::string error;
   std::optional<Checkpoint> c = loadModelWeights(dir, error);
   if (!c)
-    return error;
+    return Error(error);
   std::map<std::string, const CheckpointTensor *> byName;
   for (const CheckpointTensor &t : c->model)
     byName[t.name] = &t;
@@ -45,27 +44,30 @@ std::optional<std::string> loadWeightsForSampling(Executor &exec,
       continue;
     auto it = byName.find(v.name);
     if (it == byName.end())
-      return dir + ": the checkpoint has no tensor '" + v.name + "'";
+      return Error(dir + ": the checkpoint has no tensor '" + v.name + "'");
     const CheckpointTensor &t = *it->second;
     if (t.shape != v.shape)
-      return dir + ": tensor '" + v.name + "' has another shape than the "
-             "model in config.toml";
+      return Error(dir + ": tensor '" + v.name +
+                   "' has another shape than the "
+                   "model in config.toml");
     for (size_t e = 0; e < t.data.size(); ++e)
       if (!std::isfinite(t.data[e]))
-        return dir + ": tensor '" + v.name + "' holds a non-finite value at "
-               "element " + std::to_string(e);
+        return Error(dir + ": tensor '" + v.name +
+                     "' holds a non-finite value at "
+                     "element " +
+                     std::to_string(e));
   }
   // The other states (the optimizer's) keep what they hold; the logits
   // entry reads none of them.
   std::optional<std::vector<FloatTensor>> current = exec.unshardedState(error);
   if (!current)
-    return error;
+    return Error(error);
   std::map<std::string, const FloatTensor *> all;
   for (const FloatTensor &t : *current)
     all[t.name] = byName.count(t.name) ? byName[t.name] : &t;
   if (Error problem = exec.setUnshardedState(all))
-    return dir + ": " + problem.message();
-  return std::nullopt;
+    return Error(dir + ": " + problem.message());
+  return Error::success();
 }
 
 std::optional<std::vector<int32_t>>

@@ -35,8 +35,7 @@ Error checkSamplingPlan(const Plan &plan);
 /// Loads the model weights of the checkpoint in `dir` into `exec` (any
 /// backend), checking that every parameter of the plan is there with its
 /// shape and finite. The plan's parameters must be unsharded.
-std::optional<std::string> loadWeightsForSampling(Executor &exec,
-                                                  const std::string &dir);
+Error loadWeightsForSampling(Executor &exec, const std::string &dir);
 
 /// Draws `options.tokens` tokens after `prompt` (not empty, every id below
 /// the vocabulary size), calling `onToken` with each as soon as it is
