@@ -134,10 +134,10 @@ std::optional<Compiled> compile(const std::string &model,
   if (!text)
     return std::nullopt;
   std::string error;
-  std::optional<Plan> plan = parsePlan(*text, error);
+  Expected<Plan> plan = parsePlan(*text);
   if (!plan) {
     std::fprintf(stderr, "error: the compiled plan does not parse: %s\n",
-                 error.c_str());
+                 plan.error().message().c_str());
     return std::nullopt;
   }
   return Compiled{*session.config, std::move(*plan)};

@@ -26,9 +26,8 @@ Compiled compile(const std::string &model, std::vector<std::string> sets) {
   EXPECT_TRUE(session.load(model, sets));
   std::optional<std::string> text = session.compilePlan();
   EXPECT_TRUE(text);
-  std::string error;
-  std::optional<Plan> plan = parsePlan(*text, error);
-  EXPECT_TRUE(plan) << error;
+  Expected<Plan> plan = parsePlan(*text);
+  EXPECT_TRUE(plan) << plan.error().message();
   return {*session.config, std::move(*plan)};
 }
 

@@ -25,9 +25,8 @@ Plan compileTiny(const std::vector<std::string> &extra = {}) {
   EXPECT_TRUE(session.load("llama3-debug", sets));
   std::optional<std::string> text = session.compilePlan();
   EXPECT_TRUE(text);
-  std::string error;
-  std::optional<Plan> plan = parsePlan(text ? *text : "", error);
-  EXPECT_TRUE(plan) << error;
+  Expected<Plan> plan = parsePlan(text ? *text : "");
+  EXPECT_TRUE(plan) << plan.error().message();
   return plan ? *plan : Plan{};
 }
 

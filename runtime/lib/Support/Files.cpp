@@ -146,14 +146,13 @@ int openRegularFile(const std::string &path, int64_t maxBytes,
   return fd;
 }
 
-std::optional<std::string> readRegularFile(const std::string &path,
-                                           int64_t maxBytes,
-                                           const std::string &what,
-                                           std::string &error) {
+Expected<std::string> readRegularFile(const std::string &path, int64_t maxBytes,
+                                      const std::string &what) {
   int64_t size = 0;
+  std::string error;
   int fd = openRegularFile(path, maxBytes, what, size, error);
   if (fd < 0)
-    return std::nullopt;
+    return Error(std::move(error));
   std::string text(static_cast<size_t>(size), '\0');
   size_t done = 0;
   while (done < text.size()) {
@@ -161,10 +160,11 @@ std::optional<std::string> readRegularFile(const std::string &path,
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0) {
-      error = "cannot read " + what + " '" + path + "': " +
-              (n < 0 ? std::strerror(errno) : "it became shorter while read");
+      Error error(
+          "cannot read " + what + " '" + path + "': " +
+          (n < 0 ? std::strerror(errno) : "it became shorter while read"));
       ::close(fd);
-      return std::nullopt;
+      return error;
     }
     done += static_cast<size_t>(n);
   }

@@ -294,9 +294,9 @@ int main(int argc, char **argv) {
 #else
   for (const std::string &path : plans) {
     std::string error;
-    std::optional<Plan> plan = loadPlan(path, error);
+    Expected<Plan> plan = loadPlan(path);
     if (!plan) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      std::fprintf(stderr, "%s\n", plan.error().message().c_str());
       return 1;
     }
     if (!cuda::CudaExecutor::create(*plan, error)) {

@@ -401,11 +401,13 @@ int main(int argc, char **argv) {
   int kernels = 0, tiled = 0;
   for (const std::string &path : plans) {
     std::string error;
-    std::optional<Plan> plan = loadPlan(path, error);
+    Expected<Plan> plan = loadPlan(path);
     int groups = 0;
     std::optional<std::vector<cuda::PlanGroupKernel>> fresh;
     if (plan)
       fresh = cuda::distinctGroupKernels(*plan, checked, groups, error);
+    else
+      error = plan.error().message();
     if (!fresh) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
       return 1;

@@ -130,10 +130,9 @@ public:
       }
       std::stringstream text;
       text << in.rdbuf();
-      std::string error;
-      if (!parsePlan(text.str(), error)) {
+      if (Expected<Plan> plan = parsePlan(text.str()); !plan) {
         std::fprintf(stderr, "error: %s: the seed plan is refused: %s\n",
-                     path.c_str(), error.c_str());
+                     path.c_str(), plan.error().message().c_str());
         return false;
       }
       seeds.push_back(nlohmann::json::parse(text.str()));
@@ -178,14 +177,14 @@ public:
       out << m.text;
     }
     std::string error;
-    std::optional<Plan> plan = parsePlan(m.text, error);
+    Expected<Plan> plan = parsePlan(m.text);
     if (!plan) {
       if (verbose)
-        std::printf("refused: %s\n", excerpt(error).c_str());
-      if (oneLine(error)) {
+        std::printf("refused: %s\n", excerpt(plan.error().message()).c_str());
+      if (oneLine(plan.error().message())) {
         ++tally.rejected;
       } else {
-        badError(index, "parsePlan", error);
+        badError(index, "parsePlan", plan.error().message());
         ++tally.badErrors;
       }
     } else {

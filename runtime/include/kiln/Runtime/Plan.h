@@ -151,11 +151,11 @@ Error verifyPlan(const Plan &plan);
 Error checkStepShapes(const Plan &plan, const PlanStep &step);
 
 /// Reads and checks a plan file (a regular file of bounded size), parses it
-/// and verifies it (verifyPlan). On failure returns nothing and sets `error`
-/// to one line saying what is wrong and where.
-std::optional<Plan> loadPlan(const std::string &path, std::string &error);
+/// and verifies it (verifyPlan). On failure, the error is one line saying
+/// what is wrong and where.
+Expected<Plan> loadPlan(const std::string &path);
 /// The same, from text (for tests).
-std::optional<Plan> parsePlan(const std::string &text, std::string &error);
+Expected<Plan> parsePlan(const std::string &text);
 
 } // namespace kiln::runtime
 

@@ -31,11 +31,9 @@ int openRegularFile(const std::string &path, int64_t maxBytes,
                     std::string &error);
 
 /// The whole of a regular file of at most `maxBytes` (openRegularFile),
-/// read with checked reads; nothing, with `error`, otherwise.
-std::optional<std::string> readRegularFile(const std::string &path,
-                                           int64_t maxBytes,
-                                           const std::string &what,
-                                           std::string &error);
+/// read with checked reads; the error otherwise.
+Expected<std::string> readRegularFile(const std::string &path, int64_t maxBytes,
+                                      const std::string &what);
 
 /// Why a file cannot be written at `path` (by writing a temporary file
 /// beside it and renaming it over `path`), or success: `path` must be
