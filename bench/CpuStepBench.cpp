@@ -134,10 +134,10 @@ std::optional<Compiled> compile(const std::string &model,
   if (!text)
     return std::nullopt;
   std::string error;
-  std::optional<Plan> plan = parsePlan(*text, error);
+  Expected<Plan> plan = parsePlan(*text);
   if (!plan) {
     std::fprintf(stderr, "error: the compiled plan does not parse: %s\n",
-                 error.c_str());
+                 plan.error().message().c_str());
     return std::nullopt;
   }
   return Compiled{*session.config, std::move(*plan)};
@@ -203,7 +203,11 @@ std::unique_ptr<CpuExecutor> makeExecutor(const Compiled &c) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return nullptr;
   }
-  exec->initialize(static_cast<uint64_t>(c.config.training.seed));
+  if (Error e =
+          exec->initialize(static_cast<uint64_t>(c.config.training.seed))) {
+    std::fprintf(stderr, "error: %s\n", e.message().c_str());
+    return nullptr;
+  }
   return exec;
 }
 

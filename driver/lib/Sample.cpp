@@ -52,8 +52,8 @@ int kiln::runSample(const SampleCommand &command) {
   std::optional<Plan> plan = session.cachedRuntimePlan(overrides, hit);
   if (!plan)
     return 1;
-  if (std::string problem = checkSamplingPlan(*plan); !problem.empty())
-    return commandError(problem);
+  if (Error problem = checkSamplingPlan(*plan))
+    return commandError(problem.message());
   if (plan->vocabSize != 256)
     return commandError("kiln sample encodes the prompt as bytes, but this model's "
                 "vocabulary has " + std::to_string(plan->vocabSize) +
@@ -67,9 +67,8 @@ int kiln::runSample(const SampleCommand &command) {
   // A NaN or an infinity stops sampling at the op that made it, as in
   // training, instead of printing junk.
   exec->setCheckNumerics(true);
-  if (std::optional<std::string> problem =
-          loadWeightsForSampling(*exec, *dir))
-    return commandError(*problem);
+  if (Error problem = loadWeightsForSampling(*exec, *dir))
+    return commandError(problem.message());
 
   std::vector<int32_t> prompt;
   for (unsigned char c : command.prompt)

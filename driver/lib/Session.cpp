@@ -125,41 +125,45 @@ ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
                 static_cast<unsigned long long>(fnv1a(key)));
   std::string dir = runtime::kilnCacheDir(), path = dir + "/" + name;
   hit = false;
-  std::string error;
   // A cache entry is input like any other: one that does not load (cut
   // short by a full disk, corrupted, not a regular file) is discarded and
   // compiled again, never a lasting failure.
   if (llvm::sys::fs::exists(path)) {
-    std::optional<std::string> text =
-        runtime::readRegularFile(path, int64_t(1) << 30, "cached plan", error);
-    std::optional<runtime::Plan> plan;
-    if (text)
-      plan = runtime::parsePlan(*text, error);
-    if (plan) {
-      hit = true;
-      return plan;
+    runtime::Expected<std::string> text =
+        runtime::readRegularFile(path, int64_t(1) << 30, "cached plan");
+    runtime::Error error = text.takeError();
+    if (text) {
+      runtime::Expected<runtime::Plan> plan = runtime::parsePlan(*text);
+      if (plan) {
+        hit = true;
+        return *std::move(plan);
+      }
+      error = plan.takeError();
     }
-    llvm::errs() << "warning: discarding the cached plan '" << path
-                 << "' (" << error << "); compiling the model again\n";
+    llvm::errs() << "warning: discarding the cached plan '" << path << "' ("
+                 << error.message() << "); compiling the model again\n";
     if (runtime::fileKind(path) == "a regular file")
       llvm::sys::fs::remove(path);
   }
   std::optional<std::string> text = compilePlan();
   if (!text)
     return std::nullopt;
-  std::optional<runtime::Plan> plan = runtime::parsePlan(*text, error);
-  if (!plan) {
-    commandError("internal: the compiled plan does not load: " + error);
+  runtime::Expected<runtime::Plan> loaded = runtime::parsePlan(*text);
+  if (!loaded) {
+    commandError("internal: the compiled plan does not load: " +
+                 loaded.error().message());
     return std::nullopt;
   }
+  std::optional<runtime::Plan> plan = *std::move(loaded);
   // A cache that cannot be written only costs time; every write, flush and
   // close is checked, and the entry appears whole or not at all.
-  std::optional<std::string> failure;
+  runtime::Error failure;
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
-    failure = "cannot create '" + dir + "': " + ec.message();
+    failure = runtime::Error("cannot create '" + dir + "': " + ec.message());
   else if (!llvm::sys::fs::exists(path))
     failure = runtime::writeFileAtomically(path, *text);
   if (failure)
-    llvm::errs() << "warning: the plan is not cached: " << *failure << "\n";
+    llvm::errs() << "warning: the plan is not cached: " << failure.message()
+                 << "\n";
   return plan;
 }

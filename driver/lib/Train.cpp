@@ -52,16 +52,15 @@ std::map<std::string, std::string> renderedKeys(const std::string &toml) {
 /// `configText` describes (the keys mustMatchOnResume lists), or nothing;
 /// nothing too when it has no config.toml (a kiln-run checkpoint), which the
 /// runtime's shape check then covers alone.
-std::optional<std::string> resumeMismatch(const std::string &resume,
-                                          const std::string &folder,
-                                          const std::string &configText) {
+Error resumeMismatch(const std::string &resume, const std::string &folder,
+                     const std::string &configText) {
   std::string error;
   std::optional<std::string> dir = findCheckpoint(resume, error, folder);
   if (!dir || !llvm::sys::fs::exists(*dir + "/config.toml"))
-    return std::nullopt;
+    return Error::success();
   ModelSession saved;
   if (!saved.load(*dir + "/config.toml", {}))
-    return "cannot resume: " + *dir + "/config.toml does not load";
+    return Error("cannot resume: " + *dir + "/config.toml does not load");
   std::map<std::string, std::string> was =
       renderedKeys(renderConfigToml(*saved.config));
   std::map<std::string, std::string> now = renderedKeys(configText);
@@ -77,10 +76,13 @@ std::optional<std::string> resumeMismatch(const std::string &resume,
                      " in the checkpoint, " + b + " now";
   }
   if (differences.empty())
-    return std::nullopt;
-  return "cannot resume from " + *dir + ": it was trained with another "
-         "model (" + differences + "); resume with the model it was trained "
-         "with, or start a new run";
+    return Error::success();
+  return Error("cannot resume from " + *dir +
+               ": it was trained with another "
+               "model (" +
+               differences +
+               "); resume with the model it was trained "
+               "with, or start a new run");
 }
 } // namespace
 
@@ -104,9 +106,9 @@ int kiln::runTrain(const TrainCommand &command) {
   // As written: checkpoints say "all ranks", not this run's count.
   std::string configText = renderConfigToml(*session.config);
   if (!command.resume.empty())
-    if (std::optional<std::string> why = resumeMismatch(
+    if (Error why = resumeMismatch(
             command.resume, session.config->checkpoint.folder, configText))
-      return commandError(*why);
+      return commandError(why.message());
   if (!session.setRanks(ranks->size()))
     return 1;
 

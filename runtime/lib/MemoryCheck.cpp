@@ -82,16 +82,16 @@ int64_t predictedDeviceBytes(const Plan &plan, int64_t backendBytes) {
   return total;
 }
 
-std::string memoryShortfall(const Plan &plan, int64_t backendBytes,
-                            int64_t freeBytes, const std::string &device,
-                            const std::string &backendWhat) {
+Error memoryShortfall(const Plan &plan, int64_t backendBytes, int64_t freeBytes,
+                      const std::string &device,
+                      const std::string &backendWhat) {
   std::vector<MemoryConsumer> consumers =
       deviceMemoryConsumers(plan, backendBytes, backendWhat);
   int64_t total = 0;
   for (const MemoryConsumer &c : consumers)
     total += c.bytes;
   if (total <= freeBytes)
-    return "";
+    return Error::success();
   std::string text = "the plan needs " + formatBytes(total) +
                      " of memory per rank but " + formatBytes(freeBytes) +
                      " are free on " + device + "; the largest: ";
@@ -115,10 +115,11 @@ std::string memoryShortfall(const Plan &plan, int64_t backendBytes,
                " ranks (mpirun -np N, or --world-size N to compile for N) "
                "the state would fit; ";
   }
-  return text + " (" + advice +
-         "activation checkpointing ([activation_checkpoint] mode), FP8 "
-         "([float8] enable), a smaller batch or a smaller model need less; "
-         "`kiln explain --memory` itemises it)";
+  return Error(
+      text + " (" + advice +
+      "activation checkpointing ([activation_checkpoint] mode), FP8 "
+      "([float8] enable), a smaller batch or a smaller model need less; "
+      "`kiln explain --memory` itemises it)");
 }
 
 std::optional<int64_t> hostAvailableBytes(std::string &where) {

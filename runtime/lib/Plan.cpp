@@ -293,10 +293,9 @@ std::shared_ptr<const FusedGroup> parseGroup(const json &j,
       out.push_back(&plan.values[id]);
     return out;
   };
-  std::string problem =
-      checkFusedGroup(*group, values(step.operands), values(step.results));
-  if (!problem.empty())
-    throw PlanError{what + ": " + problem};
+  if (Error e =
+          checkFusedGroup(*group, values(step.operands), values(step.results)))
+    throw PlanError{what + ": " + e.message()};
   return group;
 }
 
@@ -501,33 +500,29 @@ const PlanValue *Plan::named(PlanValue::Kind kind,
   return nullptr;
 }
 
-std::optional<Plan> parsePlan(const std::string &text, std::string &error) {
+Expected<Plan> parsePlan(const std::string &text) {
   try {
     Plan plan = parse(text);
-    std::string problem = verifyPlan(plan);
-    if (problem.empty())
-      return plan;
-    error = problem;
-    return std::nullopt;
+    if (Error problem = verifyPlan(plan))
+      return problem;
+    return plan;
   } catch (const PlanError &e) {
-    error = e.message;
+    return Error(e.message);
   } catch (const json::exception &e) {
-    error = std::string("malformed plan: ") + e.what();
+    return Error(std::string("malformed plan: ") + e.what());
   } catch (const std::exception &e) {
-    error = std::string("malformed plan: ") + e.what();
+    return Error(std::string("malformed plan: ") + e.what());
   }
-  return std::nullopt;
 }
 
-std::optional<Plan> loadPlan(const std::string &path, std::string &error) {
+Expected<Plan> loadPlan(const std::string &path) {
   // The largest plans (405B over 8 ranks, 1024 layers) are tens of MB.
-  std::optional<std::string> text =
-      readRegularFile(path, int64_t(1) << 30, "plan", error);
+  Expected<std::string> text = readRegularFile(path, int64_t(1) << 30, "plan");
   if (!text)
-    return std::nullopt;
-  std::optional<Plan> plan = parsePlan(*text, error);
+    return text.takeError();
+  Expected<Plan> plan = parsePlan(*text);
   if (!plan)
-    error = path + ": " + error;
+    return Error(path + ": " + plan.error().message());
   return plan;
 }
 

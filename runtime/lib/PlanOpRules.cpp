@@ -466,10 +466,10 @@ bool StepRules::check() {
 
 } // namespace
 
-std::string checkStepShapes(const Plan &plan, const PlanStep &step) {
+Error checkStepShapes(const Plan &plan, const PlanStep &step) {
   StepRules rules(plan, step);
   rules.check();
-  return rules.error;
+  return Error(std::move(rules.error));
 }
 
 } // namespace kiln::runtime

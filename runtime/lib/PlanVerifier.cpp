@@ -216,8 +216,8 @@ void checkStep(const Plan &plan, const PlanStep &s, const std::string &where) {
   if ((s.kind == plan::Op::Fused) != static_cast<bool>(s.group))
     fail(where, "a fused step needs its group");
   checkAttributes(s, where);
-  if (std::string problem = checkStepShapes(plan, s); !problem.empty())
-    fail(where, problem);
+  if (Error e = checkStepShapes(plan, s))
+    fail(where, e.message());
 }
 
 /// Whether two values' storage overlaps: the same value, or arena values
@@ -512,7 +512,7 @@ void checkEntries(const Plan &plan) {
 
 } // namespace
 
-std::string verifyPlan(const Plan &plan) {
+Error verifyPlan(const Plan &plan) {
   try {
     checkValues(plan);
     for (const auto &[name, entry] : plan.entries)
@@ -525,9 +525,9 @@ std::string verifyPlan(const Plan &plan) {
     for (const auto &[name, entry] : plan.entries)
       checkEntry(plan, name, entry);
   } catch (const Problem &p) {
-    return p.message;
+    return Error(p.message);
   }
-  return "";
+  return Error::success();
 }
 
 } // namespace kiln::runtime

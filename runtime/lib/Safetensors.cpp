@@ -52,11 +52,11 @@ std::optional<uint64_t> elementCount(const std::vector<uint64_t> &shape) {
 
 /// The header's JSON text, padded with spaces so that 8 + its length is a
 /// multiple of 8 (the data then starts 8-byte aligned), or an error.
-std::optional<std::string>
-buildHeader(const std::string &what, const std::vector<FloatTensor> &tensors,
-            const std::map<std::string, std::string> &metadata,
-            std::string &header,
-            std::vector<const FloatTensor *> *inNameOrder = nullptr) {
+Error buildHeader(const std::string &what,
+                  const std::vector<FloatTensor> &tensors,
+                  const std::map<std::string, std::string> &metadata,
+                  std::string &header,
+                  std::vector<const FloatTensor *> *inNameOrder = nullptr) {
   std::vector<const FloatTensor *> sorted;
   for (const FloatTensor &t : tensors)
     sorted.push_back(&t);
@@ -70,21 +70,21 @@ buildHeader(const std::string &what, const std::vector<FloatTensor> &tensors,
     const FloatTensor &t = *sorted[i];
     std::string where = what + ": tensor '" + t.name + "'";
     if (t.name == kMetadataKey)
-      return where + " has the reserved name " + kMetadataKey;
+      return Error(where + " has the reserved name " + kMetadataKey);
     if (i > 0 && sorted[i - 1]->name == t.name)
-      return where + " appears twice";
+      return Error(where + " appears twice");
     std::vector<uint64_t> dims;
     for (int64_t d : t.shape) {
       if (d < 0)
-        return where + " has a negative dimension in shape " +
-               shapeString(t.shape);
+        return Error(where + " has a negative dimension in shape " +
+                     shapeString(t.shape));
       dims.push_back(static_cast<uint64_t>(d));
     }
     std::optional<uint64_t> count = elementCount(dims);
     if (!count || *count != t.data.size())
-      return where + " has " + std::to_string(t.data.size()) +
-             " values but shape " + shapeString(t.shape) + " needs " +
-             (count ? std::to_string(*count) : std::string("too many"));
+      return Error(where + " has " + std::to_string(t.data.size()) +
+                   " values but shape " + shapeString(t.shape) + " needs " +
+                   (count ? std::to_string(*count) : std::string("too many")));
     uint64_t end = offset + *count * sizeof(float);
     j[t.name] = {
         {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
@@ -96,12 +96,13 @@ buildHeader(const std::string &what, const std::vector<FloatTensor> &tensors,
   try {
     header = j.dump();
   } catch (const json::exception &) {
-    return what + ": a tensor name or metadata string is not valid UTF-8";
+    return Error(what +
+                 ": a tensor name or metadata string is not valid UTF-8");
   }
   header.append((8 - header.size() % 8) % 8, ' ');
   if (inNameOrder)
     *inNameOrder = std::move(sorted);
-  return std::nullopt;
+  return Error::success();
 }
 
 /// Reads exactly `bytes` at `offset`; false on an error or a short file.
@@ -140,36 +141,37 @@ struct Entry {
 /// unsigned).
 bool isNonNegativeInteger(const json &j) { return j.is_number_unsigned(); }
 
-std::optional<std::string> parseEntry(const std::string &name, const json &j,
-                                      uint64_t dataBytes, Entry &entry) {
+Error parseEntry(const std::string &name, const json &j, uint64_t dataBytes,
+                 Entry &entry) {
   std::string where = "tensor '" + name + "'";
   if (!j.is_object())
-    return "the entry of " + where + " is not an object";
+    return Error("the entry of " + where + " is not an object");
   entry.name = name;
 
   auto dtype = j.find("dtype");
   if (dtype == j.end() || !dtype->is_string())
-    return where + " has no dtype string";
+    return Error(where + " has no dtype string");
   const std::string &type = dtype->get_ref<const std::string &>();
   if (type != "F32" && type != "BF16")
-    return where + " has unsupported dtype '" + type +
-           "' (this reader takes F32 and BF16)";
+    return Error(where + " has unsupported dtype '" + type +
+                 "' (this reader takes F32 and BF16)");
   entry.bf16 = type == "BF16";
   uint64_t elementBytes = entry.bf16 ? 2 : 4;
 
   auto shape = j.find("shape");
   std::vector<uint64_t> dims;
   if (shape == j.end() || !shape->is_array())
-    return "the shape of " + where + " is not a list of non-negative integers";
+    return Error("the shape of " + where +
+                 " is not a list of non-negative integers");
   for (const json &d : *shape) {
     if (!isNonNegativeInteger(d))
-      return "the shape of " + where +
-             " is not a list of non-negative integers";
+      return Error("the shape of " + where +
+                   " is not a list of non-negative integers");
     dims.push_back(d.get<uint64_t>());
   }
   std::optional<uint64_t> count = elementCount(dims);
   if (!count)
-    return "the shape of " + where + " has too many elements";
+    return Error("the shape of " + where + " has too many elements");
   entry.count = *count;
   for (uint64_t d : dims)
     entry.shape.push_back(static_cast<int64_t>(d));
@@ -178,41 +180,41 @@ std::optional<std::string> parseEntry(const std::string &name, const json &j,
   if (offsets == j.end() || !offsets->is_array() || offsets->size() != 2 ||
       !isNonNegativeInteger((*offsets)[0]) ||
       !isNonNegativeInteger((*offsets)[1]))
-    return "the data_offsets of " + where +
-           " are not a list of two non-negative integers";
+    return Error("the data_offsets of " + where +
+                 " are not a list of two non-negative integers");
   entry.begin = (*offsets)[0].get<uint64_t>();
   entry.end = (*offsets)[1].get<uint64_t>();
   std::string range = "[" + std::to_string(entry.begin) + ", " +
                       std::to_string(entry.end) + "]";
   if (entry.begin > entry.end)
-    return "the data_offsets " + range + " of " + where + " decrease";
+    return Error("the data_offsets " + range + " of " + where + " decrease");
   if (entry.end > dataBytes)
-    return "the data_offsets " + range + " of " + where +
-           " reach beyond the data, which has " + std::to_string(dataBytes) +
-           " bytes (is the file truncated?)";
+    return Error("the data_offsets " + range + " of " + where +
+                 " reach beyond the data, which has " +
+                 std::to_string(dataBytes) + " bytes (is the file truncated?)");
   if (entry.end - entry.begin != entry.count * elementBytes)
-    return "the data_offsets " + range + " of " + where + " span " +
-           std::to_string(entry.end - entry.begin) + " bytes but shape " +
-           shapeString(entry.shape) + " of " + type + " needs " +
-           std::to_string(entry.count * elementBytes);
-  return std::nullopt;
+    return Error("the data_offsets " + range + " of " + where + " span " +
+                 std::to_string(entry.end - entry.begin) + " bytes but shape " +
+                 shapeString(entry.shape) + " of " + type + " needs " +
+                 std::to_string(entry.count * elementBytes));
+  return Error::success();
 }
 
-std::optional<std::string>
-parseMetadata(const json &j, std::map<std::string, std::string> &metadata) {
+Error parseMetadata(const json &j,
+                    std::map<std::string, std::string> &metadata) {
   if (!j.is_object())
-    return std::string(kMetadataKey) + " is not an object";
+    return Error(std::string(kMetadataKey) + " is not an object");
   for (const auto &[key, value] : j.items()) {
     if (!value.is_string())
-      return "metadata value of '" + key + "' is not a string";
+      return Error("metadata value of '" + key + "' is not a string");
     metadata[key] = value.get<std::string>();
   }
-  return std::nullopt;
+  return Error::success();
 }
 
 /// Tensors with data must occupy disjoint byte ranges. (Gaps are allowed:
 /// they waste space but do not make the file ambiguous.)
-std::optional<std::string> checkDisjoint(std::vector<const Entry *> entries) {
+Error checkDisjoint(std::vector<const Entry *> entries) {
   entries.erase(
       std::remove_if(entries.begin(), entries.end(),
                      [](const Entry *e) { return e->begin == e->end; }),
@@ -221,17 +223,16 @@ std::optional<std::string> checkDisjoint(std::vector<const Entry *> entries) {
             [](const Entry *a, const Entry *b) { return a->begin < b->begin; });
   for (size_t i = 1; i < entries.size(); ++i)
     if (entries[i]->begin < entries[i - 1]->end)
-      return "tensors '" + entries[i - 1]->name + "' and '" + entries[i]->name +
-             "' overlap in the data";
-  return std::nullopt;
+      return Error("tensors '" + entries[i - 1]->name + "' and '" +
+                   entries[i]->name + "' overlap in the data");
+  return Error::success();
 }
 
 /// Parses the header text into checked entries (in name order) and
 /// metadata. `dataBytes` is the size of the data section.
-std::optional<std::string>
-parseHeader(const std::string &text, uint64_t dataBytes,
-            std::vector<Entry> &entries,
-            std::map<std::string, std::string> &metadata) {
+Error parseHeader(const std::string &text, uint64_t dataBytes,
+                  std::vector<Entry> &entries,
+                  std::map<std::string, std::string> &metadata) {
   // A JSON object keeps only the last of repeated keys; a repeated tensor
   // name is an ambiguous file, so the parser callback notices it.
   std::set<std::string> keys;
@@ -247,11 +248,11 @@ parseHeader(const std::string &text, uint64_t dataBytes,
   // The parser stops at a NUL byte as at the end of its input, which would
   // accept anything after one.
   if (j.is_discarded() || text.find('\0') != std::string::npos)
-    return std::string("the header is not valid JSON");
+    return Error(std::string("the header is not valid JSON"));
   if (!j.is_object())
-    return std::string("the header is not a JSON object");
+    return Error(std::string("the header is not a JSON object"));
   if (!repeated.empty())
-    return "the header names '" + repeated + "' twice";
+    return Error("the header names '" + repeated + "' twice");
   for (const auto &[name, value] : j.items()) {
     if (name == kMetadataKey) {
       if (auto error = parseMetadata(value, metadata))
@@ -300,16 +301,16 @@ std::string shapeString(const std::vector<int64_t> &shape) {
 // Writing and reading
 //===----------------------------------------------------------------------===//
 
-std::optional<std::string>
-checkWritable(const std::string &what, const std::vector<FloatTensor> &tensors,
-              const std::map<std::string, std::string> &metadata) {
+Error checkWritable(const std::string &what,
+                    const std::vector<FloatTensor> &tensors,
+                    const std::map<std::string, std::string> &metadata) {
   std::string header;
   return buildHeader(what, tensors, metadata, header);
 }
 
-std::optional<std::string>
-stageSafetensors(AtomicFile &file, const std::vector<FloatTensor> &tensors,
-                 const std::map<std::string, std::string> &metadata) {
+Error stageSafetensors(AtomicFile &file,
+                       const std::vector<FloatTensor> &tensors,
+                       const std::map<std::string, std::string> &metadata) {
   std::string header;
   std::vector<const FloatTensor *> sorted;
   if (auto error = buildHeader(file.path(), tensors, metadata, header, &sorted))
@@ -329,10 +330,9 @@ stageSafetensors(AtomicFile &file, const std::vector<FloatTensor> &tensors,
   });
 }
 
-std::optional<std::string>
-writeSafetensors(const std::string &path,
-                 const std::vector<FloatTensor> &tensors,
-                 const std::map<std::string, std::string> &metadata) {
+Error writeSafetensors(const std::string &path,
+                       const std::vector<FloatTensor> &tensors,
+                       const std::map<std::string, std::string> &metadata) {
   AtomicFile file(path);
   if (auto error = stageSafetensors(file, tensors, metadata))
     return error;
@@ -380,7 +380,7 @@ std::optional<SafetensorsContents> readSafetensors(const std::string &path,
   SafetensorsContents contents;
   if (auto what =
           parseHeader(header, size - dataStart, entries, contents.metadata))
-    return fail(*what);
+    return fail(what.message());
 
   for (const Entry &entry : entries) {
     FloatTensor tensor;

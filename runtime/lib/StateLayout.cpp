@@ -89,19 +89,19 @@ unshardedStates(const Plan &plan, const HostStates &states,
   return out;
 }
 
-std::string setUnshardedStates(
+Error setUnshardedStates(
     const Plan &plan, int rank,
     const std::map<std::string, const FloatTensor *> &byName,
     HostStates &states) {
   auto find = [&](const std::string &name, const std::vector<int64_t> &shape,
-                  const FloatTensor *&t) -> std::string {
+                  const FloatTensor *&t) -> Error {
     auto it = byName.find(name);
     if (it == byName.end())
-      return "no tensor '" + name + "'";
+      return Error("no tensor '" + name + "'");
     if (it->second->shape != shape)
-      return "tensor '" + name + "' has another shape than the model's";
+      return Error("tensor '" + name + "' has another shape than the model's");
     t = it->second;
-    return "";
+    return Error::success();
   };
   for (const PlanValue &v : plan.values) {
     if (v.kind != PlanValue::State)
@@ -109,23 +109,22 @@ std::string setUnshardedStates(
     std::vector<float> &data = states[v.id];
     const FloatTensor *t = nullptr;
     if (v.shardOf.empty()) {
-      if (std::string problem = find(v.name, v.shape, t); !problem.empty())
-        return problem;
+      if (Error e = find(v.name, v.shape, t))
+        return e;
       data = t->data;
       continue;
     }
     data.assign(v.numElements(), 0.0f);
     auto [lo, hi] = shardRange(v, rank);
     for (const ShardPart &part : v.shardOf) {
-      if (std::string problem = find(part.name, part.shape, t);
-          !problem.empty())
-        return problem;
+      if (Error e = find(part.name, part.shape, t))
+        return e;
       auto [begin, count] = overlap(part, lo, hi);
       std::copy_n(t->data.begin() + (begin - part.offset), count,
                   data.begin() + (begin - lo));
     }
   }
-  return "";
+  return Error::success();
 }
 
 } // namespace kiln::runtime

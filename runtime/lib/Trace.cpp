@@ -27,7 +27,7 @@ std::string quoted(const std::string &s) {
 }
 } // namespace
 
-std::optional<std::string> Trace::write(const std::string &path) const {
+Error Trace::write(const std::string &path) const {
   std::ostringstream os;
   os.precision(3);
   os << std::fixed << "{\"traceEvents\": [\n";

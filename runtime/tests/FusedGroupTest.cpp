@@ -103,11 +103,11 @@ struct Builder {
       ov.push_back(&t->value);
       outViews.push_back(t->view());
     }
-    std::string problem = checkFusedGroup(g, iv, ov);
-    EXPECT_EQ(problem, "");
-    if (!problem.empty())
-      return problem;
-    return runFusedGroup(g, inViews, outViews, check);
+    Error problem = checkFusedGroup(g, iv, ov);
+    EXPECT_EQ(problem.message(), "");
+    if (problem)
+      return problem.takeMessage();
+    return runFusedGroup(g, inViews, outViews, check).takeMessage();
   }
 };
 
@@ -391,17 +391,17 @@ TEST(FusedGroup, CheckInfersKindsAndRejectsMisuse) {
   int32_t both = g.add(Op::Mul, {wc, rc});
   g.output(both);
   std::vector<const PlanValue *> in{&x.value, &w.value, &r.value};
-  EXPECT_EQ(checkFusedGroup(g.g, in, {&y.value}), "");
+  EXPECT_FALSE(checkFusedGroup(g.g, in, {&y.value}));
   EXPECT_EQ(g.g.body[wc].kind, GroupKind::Col);
   EXPECT_EQ(g.g.body[rc].kind, GroupKind::Row);
   EXPECT_EQ(g.g.body[both].kind, GroupKind::Elem);
 
   Builder sumCol = g;
   sumCol.add(Op::RowSum, {wc});
-  EXPECT_EQ(checkFusedGroup(sumCol.g, in, {&y.value}),
+  EXPECT_EQ(checkFusedGroup(sumCol.g, in, {&y.value}).message(),
             "instruction 5 (row_sum) reduces a value that is not per element");
   Builder inPlace = g;
-  EXPECT_EQ(checkFusedGroup(inPlace.g, in, {&x.value}),
+  EXPECT_EQ(checkFusedGroup(inPlace.g, in, {&x.value}).message(),
             "output 0 (elem) writes value " + std::to_string(x.value.id) +
                 ", which the group also reads");
 }

@@ -62,8 +62,9 @@ TEST(MemoryCheck, ListsTheConsumersLargestFirst) {
 TEST(MemoryCheck, RefusesWithTheLargestConsumersNamed) {
   Plan plan = examplePlan();
   int64_t need = predictedDeviceBytes(plan, 512);
-  EXPECT_EQ(memoryShortfall(plan, 512, need, "GPU 0"), "");
-  std::string why = memoryShortfall(plan, 512, need - 1, "GPU 0 (Test)");
+  EXPECT_FALSE(memoryShortfall(plan, 512, need, "GPU 0"));
+  std::string why =
+      memoryShortfall(plan, 512, need - 1, "GPU 0 (Test)").takeMessage();
   EXPECT_NE(why.find("the plan needs 112.6 KiB of memory per rank but "
                      "112.6 KiB are free on GPU 0 (Test)"),
             std::string::npos)
@@ -80,13 +81,14 @@ TEST(MemoryCheck, RefusesWithTheLargestConsumersNamed) {
 // the rest, 104 KiB free: 3.5 KiB of room, so 4 ranks.
 TEST(MemoryCheck, SaysHowManyRanksWouldFit) {
   Plan plan = examplePlan();
-  std::string why = memoryShortfall(plan, 512, 104 << 10, "GPU 0");
+  std::string why =
+      memoryShortfall(plan, 512, 104 << 10, "GPU 0").takeMessage();
   EXPECT_NE(why.find("sharded over 4 ranks (mpirun -np N, or --world-size N "
                      "to compile for N) the state would fit"),
             std::string::npos)
       << why;
   // Without room for the rest, only the other remedies are named.
-  why = memoryShortfall(plan, 512, 50 << 10, "GPU 0");
+  why = memoryShortfall(plan, 512, 50 << 10, "GPU 0").takeMessage();
   EXPECT_EQ(why.find("sharded over"), std::string::npos) << why;
   EXPECT_NE(why.find("activation checkpointing"), std::string::npos) << why;
 }

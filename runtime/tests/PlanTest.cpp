@@ -68,9 +68,9 @@ const char *kValid = R"({
 })";
 
 std::string errorOf(const std::string &text) {
-  std::string error;
-  EXPECT_FALSE(parsePlan(text, error).has_value());
-  return error;
+  Expected<Plan> plan = parsePlan(text);
+  EXPECT_FALSE(plan);
+  return plan.error().message();
 }
 
 std::string replace(std::string s, const std::string &from,
@@ -92,9 +92,8 @@ const std::string kStep1 = "train_step step 1 (fused) group: ";
 } // namespace
 
 TEST(Plan, ReadsAValidPlan) {
-  std::string error;
-  std::optional<Plan> plan = parsePlan(kValid, error);
-  ASSERT_TRUE(plan) << error;
+  Expected<Plan> plan = parsePlan(kValid);
+  ASSERT_TRUE(plan) << plan.error().message();
   EXPECT_EQ(plan->values.size(), 13u);
   EXPECT_EQ(plan->values[4].init.kind, InitSpec::TruncNormal);
   EXPECT_EQ(plan->values[12].bytes(), 256);
@@ -262,8 +261,7 @@ TEST(Plan, RejectsByteCountsWhoseSumsOverflow) {
     return replace(kValid, "\"arena_bytes\": 576,",
                    replace(replace(peak, "%G", g), "%A", a));
   };
-  std::string error;
-  EXPECT_TRUE(parsePlan(withPeak("64", "512"), error)) << error;
+  EXPECT_EQ(parsePlan(withPeak("64", "512")).error().message(), "");
   EXPECT_EQ(errorOf(withPeak("4611686018427387904", "4611686018427387904")),
             "entry eval_loss live_at_peak: holds more bytes than the entry's "
             "arena of 576");
@@ -272,10 +270,11 @@ TEST(Plan, RejectsByteCountsWhoseSumsOverflow) {
             "arena of 576");
   // peak_step counts the compiler's ops (constants too), not steps: any
   // value is informative only.
-  EXPECT_TRUE(parsePlan(replace(withPeak("0", "0"), "\"peak_step\": 1",
-                                "\"peak_step\": 9"),
-                        error))
-      << error;
+  EXPECT_EQ(parsePlan(replace(withPeak("0", "0"), "\"peak_step\": 1",
+                              "\"peak_step\": 9"))
+                .error()
+                .message(),
+            "");
 }
 
 // Found by the plan fuzzer (with the standard library's assertions on):
@@ -337,10 +336,10 @@ TEST(Plan, RejectsOverlappingLiveBuffers) {
             "516) overlaps value 8, live from step 2 to 7");
   // The same bytes reused once the first value is dead are fine: x (steps
   // 0 to 3) is dead when the norm is written at step 4.
-  std::string error;
-  EXPECT_TRUE(parsePlan(replace(kValid, "\"offset\": 1600", "\"offset\": 0"),
-                        error))
-      << error;
+  EXPECT_EQ(parsePlan(replace(kValid, "\"offset\": 1600", "\"offset\": 0"))
+                .error()
+                .message(),
+            "");
 }
 
 TEST(Plan, RejectsAVocabularyTheEmbeddingDisagreesWith) {
@@ -367,8 +366,7 @@ TEST(Plan, ChecksFusedGroupsAgainstTheirValues) {
       {"op": "load", "operand": 0, "kind": "elem", "type": "f32"},
       {"op": "convert", "args": [0], "type": "bf16"}],
     "outputs": [{"value": 1}]})";
-  std::string error;
-  EXPECT_TRUE(parsePlan(withGroup(group), error)) << error;
+  EXPECT_EQ(parsePlan(withGroup(group)).error().message(), "");
   // 4 x 16 points, but x has 128 elements.
   EXPECT_EQ(errorOf(withGroup(replace(group, "\"rows\": 8", "\"rows\": 4"))),
             kStep1 + "instruction 0 (load) loads 128 elements as a "
@@ -398,7 +396,8 @@ TEST(Plan, ChecksFusedGroupsAgainstTheirValues) {
 }
 
 TEST(Plan, MissingFileIsAnError) {
-  std::string error;
-  EXPECT_FALSE(loadPlan("/nonexistent/step.kplan", error));
-  EXPECT_NE(error.find("/nonexistent/step.kplan"), std::string::npos);
+  Expected<Plan> plan = loadPlan("/nonexistent/step.kplan");
+  EXPECT_FALSE(plan);
+  EXPECT_NE(plan.error().message().find("/nonexistent/step.kplan"),
+            std::string::npos);
 }

@@ -25,9 +25,8 @@ Plan compileTiny(const std::vector<std::string> &extra = {}) {
   EXPECT_TRUE(session.load("llama3-debug", sets));
   std::optional<std::string> text = session.compilePlan();
   EXPECT_TRUE(text);
-  std::string error;
-  std::optional<Plan> plan = parsePlan(text ? *text : "", error);
-  EXPECT_TRUE(plan) << error;
+  Expected<Plan> plan = parsePlan(text ? *text : "");
+  EXPECT_TRUE(plan) << plan.error().message();
   return plan ? *plan : Plan{};
 }
 
@@ -44,7 +43,7 @@ TEST(TrainingStep, NonFiniteValueNamesTheOpThatProducedIt) {
   std::string error;
   std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
   ASSERT_TRUE(exec) << error;
-  exec->initialize(0);
+  ASSERT_FALSE(exec->initialize(0));
   (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
   std::vector<int32_t> tokens = someTokens(32, 1), targets = someTokens(32, 2);
 
@@ -57,7 +56,7 @@ TEST(TrainingStep, NonFiniteValueNamesTheOpThatProducedIt) {
   EXPECT_NE(error.find("in its result 0"), std::string::npos) << error;
 
   // Unchecked, the step runs and only the loss shows it.
-  exec->initialize(0);
+  ASSERT_FALSE(exec->initialize(0));
   (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
   exec->setCheckNumerics(false);
   auto out = exec->run("train_step", tokens, targets, 1, error);
@@ -74,7 +73,7 @@ TEST(TrainingStep, SameThreadCountSameBits) {
     std::string error;
     std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
     ASSERT_TRUE(exec) << error;
-    exec->initialize(7);
+    ASSERT_FALSE(exec->initialize(7));
     for (int64_t step = 1; step <= 3; ++step)
       ASSERT_TRUE(exec->run("train_step", tokens, targets, step, error))
           << error;
@@ -93,7 +92,7 @@ TEST(TrainingStep, LogitsEntryGivesTheEvalLoss) {
     std::string error;
     std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
     ASSERT_TRUE(exec) << error;
-    exec->initialize(3);
+    ASSERT_FALSE(exec->initialize(3));
     std::vector<int32_t> tokens = someTokens(32, 5), targets = someTokens(32, 9);
     auto loss = exec->run("eval_loss", tokens, targets, 1, error);
     ASSERT_TRUE(loss) << error;

@@ -36,11 +36,9 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
   // the dtypes are checked here.
   std::string machine;
   if (std::optional<int64_t> available = hostAvailableBytes(machine))
-    if (std::string why = memoryShortfall(plan, cpuBackendBytes(plan),
-                                          *available, machine,
-                                          kCpuBackendBuffers);
-        !why.empty()) {
-      error = why;
+    if (Error why = memoryShortfall(plan, cpuBackendBytes(plan), *available,
+                                    machine, kCpuBackendBuffers)) {
+      error = why.takeMessage();
       return nullptr;
     }
   std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan));
@@ -74,18 +72,18 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
   return exec;
 }
 
-std::string CpuExecutor::setCommunicator(comm::Communicator *c) {
+Error CpuExecutor::setCommunicator(comm::Communicator *c) {
   int size = c ? c->size() : 1;
   if (size == 1 && planRef.ranks != 1)
-    return "the plan is for " + std::to_string(planRef.ranks) +
-           " ranks; start it with mpirun -np " +
-           std::to_string(planRef.ranks);
+    return Error("the plan is for " + std::to_string(planRef.ranks) +
+                 " ranks; start it with mpirun -np " +
+                 std::to_string(planRef.ranks));
   if (size != planRef.ranks)
-    return "the plan is for " + std::to_string(planRef.ranks) +
-           " ranks but the run has " + std::to_string(size);
+    return Error("the plan is for " + std::to_string(planRef.ranks) +
+                 " ranks but the run has " + std::to_string(size));
   communicator = c;
   rankIndex = c ? c->rank() : 0;
-  return "";
+  return Error::success();
 }
 
 int64_t CpuExecutor::allocatedBytes() const {
@@ -99,9 +97,9 @@ std::string CpuExecutor::describe() const {
   return "CPU, " + std::to_string(cpu::cpuThreads()) + " threads";
 }
 
-std::string CpuExecutor::initialize(uint64_t seed) {
+Error CpuExecutor::initialize(uint64_t seed) {
   initializeStates(planRef, rankIndex, seed, states);
-  return "";
+  return Error::success();
 }
 
 std::optional<std::vector<FloatTensor>>
@@ -109,12 +107,12 @@ CpuExecutor::unshardedState(std::string &error) {
   return unshardedStates(planRef, states, communicator, error);
 }
 
-std::string CpuExecutor::setUnshardedState(
+Error CpuExecutor::setUnshardedState(
     const std::map<std::string, const FloatTensor *> &byName) {
   return setUnshardedStates(planRef, rankIndex, byName, states);
 }
 
-std::string CpuExecutor::startCollective(const PlanStep &step) {
+Error CpuExecutor::startCollective(const PlanStep &step) {
   View in = view(step.operands[0]), out = view(step.results[0]);
   comm::ElementType type = in.dtype == DType::BF16 ? comm::ElementType::BF16
                            : isFp8(in.dtype)     ? comm::ElementType::U8
@@ -139,7 +137,7 @@ std::string CpuExecutor::startCollective(const PlanStep &step) {
     p.handle = communicator->startAllReduce(in.data, out.data,
                                              in.numElements(), type, op);
   pending[step.results[0]] = p;
-  return "";
+  return Error::success();
 }
 
 void CpuExecutor::traceCompleted() {
@@ -150,14 +148,14 @@ void CpuExecutor::traceCompleted() {
     }
 }
 
-std::string CpuExecutor::waitCollective(const PlanStep &step) {
+Error CpuExecutor::waitCollective(const PlanStep &step) {
   auto it = pending.find(step.operands[0]);
   if (it == pending.end())
-    return "waits for a collective that was not started";
+    return Error("waits for a collective that was not started");
   Pending p = it->second;
   pending.erase(it);
   if (std::optional<std::string> failure = communicator->wait(p.handle))
-    return p.name + ": " + *failure;
+    return Error(p.name + ": " + *failure);
   if (trace && !p.recorded)
     trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
   if (p.divisor != 1) {
@@ -174,7 +172,7 @@ std::string CpuExecutor::waitCollective(const PlanStep &step) {
         bits[i] = cpu::toBf16Bits(cpu::fromBf16Bits(bits[i]) / n);
     }
   }
-  return "";
+  return Error::success();
 }
 
 std::vector<float> *CpuExecutor::state(const std::string &name) {
@@ -239,9 +237,9 @@ void narrow(const float *from, const View &to) {
   cpu::toBf16Bits(from, static_cast<uint16_t *>(to.data), n);
 }
 
-/// "NaN in its result 0 at element 12", or empty when every float result is
-/// finite, as stored (a finite f32 past bf16's range is an infinity).
-std::string firstNonFinite(const std::vector<View> &results) {
+/// "NaN in its result 0 at element 12", or success when every float result
+/// is finite, as stored (a finite f32 past bf16's range is an infinity).
+Error firstNonFinite(const std::vector<View> &results) {
   for (size_t r = 0; r < results.size(); ++r) {
     const View &v = results[r];
     if (!isFloat(v.dtype))
@@ -250,31 +248,30 @@ std::string firstNonFinite(const std::vector<View> &results) {
     for (int64_t e = 0, n = v.numElements(); e < n; ++e) {
       float x = f32 ? f32[e] : loadScalar(v, e); // f32: no decoding
       if (!std::isfinite(x))
-        return std::string(std::isnan(x) ? "NaN" : "infinity") +
-               " in its result " + std::to_string(r) + " at element " +
-               std::to_string(e);
+        return Error(std::string(std::isnan(x) ? "NaN" : "infinity") +
+                     " in its result " + std::to_string(r) + " at element " +
+                     std::to_string(e));
     }
   }
-  return "";
+  return Error::success();
 }
 } // namespace
 
 /// One step: a collective, a fused group, or a library op on f32 views.
-std::string
-CpuExecutor::runStep(const PlanStep &s,
-                     std::vector<std::vector<float>> &scratch) {
+Error CpuExecutor::runStep(const PlanStep &s,
+                           std::vector<std::vector<float>> &scratch) {
   switch (plan::category(s.kind)) {
   case plan::Category::Collective:
   case plan::Category::Wait:
     if (!communicator)
-      return "a collective needs a communicator";
+      return Error("a collective needs a communicator");
     return s.kind == plan::Op::Wait ? waitCollective(s) : startCollective(s);
   case plan::Category::ShardCast:
     // The FP8 all-gather's casts depend on the rank's place in the flat
     // buffer, which the executor knows.
     return runShardOp(s, scratch);
   case plan::Category::Init:
-    return "init steps run through initialize()";
+    return Error("init steps run through initialize()");
   default:
     break;
   }
@@ -303,18 +300,16 @@ CpuExecutor::runStep(const PlanStep &s,
     }
     results.push_back(r);
   }
-  std::string failure = findCpuOp(s.kind)(s, operands, results);
-  if (!failure.empty())
-    return failure;
+  if (Error e = findCpuOp(s.kind)(s, operands, results))
+    return e;
   for (size_t k = 0; k < stored.size(); ++k)
     if (stored[k].data != results[k].data)
       narrow(results[k].f32(), stored[k]);
-  return checkNumerics ? firstNonFinite(stored) : "";
+  return checkNumerics ? firstNonFinite(stored) : Error::success();
 }
 
-std::string
-CpuExecutor::runShardOp(const PlanStep &s,
-                        std::vector<std::vector<float>> &scratch) {
+Error CpuExecutor::runShardOp(const PlanStep &s,
+                              std::vector<std::vector<float>> &scratch) {
   if (scratch.empty())
     scratch.resize(1);
   View shard = widened(view(s.operands[0]), scratch[0]);
@@ -328,17 +323,17 @@ CpuExecutor::runShardOp(const PlanStep &s,
     cpu::shardAmax(shard.f32(), n, first, weights.data(),
                    static_cast<int64_t>(weights.size()),
                    view(s.results[0]).f32());
-    return "";
+    return Error::success();
   }
   View codes = view(s.results[0]);
   if (codes.dtype != DType::F8E4M3)
-    return "shard_quantize writes f8e4m3 codes";
+    return Error("shard_quantize writes f8e4m3 codes");
   cpu::shardQuantizeE4m3(shard.f32(), n, first, weights.data(),
                          static_cast<int64_t>(weights.size()),
                          view(s.operands[1]).f32(),
                          static_cast<uint8_t *>(codes.data),
                          view(s.results[1]).f32());
-  return "";
+  return Error::success();
 }
 
 std::optional<std::map<std::string, std::vector<float>>>
@@ -365,9 +360,8 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     Trace::Clock::time_point began;
     if (trace)
       began = Trace::Clock::now();
-    std::string failure = runStep(s, scratch);
-    if (!failure.empty())
-      return fail(i, s, failure);
+    if (Error e = runStep(s, scratch))
+      return fail(i, s, e.message());
     if (trace) {
       if (!isCollective(s) && s.kind != plan::Op::Wait)
         trace->add(s.group && s.attrs.count("ops")

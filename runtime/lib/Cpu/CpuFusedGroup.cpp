@@ -233,7 +233,7 @@ public:
     blocks = (tiles + tilesPerBlock - 1) / tilesPerBlock;
   }
 
-  std::string run();
+  Error run();
 
 private:
   void computeUniform();
@@ -398,7 +398,7 @@ void Interpreter::store(int64_t tile, int64_t begin, int64_t n,
   }
 }
 
-std::string Interpreter::run() {
+Error Interpreter::run() {
   computeUniform();
   colPartials.assign(g.outputs.size(), {});
   amaxPartials.assign(g.outputs.size(), {});
@@ -446,11 +446,11 @@ std::string Interpreter::run() {
     }
   }
   if (!check || bad.output == std::numeric_limits<int64_t>::max())
-    return "";
+    return Error::success();
   float value = loadScalar(out[bad.output], bad.element);
-  return std::string(std::isnan(value) ? "NaN" : "infinity") +
-         " in its result " + std::to_string(bad.output) + " at element " +
-         std::to_string(bad.element);
+  return Error(std::string(std::isnan(value) ? "NaN" : "infinity") +
+               " in its result " + std::to_string(bad.output) + " at element " +
+               std::to_string(bad.element));
 }
 
 } // namespace
@@ -482,10 +482,8 @@ double rowSum(const float *x, int64_t n) {
   return partial[0];
 }
 
-std::string runFusedGroup(const FusedGroup &group,
-                          const std::vector<View> &operands,
-                          const std::vector<View> &results,
-                          bool checkNumerics) {
+Error runFusedGroup(const FusedGroup &group, const std::vector<View> &operands,
+                    const std::vector<View> &results, bool checkNumerics) {
   return Interpreter(group, operands, results, checkNumerics).run();
 }
 

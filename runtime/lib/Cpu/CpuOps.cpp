@@ -22,31 +22,26 @@ namespace {
 using Views = std::vector<View>;
 
 #define KILN_CPU_OP(name)                                                      \
-  std::string name(const PlanStep &step, const Views &in, const Views &out)
+  Error name(const PlanStep &step, const Views &in, const Views &out)
 
 /// A tensor seen as [rows, last dim].
 int64_t lastDim(const View &v) { return v.shape.back(); }
 int64_t rows(const View &v) { return v.numElements() / lastDim(v); }
 
-std::string message(const cpu::Status &status) {
-  return status ? std::string() : status.message;
-}
-
 KILN_CPU_OP(embedding) {
   (void)step;
   const View &table = in[0];
-  return message(cpu::embedding(table.f32(), in[1].i32(), out[0].f32(),
-                                in[1].numElements(), table.shape[0],
-                                table.shape[1]));
+  return cpu::embedding(table.f32(), in[1].i32(), out[0].f32(),
+                        in[1].numElements(), table.shape[0], table.shape[1]);
 }
 
 KILN_CPU_OP(embeddingGrad) {
   (void)step;
   const View &table = out[0];
   std::memset(table.f32(), 0, table.numElements() * sizeof(float));
-  return message(cpu::embeddingBackward(in[0].f32(), in[1].i32(),
-                                        table.f32(), in[1].numElements(),
-                                        table.shape[0], table.shape[1]));
+  return cpu::embeddingBackward(in[0].f32(), in[1].i32(), table.f32(),
+                                in[1].numElements(), table.shape[0],
+                                table.shape[1]);
 }
 
 KILN_CPU_OP(linear) {
@@ -54,7 +49,7 @@ KILN_CPU_OP(linear) {
   // y [m, n] = x [m, k] W^T, W [n, k].
   cpu::linear(in[0].f32(), in[1].f32(), out[0].f32(), rows(in[0]),
               lastDim(in[0]), in[1].shape[0]);
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(linearGradInput) {
@@ -63,7 +58,7 @@ KILN_CPU_OP(linearGradInput) {
   cpu::linearBackwardInput(in[0].f32(), in[1].f32(), out[0].f32(),
                            rows(in[0]), in[1].shape[1], lastDim(in[0]),
                            /*accumulate=*/false);
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(linearGradWeight) {
@@ -72,7 +67,7 @@ KILN_CPU_OP(linearGradWeight) {
   cpu::linearBackwardWeight(in[0].f32(), in[1].f32(), out[0].f32(),
                             rows(in[0]), lastDim(in[1]), lastDim(in[0]),
                             /*accumulate=*/false);
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(scaledMatmul) {
@@ -82,7 +77,7 @@ KILN_CPU_OP(scaledMatmul) {
   cpu::scaledMatmul(a.f32(), in[1].f32(), in[1].shape.size() == 1, b.f32(),
                     in[3].f32(), in[3].shape.size() == 1,
                     out[0].f32(), a.shape[0], a.shape[1], b.shape[0]);
-  return "";
+  return Error::success();
 }
 
 template <void (*Kernel)(const float *, float *, int64_t, int64_t, int64_t,
@@ -91,7 +86,7 @@ KILN_CPU_OP(ropeOp) {
   const std::vector<int64_t> &s = in[0].shape;
   Kernel(in[0].f32(), out[0].f32(), s[0], s[1], s[2], s[3],
          step.f64("theta"));
-  return "";
+  return Error::success();
 }
 
 cpu::AttentionShape attentionShape(const View &q, const View &k) {
@@ -102,7 +97,7 @@ KILN_CPU_OP(attention) {
   cpu::attention(in[0].f32(), in[1].f32(), in[2].f32(), out[0].f32(),
                  out[1].f32(), attentionShape(in[0], in[1]),
                  static_cast<float>(step.f64("scale")), step.flag("causal"));
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(attentionGrad) {
@@ -113,29 +108,28 @@ KILN_CPU_OP(attentionGrad) {
                          attentionShape(in[1], in[2]),
                          static_cast<float>(step.f64("scale")),
                          step.flag("causal"));
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(crossEntropy) {
   (void)step;
-  return message(cpu::crossEntropy(in[0].f32(), in[1].i32(), out[0].f32(),
-                                   rows(in[0]), lastDim(in[0])));
+  return cpu::crossEntropy(in[0].f32(), in[1].i32(), out[0].f32(), rows(in[0]),
+                           lastDim(in[0]));
 }
 
 KILN_CPU_OP(crossEntropyGrad) {
   (void)step;
   // Operands: dloss, logits, targets.
   const View &logits = in[1];
-  return message(cpu::crossEntropyBackward(
-      logits.f32(), in[2].i32(), in[0].f32()[0], out[0].f32(), rows(logits),
-      lastDim(logits)));
+  return cpu::crossEntropyBackward(logits.f32(), in[2].i32(), in[0].f32()[0],
+                                   out[0].f32(), rows(logits), lastDim(logits));
 }
 
 KILN_CPU_OP(copy) {
   (void)step;
   std::memmove(out[0].f32(), in[0].f32(),
                in[0].numElements() * sizeof(float));
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(flatten) {
@@ -146,13 +140,13 @@ KILN_CPU_OP(flatten) {
   for (size_t i = 0; i < in.size(); ++i)
     std::memcpy(out[0].f32() + offsets[i], in[i].f32(),
                 in[i].numElements() * sizeof(float));
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(unflatten) {
   std::memcpy(out[0].f32(), in[0].f32() + step.i64("offset"),
               out[0].numElements() * sizeof(float));
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(transpose) {
@@ -176,7 +170,7 @@ KILN_CPU_OP(transpose) {
       index[d] = 0;
     }
   }
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(delayedAmax) {
@@ -190,7 +184,7 @@ KILN_CPU_OP(delayedAmax) {
   // With a current amax (the calibration step): it stands in for an empty
   // history.
   out[0].f32()[0] = in.size() > 1 && !(h > 0.0f) ? in[1].f32()[0] : h;
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(amaxHistoryUpdate) {
@@ -200,7 +194,7 @@ KILN_CPU_OP(amaxHistoryUpdate) {
   int64_t n = in[0].numElements();
   std::memmove(out[0].f32() + 1, in[0].f32(), (n - 1) * sizeof(float));
   out[0].f32()[0] = in[1].f32()[0];
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(gradNorm) {
@@ -210,14 +204,14 @@ KILN_CPU_OP(gradNorm) {
   double norm = cpu::gradNorm(grads.data(), static_cast<int64_t>(grads.size()));
   // `squared`: a rank's sum of squares, for a norm over shards.
   out[0].f32()[0] = static_cast<float>(step.flag("squared") ? norm * norm : norm);
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(lrSchedule) {
   out[0].f32()[0] = static_cast<float>(cpu::learningRate(
       in[0].i64()[0], step.i64("warmup_steps"), step.i64("total_steps"),
       step.f64("peak"), step.f64("min_lr"), step.str("decay") != "constant"));
-  return "";
+  return Error::success();
 }
 
 KILN_CPU_OP(adamw) {
@@ -238,7 +232,7 @@ KILN_CPU_OP(adamw) {
   float clip = cpu::clipCoefficient(in[4].f32()[0], step.f64("max_norm"));
   cpu::adamwStep(out[0].f32(), in[1].f32(), out[1].f32(), out[2].f32(), n,
                  in[6].i64()[0], config, clip);
-  return "";
+  return Error::success();
 }
 
 #undef KILN_CPU_OP

@@ -25,41 +25,39 @@ namespace {
 constexpr int64_t kGrainElements = 1 << 15;
 
 /// Fails on the first token outside [0, vocab).
-Status checkTokens(const char *op, const int32_t *tokens, int64_t numTokens,
-                   int64_t vocab) {
+Error checkTokens(const char *op, const int32_t *tokens, int64_t numTokens,
+                  int64_t vocab) {
   for (int64_t t = 0; t < numTokens; ++t)
     if (tokens[t] < 0 || tokens[t] >= vocab)
-      return Status::failure(std::string(op) + ": token " +
-                             std::to_string(tokens[t]) + " at position " +
-                             std::to_string(t) + " is outside [0, " +
-                             std::to_string(vocab) + ")");
-  return Status::success();
+      return Error(std::string(op) + ": token " + std::to_string(tokens[t]) +
+                   " at position " + std::to_string(t) + " is outside [0, " +
+                   std::to_string(vocab) + ")");
+  return Error::success();
 }
 
 } // namespace
 
-Status embedding(const float *table, const int32_t *tokens, float *out,
-                 int64_t numTokens, int64_t vocab, int64_t dim) {
-  if (Status s = checkTokens("embedding", tokens, numTokens, vocab); !s)
-    return s;
+Error embedding(const float *table, const int32_t *tokens, float *out,
+                int64_t numTokens, int64_t vocab, int64_t dim) {
+  if (Error e = checkTokens("embedding", tokens, numTokens, vocab))
+    return e;
   if (dim <= 0)
-    return Status::success();
+    return Error::success();
   int64_t grain = std::max<int64_t>(1, kGrainElements / dim);
   parallelFor(numTokens, grain, [=](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
       std::memcpy(out + t * dim, table + tokens[t] * dim,
                   sizeof(float) * dim);
   });
-  return Status::success();
+  return Error::success();
 }
 
-Status embeddingBackward(const float *dout, const int32_t *tokens,
-                         float *dtable, int64_t numTokens, int64_t vocab,
-                         int64_t dim) {
-  if (Status s = checkTokens("embedding_grad", tokens, numTokens, vocab); !s)
-    return s;
+Error embeddingBackward(const float *dout, const int32_t *tokens, float *dtable,
+                        int64_t numTokens, int64_t vocab, int64_t dim) {
+  if (Error e = checkTokens("embedding_grad", tokens, numTokens, vocab))
+    return e;
   if (numTokens <= 0)
-    return Status::success();
+    return Error::success();
   // Column ranges of at least 16 floats (one cache line of each row).
   int64_t grain = std::max<int64_t>(16, kGrainElements / numTokens);
   parallelFor(dim, grain, [=](int64_t b, int64_t e) {
@@ -70,7 +68,7 @@ Status embeddingBackward(const float *dout, const int32_t *tokens,
         row[i] += g[i];
     }
   });
-  return Status::success();
+  return Error::success();
 }
 
 } // namespace kiln::runtime::cpu

@@ -27,14 +27,13 @@ int64_t rowGrain(int64_t vocab) {
 }
 
 /// Fails on the first target outside [0, vocab).
-Status checkTargets(const int32_t *targets, int64_t rows, int64_t vocab) {
+Error checkTargets(const int32_t *targets, int64_t rows, int64_t vocab) {
   for (int64_t n = 0; n < rows; ++n)
     if (targets[n] < 0 || targets[n] >= vocab)
-      return Status::failure("cross_entropy: target " +
-                             std::to_string(targets[n]) + " at row " +
-                             std::to_string(n) + " is outside [0, " +
-                             std::to_string(vocab) + ")");
-  return Status::success();
+      return Error("cross_entropy: target " + std::to_string(targets[n]) +
+                   " at row " + std::to_string(n) + " is outside [0, " +
+                   std::to_string(vocab) + ")");
+  return Error::success();
 }
 
 /// log(sum_v exp(x_v)) of one row: max-subtracted, exp in fp32, the sum and
@@ -51,10 +50,10 @@ double rowLogSumExp(const float *x, int64_t vocab) {
 
 } // namespace
 
-Status crossEntropy(const float *logits, const int32_t *targets, float *loss,
-                    int64_t rows, int64_t vocab) {
-  if (Status s = checkTargets(targets, rows, vocab); !s)
-    return s;
+Error crossEntropy(const float *logits, const int32_t *targets, float *loss,
+                   int64_t rows, int64_t vocab) {
+  if (Error e = checkTargets(targets, rows, vocab))
+    return e;
   std::vector<double> rowLoss(rows);
   double *rl = rowLoss.data();
   parallelFor(rows, rowGrain(vocab), [=](int64_t b, int64_t e) {
@@ -67,14 +66,14 @@ Status crossEntropy(const float *logits, const int32_t *targets, float *loss,
   for (double l : rowLoss)
     total += l;
   *loss = static_cast<float>(total / static_cast<double>(rows));
-  return Status::success();
+  return Error::success();
 }
 
-Status crossEntropyBackward(const float *logits, const int32_t *targets,
-                            float dloss, float *dlogits, int64_t rows,
-                            int64_t vocab) {
-  if (Status s = checkTargets(targets, rows, vocab); !s)
-    return s;
+Error crossEntropyBackward(const float *logits, const int32_t *targets,
+                           float dloss, float *dlogits, int64_t rows,
+                           int64_t vocab) {
+  if (Error e = checkTargets(targets, rows, vocab))
+    return e;
   float scale =
       static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
   parallelFor(rows, rowGrain(vocab), [=](int64_t b, int64_t e) {
@@ -89,7 +88,7 @@ Status crossEntropyBackward(const float *logits, const int32_t *targets,
       }
     }
   });
-  return Status::success();
+  return Error::success();
 }
 
 } // namespace kiln::runtime::cpu

@@ -125,17 +125,17 @@ CudaExecutor::Memory CudaExecutor::memory() const {
   return {s->predicted, s->allocated, s->usedPeak};
 }
 
-std::string CudaExecutor::setCommunicator(comm::Communicator *c) {
+Error CudaExecutor::setCommunicator(comm::Communicator *c) {
   int size = c ? c->size() : 1;
   if (size == 1 && s->plan.ranks != 1)
-    return "the plan is for " + std::to_string(s->plan.ranks) +
-           " ranks; start it with mpirun -np " +
-           std::to_string(s->plan.ranks);
+    return Error("the plan is for " + std::to_string(s->plan.ranks) +
+                 " ranks; start it with mpirun -np " +
+                 std::to_string(s->plan.ranks));
   if (size != s->plan.ranks)
-    return "the plan is for " + std::to_string(s->plan.ranks) +
-           " ranks but the run has " + std::to_string(size);
+    return Error("the plan is for " + std::to_string(s->plan.ranks) +
+                 " ranks but the run has " + std::to_string(size));
   if (s->prepared)
-    return "the communicator is set before the executor's first use";
+    return Error("the communicator is set before the executor's first use");
   s->host = c;
   s->rankIndex = c ? c->rank() : 0;
   if (s->plan.ranks > 1) {
@@ -147,11 +147,11 @@ std::string CudaExecutor::setCommunicator(comm::Communicator *c) {
     s->nccl = comm::createNcclCommunicator(
         *c, static_cast<double>(s->plan.training.commTimeoutSeconds), error);
     if (!s->nccl)
-      return error;
+      return Error(error);
     s->device = s->nccl->device();
 #else
-    return "this build has no NCCL (libnccl was not found when it was "
-           "configured): the CUDA backend runs one rank only";
+    return Error("this build has no NCCL (libnccl was not found when it was "
+                 "configured): the CUDA backend runs one rank only");
 #endif
   }
   return s->prepare();

@@ -23,45 +23,45 @@ namespace {
 int64_t aligned(int64_t n) { return (n + 255) / 256 * 256; }
 } // namespace
 
-std::string CudaExecutor::State::prepare() {
+Error CudaExecutor::State::prepare() {
   if (prepared)
-    return "";
+    return Error::success();
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
-    return cudaProblem("selecting GPU " + std::to_string(device), e);
+    return Error(cudaProblem("selecting GPU " + std::to_string(device), e));
   if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess)
-    return cudaProblem("reading the device's properties", e);
+    return Error(cudaProblem("reading the device's properties", e));
   arch = kernelArch(prop.major, prop.minor);
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       e != cudaSuccess)
-    return cudaProblem("creating a stream", e);
+    return Error(cudaProblem("creating a stream", e));
   std::string error;
   gemms = Gemms::create(error);
   if (!gemms)
-    return error;
+    return Error(error);
   scratchBytes = scratchBytesNeeded(plan, rankIndex, error);
   if (scratchBytes < 0)
-    return error;
-  if (std::string problem = allocate(); !problem.empty())
+    return Error(error);
+  if (Error problem = allocate())
     return problem;
   std::optional<CompiledKernel> cubin = compileKernel(
       opKernelLibrarySource(), arch, defaultKernelCacheDir(), error);
   if (!cubin)
-    return "NVRTC, compiling the op kernels: " + error;
+    return Error("NVRTC, compiling the op kernels: " + error);
   ops = LoadedModule::load(cubin->cubin, error);
   if (!ops)
-    return error;
+    return Error(error);
   if (cudaError_t e = cudaMalloc(&numericsFlag, sizeof(uint64_t));
       e != cudaSuccess)
-    return cudaProblem("allocating the numerics flag", e);
+    return Error(cudaProblem("allocating the numerics flag", e));
   if (cudaError_t e = cudaMallocHost(&numericsHost, sizeof(uint64_t));
       e != cudaSuccess)
-    return cudaProblem("allocating the numerics flag's host copy", e);
+    return Error(cudaProblem("allocating the numerics flag's host copy", e));
   prepared = true;
   noteMemory();
-  return "";
+  return Error::success();
 }
 
-std::string CudaExecutor::State::allocate() {
+Error CudaExecutor::State::allocate() {
   // Constants and per-run inputs share one small buffer; so do their pinned
   // host copies, with every entry's outputs.
   int64_t smallBytes = 0, pinnedBytes = 0, stateBytes = 0;
@@ -81,13 +81,11 @@ std::string CudaExecutor::State::allocate() {
 
   size_t freeBytes = 0, totalBytes = 0;
   if (cudaError_t e = cudaMemGetInfo(&freeBytes, &totalBytes); e != cudaSuccess)
-    return cudaProblem("cudaMemGetInfo", e);
+    return Error(cudaProblem("cudaMemGetInfo", e));
   std::string deviceName =
       "GPU " + std::to_string(device) + " (" + prop.name + ")";
-  if (std::string why = memoryShortfall(plan, backendBytes,
-                                        static_cast<int64_t>(freeBytes),
-                                        deviceName);
-      !why.empty())
+  if (Error why = memoryShortfall(plan, backendBytes,
+                                  static_cast<int64_t>(freeBytes), deviceName))
     return why;
 
   auto grab = [&](char *&p, int64_t bytes, const char *what) -> std::string {
@@ -100,18 +98,18 @@ std::string CudaExecutor::State::allocate() {
     return "";
   };
   if (std::string p = grab(arena, plan.arenaBytes, "the arena"); !p.empty())
-    return p;
+    return Error(p);
   if (std::string p = grab(states, stateBytes, "the state"); !p.empty())
-    return p;
+    return Error(p);
   if (std::string p = grab(small, smallBytes, "inputs and constants");
       !p.empty())
-    return p;
+    return Error(p);
   if (std::string p = grab(scratch, scratchBytes, "scratch"); !p.empty())
-    return p;
+    return Error(p);
   allocated += gemms->deviceBytes();
   if (cudaError_t e = cudaMallocHost(&pinned, std::max<int64_t>(pinnedBytes, 256));
       e != cudaSuccess)
-    return cudaProblem("allocating pinned host memory", e);
+    return Error(cudaProblem("allocating pinned host memory", e));
 
   int64_t stateAt = 0, smallAt = 0, pinnedAt_ = 0;
   std::vector<float> constants;
@@ -132,7 +130,7 @@ std::string CudaExecutor::State::allocate() {
                                        fill.size() * sizeof(float),
                                        cudaMemcpyHostToDevice);
             e != cudaSuccess)
-          return cudaProblem("uploading a constant", e);
+          return Error(cudaProblem("uploading a constant", e));
       }
     }
   }
@@ -142,32 +140,33 @@ std::string CudaExecutor::State::allocate() {
         pinnedAt[id] = pinned + pinnedAt_;
         pinnedAt_ += aligned(plan.values[id].bytes());
       }
-  return "";
+  return Error::success();
 }
 
-std::string CudaExecutor::State::upload(const HostStates &host) {
+Error CudaExecutor::State::upload(const HostStates &host) {
   for (const auto &[id, data] : host)
     if (cudaError_t e = cudaMemcpy(at.at(id), data.data(),
                                    data.size() * sizeof(float),
                                    cudaMemcpyHostToDevice);
         e != cudaSuccess)
-      return cudaProblem("uploading '" + plan.values[id].name + "'", e);
-  return "";
+      return Error(cudaProblem("uploading '" + plan.values[id].name + "'", e));
+  return Error::success();
 }
 
-std::string CudaExecutor::State::download(HostStates &host) {
+Error CudaExecutor::State::download(HostStates &host) {
   host = zeroStates(plan);
   for (auto &[id, data] : host)
     if (cudaError_t e = cudaMemcpy(data.data(), at.at(id),
                                    data.size() * sizeof(float),
                                    cudaMemcpyDeviceToHost);
         e != cudaSuccess)
-      return cudaProblem("downloading '" + plan.values[id].name + "'", e);
-  return "";
+      return Error(
+          cudaProblem("downloading '" + plan.values[id].name + "'", e));
+  return Error::success();
 }
 
-std::string CudaExecutor::initialize(uint64_t seed) {
-  if (std::string problem = s->prepare(); !problem.empty())
+Error CudaExecutor::initialize(uint64_t seed) {
+  if (Error problem = s->prepare())
     return problem;
   HostStates host = zeroStates(s->plan);
   initializeStates(s->plan, s->rankIndex, seed, host);
@@ -176,26 +175,24 @@ std::string CudaExecutor::initialize(uint64_t seed) {
 
 std::optional<std::vector<FloatTensor>>
 CudaExecutor::unshardedState(std::string &error) {
-  if (std::string problem = s->prepare(); !problem.empty()) {
-    error = problem;
+  if (Error problem = s->prepare()) {
+    error = problem.takeMessage();
     return std::nullopt;
   }
   HostStates host;
-  if (std::string problem = s->download(host); !problem.empty()) {
-    error = problem;
+  if (Error problem = s->download(host)) {
+    error = problem.takeMessage();
     return std::nullopt;
   }
   return unshardedStates(s->plan, host, s->host, error);
 }
 
-std::string CudaExecutor::setUnshardedState(
+Error CudaExecutor::setUnshardedState(
     const std::map<std::string, const FloatTensor *> &byName) {
-  if (std::string problem = s->prepare(); !problem.empty())
+  if (Error problem = s->prepare())
     return problem;
   HostStates host = zeroStates(s->plan);
-  if (std::string problem =
-          setUnshardedStates(s->plan, s->rankIndex, byName, host);
-      !problem.empty())
+  if (Error problem = setUnshardedStates(s->plan, s->rankIndex, byName, host))
     return problem;
   return s->upload(host);
 }

@@ -22,11 +22,11 @@
 
 namespace kiln::runtime::cuda {
 
-std::string CudaExecutor::State::traceActions(const std::string &name,
-                                              const Entry &entry,
-                                              Trace::Clock::time_point began) {
+Error CudaExecutor::State::traceActions(const std::string &name,
+                                        const Entry &entry,
+                                        Trace::Clock::time_point began) {
   if (entry.marks.size() != entry.actions.size() + 1)
-    return "";
+    return Error::success();
   const std::vector<PlanStep> &steps = plan.entry(name)->steps;
   double at = 0; // milliseconds since the first mark
   for (size_t i = 0; i < entry.actions.size(); ++i) {
@@ -34,7 +34,7 @@ std::string CudaExecutor::State::traceActions(const std::string &name,
     if (cudaError_t e =
             cudaEventElapsedTime(&ms, entry.marks[i], entry.marks[i + 1]);
         e != cudaSuccess)
-      return cudaProblem("timing an action", e);
+      return Error(cudaProblem("timing an action", e));
     const Action &a = entry.actions[i];
     std::string what = std::string(actionCategory(a)) + ": ";
     if (!a.kernelName.empty())
@@ -49,11 +49,10 @@ std::string CudaExecutor::State::traceActions(const std::string &name,
     trace->add(what, Trace::Compute, offset(at), offset(at + ms));
     at += ms;
   }
-  return "";
+  return Error::success();
 }
 
-std::string CudaExecutor::State::buildEntry(const std::string &name,
-                                            Entry &entry) {
+Error CudaExecutor::State::buildEntry(const std::string &name, Entry &entry) {
   ActionContext ctx;
   ctx.plan = &plan;
   ctx.values = this;
@@ -67,7 +66,7 @@ std::string CudaExecutor::State::buildEntry(const std::string &name,
   std::string error;
   std::optional<std::vector<Action>> body = buildActions(ctx, name, error);
   if (!body)
-    return error;
+    return Error(error);
   const PlanEntry *e = plan.entry(name);
   if (checkNumerics) {
     Action clear;
@@ -106,13 +105,12 @@ std::string CudaExecutor::State::buildEntry(const std::string &name,
     copy.bytes = sizeof(uint64_t);
     entry.actions.push_back(copy);
   }
-  return "";
+  return Error::success();
 }
 
 /// Enqueues an entry: as its actions on the first run (or always, without
 /// graphs), else by replaying the graph captured on the second run.
-std::string CudaExecutor::State::launch(const std::string &name,
-                                        Entry &entry) {
+Error CudaExecutor::State::launch(const std::string &name, Entry &entry) {
   // A traced run is eager, with events around each action (traceActions).
   bool replay = graphs && !entry.eagerOnly && entry.runs >= 1 && !trace;
   if (replay && !entry.graph) {
@@ -152,14 +150,14 @@ std::string CudaExecutor::State::launch(const std::string &name,
       entry.marks.resize(entry.actions.size() + 1);
       for (cudaEvent_t &m : entry.marks)
         if (cudaError_t e = cudaEventCreate(&m); e != cudaSuccess)
-          return cudaProblem("creating an event", e);
+          return Error(cudaProblem("creating an event", e));
     }
-    return enqueueActions(plan, name, entry.actions, *gemms, nccl.get(),
-                          stream, trace ? &entry.marks : nullptr);
+    return Error(enqueueActions(plan, name, entry.actions, *gemms, nccl.get(),
+                                stream, trace ? &entry.marks : nullptr));
   }
   if (cudaError_t e = cudaGraphLaunch(entry.graph, stream); e != cudaSuccess)
-    return cudaProblem("replaying the graph of " + name, e);
-  return "";
+    return Error(cudaProblem("replaying the graph of " + name, e));
+  return Error::success();
 }
 
 std::optional<std::map<std::string, std::vector<float>>>
@@ -171,8 +169,8 @@ CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     error = "the plan has no entry '" + name + "'";
     return std::nullopt;
   }
-  if (std::string problem = s->prepare(); !problem.empty()) {
-    error = problem;
+  if (Error problem = s->prepare()) {
+    error = problem.takeMessage();
     return std::nullopt;
   }
   // The kernels trust their indices: ids are checked here, as the CPU
@@ -203,13 +201,13 @@ CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
   }
   State::Entry &entry = s->entries[name];
   if (entry.actions.empty())
-    if (std::string problem = s->buildEntry(name, entry); !problem.empty()) {
-      error = problem;
+    if (Error problem = s->buildEntry(name, entry)) {
+      error = problem.takeMessage();
       return std::nullopt;
     }
   Trace::Clock::time_point began = Trace::Clock::now();
-  if (std::string problem = s->launch(name, entry); !problem.empty()) {
-    error = problem;
+  if (Error problem = s->launch(name, entry)) {
+    error = problem.takeMessage();
     cudaStreamSynchronize(s->stream);
     return std::nullopt;
   }
@@ -234,9 +232,8 @@ CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     }
   if (s->trace) {
     s->trace->add(name, Trace::Compute, began, Trace::Clock::now());
-    if (std::string problem = s->traceActions(name, entry, began);
-        !problem.empty()) {
-      error = problem;
+    if (Error problem = s->traceActions(name, entry, began)) {
+      error = problem.takeMessage();
       return std::nullopt;
     }
   }

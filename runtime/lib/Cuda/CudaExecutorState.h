@@ -78,20 +78,20 @@ struct CudaExecutor::State final : DeviceValues {
   }
   int rank() const override { return rankIndex; }
 
-  std::string prepare();
-  std::string allocate();
-  std::string upload(const HostStates &host);
-  std::string download(HostStates &host);
-  std::string buildEntry(const std::string &name, Entry &entry);
-  std::string launch(const std::string &name, Entry &entry);
+  Error prepare();
+  Error allocate();
+  Error upload(const HostStates &host);
+  Error download(HostStates &host);
+  Error buildEntry(const std::string &name, Entry &entry);
+  Error launch(const std::string &name, Entry &entry);
   void noteMemory();
   /// Forgets every entry's actions and graph (built again at next use).
   void dropEntries();
   /// Adds each action of the run just finished to the trace: its time on
   /// the stream between its marks, named "<category>: <kernel> op N, <step>"
   /// (actionCategory), placed from `began` by the stream's own clock.
-  std::string traceActions(const std::string &name, const Entry &entry,
-                           Trace::Clock::time_point began);
+  Error traceActions(const std::string &name, const Entry &entry,
+                     Trace::Clock::time_point began);
 };
 
 } // namespace kiln::runtime::cuda

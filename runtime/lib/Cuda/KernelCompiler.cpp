@@ -23,10 +23,9 @@ namespace {
 /// A cached cubin, or "" when there is none that can be read (a cache
 /// entry that is not a regular file is ignored, and rewritten).
 std::string readFile(const std::filesystem::path &path) {
-  std::string error;
-  return readRegularFile(path.string(), int64_t(1) << 30, "cached kernel",
-                         error)
-      .value_or("");
+  Expected<std::string> bytes =
+      readRegularFile(path.string(), int64_t(1) << 30, "cached kernel");
+  return bytes ? *std::move(bytes) : std::string();
 }
 
 } // namespace

@@ -33,15 +33,14 @@ AtomicFile::~AtomicFile() {
     ::unlink(temp.c_str());
 }
 
-std::optional<std::string>
-AtomicFile::write(const std::function<bool(std::FILE *)> &fill) {
+Error AtomicFile::write(const std::function<bool(std::FILE *)> &fill) {
   written = false;
-  if (std::optional<std::string> why = checkReplaceable(target))
-    return "cannot save: " + *why;
+  if (Error why = checkReplaceable(target))
+    return Error("cannot save: " + why.message());
   std::FILE *f = std::fopen(temp.c_str(), "wb");
   if (!f)
-    return "cannot save '" + target + "': cannot create '" + temp +
-           "': " + errnoText();
+    return Error("cannot save '" + target + "': cannot create '" + temp +
+                 "': " + errnoText());
   // Each step's errno is read before the next call can change it; a failed
   // write may only show at the flush (buffering) or the close (NFS).
   std::string failed;
@@ -55,25 +54,25 @@ AtomicFile::write(const std::function<bool(std::FILE *)> &fill) {
     failed = "cannot close '" + temp + "': " + errnoText();
   if (!failed.empty()) {
     ::unlink(temp.c_str());
-    return "cannot save '" + target + "': " + failed;
+    return Error("cannot save '" + target + "': " + failed);
   }
   written = true;
-  return std::nullopt;
+  return Error::success();
 }
 
-std::optional<std::string> AtomicFile::commit() {
+Error AtomicFile::commit() {
   if (!written)
-    return "cannot save '" + target + "': nothing was written";
+    return Error("cannot save '" + target + "': nothing was written");
   // Checked again: what was a regular file or nothing may have changed.
-  if (std::optional<std::string> why = checkReplaceable(target)) {
+  if (Error why = checkReplaceable(target)) {
     ::unlink(temp.c_str());
-    return "cannot save: " + *why;
+    return Error("cannot save: " + why.message());
   }
   if (std::rename(temp.c_str(), target.c_str()) != 0) {
     std::string error = "cannot save '" + target + "': cannot rename '" + temp +
                         "' over it: " + errnoText();
     ::unlink(temp.c_str());
-    return error;
+    return Error(error);
   }
   committed = true;
   // The rename is durable once the directory is synced. This is best effort:
@@ -84,16 +83,15 @@ std::optional<std::string> AtomicFile::commit() {
     ::fsync(fd);
     ::close(fd);
   }
-  return std::nullopt;
+  return Error::success();
 }
 
-std::optional<std::string> writeFileAtomically(const std::string &path,
-                                               const std::string &bytes) {
+Error writeFileAtomically(const std::string &path, const std::string &bytes) {
   AtomicFile file(path);
   if (auto error = file.write([&](std::FILE *f) {
         return writeAll(f, bytes.data(), bytes.size());
       }))
-    return error;
+    return Error(error);
   return file.commit();
 }
 

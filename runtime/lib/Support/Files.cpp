@@ -31,46 +31,48 @@ std::string kindOf(mode_t mode) {
 }
 } // namespace
 
-std::optional<std::string> checkReplaceable(const std::string &path) {
+Error checkReplaceable(const std::string &path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
     if (S_ISLNK(st.st_mode))
-      return "'" + path + "' is a symbolic link; Kiln replaces only regular "
-             "files (name the file it points to)";
+      return Error("'" + path +
+                   "' is a symbolic link; Kiln replaces only regular "
+                   "files (name the file it points to)");
     if (!S_ISREG(st.st_mode))
-      return "'" + path + "' is " + kindOf(st.st_mode) +
-             ", not a regular file; Kiln replaces only regular files";
+      return Error("'" + path + "' is " + kindOf(st.st_mode) +
+                   ", not a regular file; Kiln replaces only regular files");
   } else if (errno != ENOENT && errno != ENOTDIR) {
     // ENOTDIR: a parent is not a folder, which the folder check names.
-    return "cannot write '" + path + "': " + std::strerror(errno);
+    return Error("cannot write '" + path + "': " + std::strerror(errno));
   }
   size_t slash = path.find_last_of('/');
   std::string dir = slash == std::string::npos ? "."
                     : slash == 0               ? "/"
                                                : path.substr(0, slash);
-  if (std::optional<std::string> why = checkCreatableFolder(dir))
-    return "cannot write '" + path + "': " + *why;
-  return std::nullopt;
+  if (Error why = checkCreatableFolder(dir))
+    return Error("cannot write '" + path + "': " + why.message());
+  return Error::success();
 }
 
-std::optional<std::string> checkCreatableFolder(const std::string &dir) {
+Error checkCreatableFolder(const std::string &dir) {
   // The folder, or the nearest of its parents that exists: a writable
   // folder.
   std::string existing = dir.empty() ? "." : dir;
   struct stat st;
   while (::stat(existing.c_str(), &st) != 0) {
     if (errno != ENOENT && errno != ENOTDIR)
-      return "'" + existing + "': " + std::strerror(errno);
+      return Error("'" + existing + "': " + std::strerror(errno));
     size_t slash = existing.find_last_of('/');
     existing = slash == std::string::npos ? "."
                : slash == 0               ? "/"
                                           : existing.substr(0, slash);
   }
   if (!S_ISDIR(st.st_mode))
-    return "'" + existing + "' is " + kindOf(st.st_mode) + ", not a folder";
+    return Error("'" + existing + "' is " + kindOf(st.st_mode) +
+                 ", not a folder");
   if (::access(existing.c_str(), W_OK) != 0)
-    return "the folder '" + existing + "' is not writable";
-  return std::nullopt;
+    return Error("the folder '" + existing + "' is not writable");
+  return Error::success();
 }
 
 int removeStaleTemporaries(const std::string &dir) {
@@ -144,14 +146,13 @@ int openRegularFile(const std::string &path, int64_t maxBytes,
   return fd;
 }
 
-std::optional<std::string> readRegularFile(const std::string &path,
-                                           int64_t maxBytes,
-                                           const std::string &what,
-                                           std::string &error) {
+Expected<std::string> readRegularFile(const std::string &path, int64_t maxBytes,
+                                      const std::string &what) {
   int64_t size = 0;
+  std::string error;
   int fd = openRegularFile(path, maxBytes, what, size, error);
   if (fd < 0)
-    return std::nullopt;
+    return Error(std::move(error));
   std::string text(static_cast<size_t>(size), '\0');
   size_t done = 0;
   while (done < text.size()) {
@@ -159,10 +160,11 @@ std::optional<std::string> readRegularFile(const std::string &path,
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0) {
-      error = "cannot read " + what + " '" + path + "': " +
-              (n < 0 ? std::strerror(errno) : "it became shorter while read");
+      Error error(
+          "cannot read " + what + " '" + path + "': " +
+          (n < 0 ? std::strerror(errno) : "it became shorter while read"));
       ::close(fd);
-      return std::nullopt;
+      return error;
     }
     done += static_cast<size_t>(n);
   }

@@ -77,15 +77,14 @@ bool checkTensors(const std::string &path,
 }
 } // namespace
 
-std::optional<std::string> saveCheckpoint(const std::string &dir,
-                                          const Checkpoint &checkpoint) {
+Error saveCheckpoint(const std::string &dir, const Checkpoint &checkpoint) {
   if (checkpoint.step < 0)
-    return "cannot save checkpoint '" + dir + "': negative step " +
-           std::to_string(checkpoint.step);
+    return Error("cannot save checkpoint '" + dir + "': negative step " +
+                 std::to_string(checkpoint.step));
   for (const char *key : {kCheckpointFormatKey, kCheckpointStepKey})
     if (checkpoint.metadata.count(key))
-      return "cannot save checkpoint '" + dir + "': metadata key '" + key +
-             "' is reserved";
+      return Error("cannot save checkpoint '" + dir + "': metadata key '" +
+                   key + "' is reserved");
   std::map<std::string, std::string> metadata = checkpoint.metadata;
   metadata[kCheckpointFormatKey] = "pt"; // what transformers expects
   metadata[kCheckpointStepKey] = std::to_string(checkpoint.step);
@@ -94,14 +93,15 @@ std::optional<std::string> saveCheckpoint(const std::string &dir,
   std::string optimizerPath = join(dir, kOptimizerCheckpointFile);
   // Bad tensors fail here, before the directory or any file is touched.
   if (auto error = checkWritable(modelPath, checkpoint.model, metadata))
-    return error;
+    return Error(error);
   if (auto error = checkWritable(optimizerPath, checkpoint.optimizer, metadata))
-    return error;
+    return Error(error);
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
-    return "cannot create checkpoint directory '" + dir + "': " + ec.message();
+    return Error("cannot create checkpoint directory '" + dir +
+                 "': " + ec.message());
 
   // Both files are written in full before either is renamed into place, so
   // every write failure (disk full above all) leaves the old pair intact.
@@ -109,17 +109,17 @@ std::optional<std::string> saveCheckpoint(const std::string &dir,
   // steps, which loadCheckpoint detects.
   AtomicFile model(modelPath), optimizer(optimizerPath);
   if (auto error = stageSafetensors(model, checkpoint.model, metadata))
-    return error;
+    return Error(error);
   if (auto error = stageSafetensors(optimizer, checkpoint.optimizer, metadata))
-    return error;
+    return Error(error);
   // model.safetensors is renamed into place last: a folder that holds it
   // holds everything else of its step (isCompleteCheckpoint), whenever the
   // writer was killed.
   for (const auto &[name, contents] : checkpoint.files)
     if (auto error = writeFileAtomically(join(dir, name.c_str()), contents))
-      return error;
+      return Error(error);
   if (auto error = optimizer.commit())
-    return error;
+    return Error(error);
   return model.commit();
 }
 

@@ -19,11 +19,14 @@ constexpr size_t kHeaderInts = 256;
 constexpr int64_t kMaxDataBytes = int64_t(1) << 34;
 
 bool readFile(const std::string &path, std::string &out, std::string &error) {
-  std::optional<std::string> text =
-      readRegularFile(path, kMaxDataBytes, "data file", error);
-  if (text)
-    out = std::move(*text);
-  return text.has_value();
+  Expected<std::string> text =
+      readRegularFile(path, kMaxDataBytes, "data file");
+  if (!text) {
+    error = text.takeError().takeMessage();
+    return false;
+  }
+  out = *std::move(text);
+  return true;
 }
 
 /// Every fortune file (not the .dat indexes, not the .u8 duplicates).

@@ -62,21 +62,22 @@ std::string quoted(const std::string &s) {
 
 } // namespace
 
-std::optional<std::string> plotLossCurve(const std::string &metricsPath,
-                                         const std::string &pngPath) {
+Error plotLossCurve(const std::string &metricsPath,
+                    const std::string &pngPath) {
   if (access(kPython, X_OK) != 0)
-    return std::string(kPython) + " is not installed (Debian: python3-matplotlib)";
+    return Error(std::string(kPython) +
+                 " is not installed (Debian: python3-matplotlib)");
   std::string log = pngPath + ".log";
   std::string command = std::string(kPython) + " - " + quoted(metricsPath) +
                         " " + quoted(pngPath) + " >" + quoted(log) + " 2>&1";
   FILE *pipe = popen(command.c_str(), "w");
   if (!pipe)
-    return std::string("cannot start ") + kPython;
+    return Error(std::string("cannot start ") + kPython);
   std::fputs(kScript, pipe);
   int status = pclose(pipe);
   if (status == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     std::remove(log.c_str());
-    return std::nullopt;
+    return Error::success();
   }
   // The script's last line of output says why (e.g. no matplotlib).
   std::ifstream in(log);
@@ -85,7 +86,7 @@ std::optional<std::string> plotLossCurve(const std::string &metricsPath,
     if (!line.empty())
       last = line;
   std::remove(log.c_str());
-  return last;
+  return Error(last);
 }
 
 } // namespace kiln::runtime

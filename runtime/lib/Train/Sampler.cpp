@@ -19,23 +19,23 @@ std::vector<int64_t> windowShape(const Plan &plan) {
 }
 } // namespace
 
-std::string checkSamplingPlan(const Plan &plan) {
+Error checkSamplingPlan(const Plan &plan) {
   const PlanEntry *entry = plan.entry("logits");
   if (!entry || !entry->outputs.count("logits"))
-    return "the plan has no 'logits' entry (compile it with this kiln)";
+    return Error("the plan has no 'logits' entry (compile it with this kiln)");
   std::vector<int64_t> window = windowShape(plan);
   if (window.size() != 2 || window[0] != 1)
-    return "sampling needs a plan for batch 1 (training.global_batch_size "
-           "= 1)";
-  return "";
+    return Error(
+        "sampling needs a plan for batch 1 (training.global_batch_size "
+        "= 1)");
+  return Error::success();
 }
 
-std::optional<std::string> loadWeightsForSampling(Executor &exec,
-                                                  const std::string &dir) {
+Error loadWeightsForSampling(Executor &exec, const std::string &dir) {
   std::string error;
   std::optional<Checkpoint> c = loadModelWeights(dir, error);
   if (!c)
-    return error;
+    return Error(error);
   std::map<std::string, const CheckpointTensor *> byName;
   for (const CheckpointTensor &t : c->model)
     byName[t.name] = &t;
@@ -44,27 +44,30 @@ std::optional<std::string> loadWeightsForSampling(Executor &exec,
       continue;
     auto it = byName.find(v.name);
     if (it == byName.end())
-      return dir + ": the checkpoint has no tensor '" + v.name + "'";
+      return Error(dir + ": the checkpoint has no tensor '" + v.name + "'");
     const CheckpointTensor &t = *it->second;
     if (t.shape != v.shape)
-      return dir + ": tensor '" + v.name + "' has another shape than the "
-             "model in config.toml";
+      return Error(dir + ": tensor '" + v.name +
+                   "' has another shape than the "
+                   "model in config.toml");
     for (size_t e = 0; e < t.data.size(); ++e)
       if (!std::isfinite(t.data[e]))
-        return dir + ": tensor '" + v.name + "' holds a non-finite value at "
-               "element " + std::to_string(e);
+        return Error(dir + ": tensor '" + v.name +
+                     "' holds a non-finite value at "
+                     "element " +
+                     std::to_string(e));
   }
   // The other states (the optimizer's) keep what they hold; the logits
   // entry reads none of them.
   std::optional<std::vector<FloatTensor>> current = exec.unshardedState(error);
   if (!current)
-    return error;
+    return Error(error);
   std::map<std::string, const FloatTensor *> all;
   for (const FloatTensor &t : *current)
     all[t.name] = byName.count(t.name) ? byName[t.name] : &t;
-  if (std::string problem = exec.setUnshardedState(all); !problem.empty())
-    return dir + ": " + problem;
-  return std::nullopt;
+  if (Error problem = exec.setUnshardedState(all))
+    return Error(dir + ": " + problem.message());
+  return Error::success();
 }
 
 std::optional<std::vector<int32_t>>
@@ -72,8 +75,8 @@ sampleTokens(Executor &exec, const std::vector<int32_t> &prompt,
              const SampleOptions &options,
              const std::function<void(int32_t)> &onToken, std::string &error) {
   const Plan &plan = exec.plan();
-  if (std::string problem = checkSamplingPlan(plan); !problem.empty()) {
-    error = problem;
+  if (Error problem = checkSamplingPlan(plan)) {
+    error = problem.takeMessage();
     return std::nullopt;
   }
   if (prompt.empty()) {

@@ -66,17 +66,17 @@ int defaultThreads(comm::Communicator *c) {
 /// 0 when none), so that every rank stops at the same point and exits with
 /// the same code. Every rank must call this at the same points; nothing on
 /// success, else the communicator's error.
-std::optional<std::string> agreeOnStop(comm::Communicator *c, int &signal) {
+Error agreeOnStop(comm::Communicator *c, int &signal) {
   signal = stopSignal();
   if (!c || c->size() == 1)
-    return std::nullopt;
+    return Error::success();
   float mine = static_cast<float>(signal), any = 0.0f;
   comm::CommHandle h = c->startAllReduce(&mine, &any, 1, comm::ElementType::F32,
                                          comm::ReduceOp::Max);
   if (std::optional<std::string> failure = c->wait(h))
-    return failure;
+    return Error(*failure);
   signal = static_cast<int>(any);
-  return std::nullopt;
+  return Error::success();
 }
 
 /// This rank's rows of the global batch `counter` (ranks x `batch` rows,
@@ -100,8 +100,8 @@ validationLoss(Executor &exec, comm::Communicator *c,
   std::vector<int32_t> in(batch * seq), tg(batch * seq);
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    if (std::optional<std::string> failure = agreeOnStop(c, signal)) {
-      error = "the ranks' agreement to go on: " + *failure;
+    if (Error failure = agreeOnStop(c, signal)) {
+      error = "the ranks' agreement to go on: " + failure.message();
       return std::nullopt;
     }
     if (signal)
@@ -122,8 +122,8 @@ public:
   Run(const Plan &plan, const TrainOptions &options, Executor &exec)
       : plan(plan), options(options), exec(exec) {}
 
-  std::optional<std::string> save(int64_t step);
-  std::optional<std::string> restore(const std::string &dir, int64_t &step);
+  Error save(int64_t step);
+  Error restore(const std::string &dir, int64_t &step);
 
 private:
   const Plan &plan;
@@ -131,16 +131,16 @@ private:
   Executor &exec;
 };
 
-std::optional<std::string> Run::save(int64_t step) {
+Error Run::save(int64_t step) {
   Checkpoint c;
   c.step = step;
   c.metadata["seed"] = std::to_string(options.training.seed);
   std::string error;
   std::optional<std::vector<FloatTensor>> all = exec.unshardedState(error);
   if (!all)
-    return error;
+    return Error(error);
   if (exec.rank() != 0)
-    return std::nullopt;
+    return Error::success();
   for (FloatTensor &t : *all)
     (isOptimizerState(t.name) ? c.optimizer : c.model).push_back(std::move(t));
   std::string dir = options.outDir + "/" + options.training.checkpointFolder +
@@ -150,34 +150,33 @@ std::optional<std::string> Run::save(int64_t step) {
   return saveCheckpoint(dir, c);
 }
 
-std::optional<std::string> Run::restore(const std::string &path,
-                                        int64_t &step) {
+Error Run::restore(const std::string &path, int64_t &step) {
   std::string error;
   std::optional<std::string> dir =
       findCheckpoint(path, error, options.training.checkpointFolder);
   if (!dir)
-    return "cannot resume: " + error;
+    return Error("cannot resume: " + error);
   std::map<std::string, std::vector<int64_t>> model, optimizer;
   unshardedShapes(plan, model, optimizer);
   std::optional<Checkpoint> c = loadCheckpoint(*dir, model, optimizer, error);
   if (!c)
-    return error;
+    return Error(error);
   std::map<std::string, const FloatTensor *> byName;
   for (const auto *part : {&c->model, &c->optimizer})
     for (const CheckpointTensor &t : *part) {
       for (size_t e = 0; e < t.data.size(); ++e)
         if (!std::isfinite(t.data[e]))
-          return *dir + ": tensor '" + t.name + "' holds " +
-                 (std::isnan(t.data[e]) ? "NaN" : "infinity") +
-                 " at element " + std::to_string(e);
+          return Error(*dir + ": tensor '" + t.name + "' holds " +
+                       (std::isnan(t.data[e]) ? "NaN" : "infinity") +
+                       " at element " + std::to_string(e));
       byName[t.name] = &t;
     }
-  if (std::string problem = exec.setUnshardedState(byName); !problem.empty())
-    return *dir + ": " + problem;
+  if (Error problem = exec.setUnshardedState(byName))
+    return Error(*dir + ": " + problem.message());
   step = c->step;
   std::printf("resumed from %s (step %lld)\n", dir->c_str(),
               static_cast<long long>(step));
-  return std::nullopt;
+  return Error::success();
 }
 
 /// Keeps the metrics lines of steps <= `step` (a resumed run rewrites what
@@ -229,22 +228,21 @@ std::string tracePathOf(const TrainOptions &options, int rank, int64_t ranks) {
 /// (created) and holds no earlier run unless that is resumed or to be
 /// overwritten; temporary files of killed writers are gone; the trace can
 /// be written. Rank 0 alone looks at the folder; every rank checks its
-/// trace. Empty, or the one line to fail with.
-std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
+/// trace. Fails with the one line to fail with.
+Error prepareOutputs(const Plan &plan, const TrainOptions &options) {
   int rank = options.communicator ? options.communicator->rank() : 0;
   if (options.outDir.empty())
-    return "the output folder (--out) must not be empty";
+    return Error("the output folder (--out) must not be empty");
   if (!options.tracePath.empty())
-    if (std::optional<std::string> why =
-            checkReplaceable(tracePathOf(options, rank, plan.ranks)))
-      return "--trace: " + *why;
+    if (Error why = checkReplaceable(tracePathOf(options, rank, plan.ranks)))
+      return Error("--trace: " + why.message());
   if (rank != 0)
-    return "";
+    return Error::success();
   // Nothing is created yet (a run that fails on its data writes nothing),
   // but a folder that could not be is an error now, not after training.
-  if (std::optional<std::string> why = checkCreatableFolder(options.outDir))
-    return "cannot create the output folder '" + options.outDir + "': " +
-           *why;
+  if (Error why = checkCreatableFolder(options.outDir))
+    return Error("cannot create the output folder '" + options.outDir +
+                 "': " + why.message());
   std::error_code ec;
   std::string checkpoints =
       options.outDir + "/" + options.training.checkpointFolder;
@@ -252,12 +250,13 @@ std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
   bool metrics = fs::exists(options.outDir + "/metrics.jsonl", ec);
   if ((!steps.empty() || metrics) && options.resume.empty()) {
     if (!options.overwrite)
-      return "'" + options.outDir + "' holds an earlier run (" +
-             (steps.empty() ? std::string("metrics.jsonl")
-                            : "checkpoints up to step " +
-                                  std::to_string(steps.rbegin()->first)) +
-             "); pass --resume " + options.outDir +
-             " to continue it, --overwrite to replace it, or another --out";
+      return Error(
+          "'" + options.outDir + "' holds an earlier run (" +
+          (steps.empty() ? std::string("metrics.jsonl")
+                         : "checkpoints up to step " +
+                               std::to_string(steps.rbegin()->first)) +
+          "); pass --resume " + options.outDir +
+          " to continue it, --overwrite to replace it, or another --out");
     // --overwrite: what an earlier run wrote here, and only that.
     for (const auto &[n, dir] : steps)
       fs::remove_all(dir, ec);
@@ -269,7 +268,7 @@ std::string prepareOutputs(const Plan &plan, const TrainOptions &options) {
   removeStaleTemporaries(checkpoints);
   for (const auto &[n, dir] : stepFolders(checkpoints))
     removeStaleTemporaries(dir);
-  return "";
+  return Error::success();
 }
 } // namespace
 
@@ -322,8 +321,8 @@ findCheckpoint(const std::string &path, std::string &error,
 
 int runTraining(const Plan &plan, const TrainOptions &options) {
   const TrainingSpec &t = options.training;
-  if (std::string problem = prepareOutputs(plan, options); !problem.empty())
-    return fail(problem);
+  if (Error problem = prepareOutputs(plan, options))
+    return fail(problem.message());
   const PlanValue *tokensValue = plan.named(PlanValue::Input, "tokens");
   if (!tokensValue || tokensValue->shape.size() != 2 ||
       !plan.entry("train_step") || !plan.entry("eval_loss"))
@@ -353,9 +352,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (!exec)
     return fail(error);
   exec->setCheckNumerics(options.checkNumerics);
-  if (std::string problem = exec->setCommunicator(options.communicator);
-      !problem.empty())
-    return fail(problem);
+  if (Error problem = exec->setCommunicator(options.communicator))
+    return fail(problem.message());
   // A rank that stops without dying (SIGSTOP, a deadlock) must not hold the
   // others in a collective forever.
   if (t.commTimeoutSeconds < 0)
@@ -370,8 +368,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     return fail("cannot silence the output of rank " +
                 std::to_string(exec->rank()));
   uint64_t seed = static_cast<uint64_t>(t.seed);
-  if (std::string problem = exec->initialize(seed); !problem.empty())
-    return fail(problem);
+  if (Error problem = exec->initialize(seed))
+    return fail(problem.message());
 
   std::unique_ptr<Trace> trace;
   if (!options.tracePath.empty()) {
@@ -382,8 +380,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   Run run(plan, options, *exec);
   int64_t done = 0;
   if (!options.resume.empty())
-    if (std::optional<std::string> failure = run.restore(options.resume, done))
-      return fail(*failure);
+    if (Error failure = run.restore(options.resume, done))
+      return fail(failure.message());
   if (done > t.steps)
     return fail("the checkpoint is from step " + std::to_string(done) +
                 ", past the " + std::to_string(t.steps) + " steps to train");
@@ -419,7 +417,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   int64_t saved = done; // the last step with a checkpoint
   auto save = [&](int64_t at) {
     StopPhase before = setStopPhase(StopPhase::Saving);
-    std::optional<std::string> failure = run.save(at);
+    Error failure = run.save(at);
     setStopPhase(before);
     return failure;
   };
@@ -437,10 +435,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   }
   for (; step <= t.steps; ++step) {
     // Ranks stop together: after the same step.
-    if (std::optional<std::string> failure =
-            agreeOnStop(options.communicator, stopping))
+    if (Error failure = agreeOnStop(options.communicator, stopping))
       return fail("before step " + std::to_string(step) +
-                  ": the ranks' agreement to go on: " + *failure);
+                  ": the ranks' agreement to go on: " + failure.message());
     if (stopping)
       break;
     fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
@@ -488,9 +485,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     bool checkpointNow =
         t.checkpointInterval > 0 && step % t.checkpointInterval == 0;
     if (checkpointNow || step == t.steps) {
-      if (std::optional<std::string> failure = save(step))
+      if (Error failure = save(step))
         return fail("checkpoint at step " + std::to_string(step) + ": " +
-                    *failure);
+                    failure.message());
       saved = step;
     }
 
@@ -535,9 +532,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     if (last > saved) {
       if (std::string note = launcherGraceNote(10); !note.empty() && lead)
         std::fprintf(stderr, "%s\n", note.c_str());
-      if (std::optional<std::string> failure = save(last))
+      if (Error failure = save(last))
         return fail("checkpoint at step " + std::to_string(last) + ": " +
-                    *failure);
+                    failure.message());
     }
     if (lead) {
       std::fprintf(says, "\ninterrupted by %s after step %lld%s\n",
@@ -559,16 +556,17 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     std::error_code ec;
     if (!folder.empty())
       fs::create_directories(folder, ec);
-    if (std::optional<std::string> failure = trace->write(path))
-      return fail("cannot write the trace: " + *failure);
+    if (Error failure = trace->write(path))
+      return fail("cannot write the trace: " + failure.message());
     std::printf("trace: %s (%zu events)\n", path.c_str(), trace->size());
   }
   std::string png = options.outDir + "/loss.png";
   int code = stopping ? 128 + stopping : 0;
   if (!lead)
     return code;
-  if (std::optional<std::string> failure = plotLossCurve(metricsPath, png))
-    std::fprintf(stderr, "warning: no loss curve: %s\n", failure->c_str());
+  if (Error failure = plotLossCurve(metricsPath, png))
+    std::fprintf(stderr, "warning: no loss curve: %s\n",
+                 failure.message().c_str());
   else
     std::printf("loss curve: %s\n", png.c_str());
   return code;

@@ -310,9 +310,10 @@ int main(int argc, char **argv) {
   }
   for (const std::string &path : plans) {
     std::string error;
-    std::optional<Plan> plan = loadPlan(path, error);
+    Expected<Plan> plan = loadPlan(path);
     if (!plan) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      std::fprintf(stderr, "%s: %s\n", path.c_str(),
+                   plan.error().message().c_str());
       return 1;
     }
     // The shard ops differ per rank: the first and the last.

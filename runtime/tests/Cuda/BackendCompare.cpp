@@ -105,12 +105,12 @@ private:
     std::unique_ptr<Executor> e = createExecutor(plan, backend, error, options);
     if (!e)
       return nullptr;
-    if (std::string p = e->setCommunicator(nullptr); !p.empty()) {
-      error = p;
+    if (Error p = e->setCommunicator(nullptr)) {
+      error = p.takeMessage();
       return nullptr;
     }
-    if (std::string p = e->initialize(11); !p.empty()) {
-      error = p;
+    if (Error p = e->initialize(11)) {
+      error = p.takeMessage();
       return nullptr;
     }
     return e;
@@ -237,8 +237,8 @@ int Compare::numerics() {
   std::fill(first.data.begin(), first.data.end(), std::nanf(""));
   for (Executor *e : {cpu.get(), gpu.get()}) {
     e->setCheckNumerics(true);
-    if (std::string p = e->setUnshardedState(byName); !p.empty())
-      return fail(p);
+    if (Error p = e->setUnshardedState(byName))
+      return fail(p.message());
   }
   Batch b = randomBatch(plan, 1);
   std::string want, got;
@@ -294,9 +294,9 @@ int main(int argc, char **argv) {
 #else
   for (const std::string &path : plans) {
     std::string error;
-    std::optional<Plan> plan = loadPlan(path, error);
+    Expected<Plan> plan = loadPlan(path);
     if (!plan) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      std::fprintf(stderr, "%s\n", plan.error().message().c_str());
       return 1;
     }
     if (!cuda::CudaExecutor::create(*plan, error)) {

@@ -336,9 +336,8 @@ std::string checkKernel(const Plan &plan, const cuda::PlanGroupKernel &k,
   if (std::string failure = launcher.launch(k.kernel, g, in, outKernel);
       !failure.empty())
     return failure;
-  if (std::string failure = runFusedGroup(g, inViews, cpuViews, false);
-      !failure.empty())
-    return "the CPU interpreter failed: " + failure;
+  if (Error failure = runFusedGroup(g, inViews, cpuViews, false))
+    return "the CPU interpreter failed: " + failure.message();
   for (size_t o = 0; o < outCpu.size(); ++o) {
     const PlanValue &v = plan.values[step.results[o]];
     for (int64_t i = 0, n = v.numElements(); i < n; ++i) {
@@ -402,11 +401,13 @@ int main(int argc, char **argv) {
   int kernels = 0, tiled = 0;
   for (const std::string &path : plans) {
     std::string error;
-    std::optional<Plan> plan = loadPlan(path, error);
+    Expected<Plan> plan = loadPlan(path);
     int groups = 0;
     std::optional<std::vector<cuda::PlanGroupKernel>> fresh;
     if (plan)
       fresh = cuda::distinctGroupKernels(*plan, checked, groups, error);
+    else
+      error = plan.error().message();
     if (!fresh) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
       return 1;

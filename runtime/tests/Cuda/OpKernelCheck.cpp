@@ -201,10 +201,9 @@ std::string consistentAttention(const Plan &plan, const PlanStep &step,
   PlanStep forward = step;
   forward.op = "attention";
   forward.kind = plan::Op::Attention;
-  if (std::string failure =
-          findCpuOp(plan::Op::Attention)(forward, operands, results);
-      !failure.empty())
-    return failure;
+  if (Error failure =
+          findCpuOp(plan::Op::Attention)(forward, operands, results))
+    return failure.takeMessage();
   for (int64_t i = 0; i < out.numElements(); ++i)
     setValue(out.dtype, in[4], i, o[i]);
   for (int64_t i = 0; i < lse.numElements(); ++i)
@@ -253,10 +252,8 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
                              count, operands[1].f32(), out[0].data(),
                              res[1].data());
     }
-  } else if (std::string failure =
-                 findCpuOp(step.kind)(step, operands, results);
-             !failure.empty()) {
-    return "the CPU backend fails: " + failure;
+  } else if (Error failure = findCpuOp(step.kind)(step, operands, results)) {
+    return "the CPU backend fails: " + failure.message();
   }
   for (size_t k = out.size(); k < step.results.size(); ++k) {
     const PlanValue &v = plan.values[step.results[k]];
@@ -606,9 +603,10 @@ int main(int argc, char **argv) {
   int count = 0;
   for (const std::string &path : plans) {
     std::string error;
-    std::optional<Plan> plan = loadPlan(path, error);
+    Expected<Plan> plan = loadPlan(path);
     if (!plan) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      std::fprintf(stderr, "%s: %s\n", path.c_str(),
+                   plan.error().message().c_str());
       return 1;
     }
     for (const auto &[name, entry] : plan->entries)

@@ -130,10 +130,9 @@ public:
       }
       std::stringstream text;
       text << in.rdbuf();
-      std::string error;
-      if (!parsePlan(text.str(), error)) {
+      if (Expected<Plan> plan = parsePlan(text.str()); !plan) {
         std::fprintf(stderr, "error: %s: the seed plan is refused: %s\n",
-                     path.c_str(), error.c_str());
+                     path.c_str(), plan.error().message().c_str());
         return false;
       }
       seeds.push_back(nlohmann::json::parse(text.str()));
@@ -178,14 +177,14 @@ public:
       out << m.text;
     }
     std::string error;
-    std::optional<Plan> plan = parsePlan(m.text, error);
+    Expected<Plan> plan = parsePlan(m.text);
     if (!plan) {
       if (verbose)
-        std::printf("refused: %s\n", excerpt(error).c_str());
-      if (oneLine(error)) {
+        std::printf("refused: %s\n", excerpt(plan.error().message()).c_str());
+      if (oneLine(plan.error().message())) {
         ++tally.rejected;
       } else {
-        badError(index, "parsePlan", error);
+        badError(index, "parsePlan", plan.error().message());
         ++tally.badErrors;
       }
     } else {
@@ -245,17 +244,15 @@ private:
     if (plan.ranks > 1)
       communicator = fuzz::createMirrorCommunicator(
           static_cast<int>(index % plan.ranks), static_cast<int>(plan.ranks));
-    if (std::string e = exec->setCommunicator(communicator.get());
-        !e.empty()) {
+    if (Error e = exec->setCommunicator(communicator.get())) {
       ++tally.refused;
-      return check("setCommunicator", e);
+      return check("setCommunicator", e.message());
     }
     exec->setCheckNumerics(index % 2 == 0);
     bool failed = false, good = true;
-    if (std::string e = exec->initialize(static_cast<uint64_t>(index));
-        !e.empty()) {
+    if (Error e = exec->initialize(static_cast<uint64_t>(index))) {
       failed = true;
-      good &= check("initialize", e);
+      good &= check("initialize", e.message());
     }
     // In-range tokens; targets the next tokens, as the data loader gives.
     std::vector<int32_t> ids(tokens->numElements() + 1);
@@ -294,9 +291,9 @@ private:
         std::map<std::string, const FloatTensor *> byName;
         for (const FloatTensor &t : *all)
           byName[t.name] = &t;
-        if (std::string e = exec->setUnshardedState(byName); !e.empty()) {
+        if (Error e = exec->setUnshardedState(byName)) {
           failed = true;
-          good &= check("setUnshardedState", e);
+          good &= check("setUnshardedState", e.message());
         }
       }
     }

@@ -149,7 +149,7 @@ protected:
 TEST_F(CheckpointTest, RoundTripIsBitExact) {
   Checkpoint c = sampleCheckpoint(42);
   std::string dir = path("ckpt/step-42"); // the parent is created too
-  ASSERT_EQ(saveCheckpoint(dir, c), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(dir, c).message(), "");
   std::string error;
   auto loaded =
       loadCheckpoint(dir, shapesOf(c.model), shapesOf(c.optimizer), error);
@@ -170,9 +170,9 @@ TEST_F(CheckpointTest, RoundTripIsBitExact) {
 
 TEST_F(CheckpointTest, SavingAgainReplacesTheFiles) {
   std::string dir = path("ckpt");
-  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1, 5)), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1, 5)).message(), "");
   Checkpoint c = sampleCheckpoint(2);
-  ASSERT_EQ(saveCheckpoint(dir, c), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(dir, c).message(), "");
   std::string error;
   auto loaded =
       loadCheckpoint(dir, shapesOf(c.model), shapesOf(c.optimizer), error);
@@ -184,7 +184,7 @@ TEST_F(CheckpointTest, SavingAgainReplacesTheFiles) {
 // The format, checked by a parser written here rather than the reader.
 TEST_F(CheckpointTest, WrittenFileIsSafetensors) {
   Checkpoint c = sampleCheckpoint(42);
-  ASSERT_EQ(saveCheckpoint(root, c), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(root, c).message(), "");
   std::string bytes = readBytes(path("model.safetensors"));
   ASSERT_GE(bytes.size(), 8u);
   uint64_t n = 0;
@@ -350,7 +350,7 @@ TEST_F(CheckpointTest, BadFilesAreOneLineErrors) {
             "__metadata__ is not an object");
 
   // A real file cut short.
-  ASSERT_EQ(saveCheckpoint(path("ok"), sampleCheckpoint(1)), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(path("ok"), sampleCheckpoint(1)).message(), "");
   std::string whole = readBytes(path("ok/model.safetensors"));
   expectBad(whole.substr(0, whole.size() - 4), "truncated");
 }
@@ -362,7 +362,8 @@ TEST_F(CheckpointTest, BadTensorsAreNotWritten) {
                            const std::string &phrase) {
     auto error = writeSafetensors(file, tensors, metadata);
     ASSERT_TRUE(error) << phrase;
-    EXPECT_NE(error->find(phrase), std::string::npos) << *error;
+    EXPECT_NE(error.message().find(phrase), std::string::npos)
+        << error.message();
     EXPECT_FALSE(fs::exists(file));
     EXPECT_EQ(tempFiles(root), 0);
   };
@@ -376,20 +377,21 @@ TEST_F(CheckpointTest, BadTensorsAreNotWritten) {
   auto error = writeSafetensors(path("no/such/dir/t.safetensors"),
                                 {{"a", {1}, {1}}}, {});
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("No such file or directory"), std::string::npos)
-      << *error;
+  EXPECT_NE(error.message().find("No such file or directory"),
+            std::string::npos)
+      << error.message();
 
   Checkpoint c = sampleCheckpoint(1);
   c.metadata["kiln_step"] = "9";
   error = saveCheckpoint(path("c"), c);
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("'kiln_step' is reserved"), std::string::npos);
+  EXPECT_NE(error.message().find("'kiln_step' is reserved"), std::string::npos);
 }
 
 TEST_F(CheckpointTest, WriteFileAtomically) {
   std::string file = path("config.toml");
-  ASSERT_EQ(writeFileAtomically(file, "a = 1\n"), std::nullopt);
-  ASSERT_EQ(writeFileAtomically(file, "b = 2\n"), std::nullopt);
+  ASSERT_EQ(writeFileAtomically(file, "a = 1\n").message(), "");
+  ASSERT_EQ(writeFileAtomically(file, "b = 2\n").message(), "");
   EXPECT_EQ(readBytes(file), "b = 2\n");
   EXPECT_EQ(tempFiles(root), 0);
   // A directory in the way is never replaced, and no temp file is left.
@@ -397,21 +399,23 @@ TEST_F(CheckpointTest, WriteFileAtomically) {
   fs::create_directory(path("d/x"));
   auto error = writeFileAtomically(path("d/x"), "c");
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("is a directory, not a regular file; Kiln replaces "
-                        "only regular files"),
-            std::string::npos)
-      << *error;
+  EXPECT_NE(
+      error.message().find("is a directory, not a regular file; Kiln replaces "
+                           "only regular files"),
+      std::string::npos)
+      << error.message();
   EXPECT_EQ(tempFiles(path("d")), 0);
   // Nor a symbolic link (even to a regular file), nor a device node.
   fs::create_symlink(file, path("link"));
   error = writeFileAtomically(path("link"), "c");
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("is a symbolic link"), std::string::npos) << *error;
+  EXPECT_NE(error.message().find("is a symbolic link"), std::string::npos)
+      << error.message();
   EXPECT_EQ(readBytes(file), "b = 2\n");
   error = writeFileAtomically("/dev/null", "c");
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("is a character device"), std::string::npos)
-      << *error;
+  EXPECT_NE(error.message().find("is a character device"), std::string::npos)
+      << error.message();
 }
 
 //===----------------------------------------------------------------------===//
@@ -433,21 +437,22 @@ Snapshot snapshot(const std::string &dir) {
 
 TEST_F(CheckpointTest, FailedSaveOfBadTensorsKeepsPrevious) {
   std::string dir = path("ckpt");
-  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1)), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1)).message(), "");
   Snapshot before = snapshot(dir);
   // The optimizer part is bad: the model part must not be written either.
   Checkpoint c = sampleCheckpoint(2);
   c.optimizer[0].data.pop_back();
   auto error = saveCheckpoint(dir, c);
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("optimizer.safetensors"), std::string::npos) << *error;
+  EXPECT_NE(error.message().find("optimizer.safetensors"), std::string::npos)
+      << error.message();
   EXPECT_TRUE(snapshot(dir) == before);
   EXPECT_EQ(tempFiles(dir), 0);
 }
 
 TEST_F(CheckpointTest, FailedSaveWhenDiskIsFullKeepsPrevious) {
   std::string dir = path("ckpt");
-  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1)), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1)).message(), "");
   Snapshot before = snapshot(dir);
   // A file size limit makes writes fail as on a full disk (EFBIG instead of
   // ENOSPC), for root too. The model file is written first: make each file
@@ -466,12 +471,13 @@ TEST_F(CheckpointTest, FailedSaveWhenDiskIsFullKeepsPrevious) {
     setrlimit(RLIMIT_FSIZE, &old);
     std::signal(SIGXFSZ, oldHandler);
     ASSERT_TRUE(error);
-    EXPECT_NE(error->find("File too large"), std::string::npos) << *error;
-    EXPECT_NE(error->find(c == &bigModel ? "model.safetensors"
-                                         : "optimizer.safetensors"),
+    EXPECT_NE(error.message().find("File too large"), std::string::npos)
+        << error.message();
+    EXPECT_NE(error.message().find(c == &bigModel ? "model.safetensors"
+                                                  : "optimizer.safetensors"),
               std::string::npos)
-        << *error;
-    EXPECT_TRUE(snapshot(dir) == before) << *error;
+        << error.message();
+    EXPECT_TRUE(snapshot(dir) == before) << error.message();
     EXPECT_EQ(tempFiles(dir), 0);
   }
 }
@@ -481,9 +487,9 @@ TEST_F(CheckpointTest, FailedSaveWhenDirIsAFile) {
   writeBytes(file, "keep me");
   auto error = saveCheckpoint(file, sampleCheckpoint(1));
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("cannot create checkpoint directory"),
+  EXPECT_NE(error.message().find("cannot create checkpoint directory"),
             std::string::npos)
-      << *error;
+      << error.message();
   EXPECT_EQ(readBytes(file), "keep me");
   error = saveCheckpoint(file + "/sub", sampleCheckpoint(1));
   ASSERT_TRUE(error);
@@ -494,13 +500,14 @@ TEST_F(CheckpointTest, FailedSaveInReadOnlyDirKeepsPrevious) {
   if (geteuid() == 0)
     GTEST_SKIP() << "root ignores directory permissions";
   std::string dir = path("ckpt");
-  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1)), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1)).message(), "");
   Snapshot before = snapshot(dir);
   ASSERT_EQ(::chmod(dir.c_str(), 0555), 0);
   auto error = saveCheckpoint(dir, sampleCheckpoint(2));
   ::chmod(dir.c_str(), 0755);
   ASSERT_TRUE(error);
-  EXPECT_NE(error->find("Permission denied"), std::string::npos) << *error;
+  EXPECT_NE(error.message().find("Permission denied"), std::string::npos)
+      << error.message();
   EXPECT_TRUE(snapshot(dir) == before);
 }
 
@@ -510,8 +517,8 @@ TEST_F(CheckpointTest, FailedSaveInReadOnlyDirKeepsPrevious) {
 
 TEST_F(CheckpointTest, StepMismatchIsDetected) {
   Checkpoint c = sampleCheckpoint(1);
-  ASSERT_EQ(saveCheckpoint(path("a"), c), std::nullopt);
-  ASSERT_EQ(saveCheckpoint(path("b"), sampleCheckpoint(2)), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(path("a"), c).message(), "");
+  ASSERT_EQ(saveCheckpoint(path("b"), sampleCheckpoint(2)).message(), "");
   // As if a save had replaced only the optimizer file.
   fs::copy_file(path("b/optimizer.safetensors"),
                 path("a/optimizer.safetensors"),
@@ -529,17 +536,19 @@ TEST_F(CheckpointTest, StepMismatchIsDetected) {
 TEST_F(CheckpointTest, StepMustBeThere) {
   std::string dir = path("c");
   fs::create_directory(dir);
-  ASSERT_EQ(writeSafetensors(dir + "/model.safetensors", {}, {}), std::nullopt);
+  ASSERT_EQ(writeSafetensors(dir + "/model.safetensors", {}, {}).message(), "");
   ASSERT_EQ(writeSafetensors(dir + "/optimizer.safetensors", {},
-                             {{"kiln_step", "x1"}}),
-            std::nullopt);
+                             {{"kiln_step", "x1"}})
+                .message(),
+            "");
   std::string error;
   EXPECT_FALSE(loadCheckpoint(dir, {}, {}, error));
   EXPECT_NE(error.find("model.safetensors: no kiln_step"), std::string::npos)
       << error;
   ASSERT_EQ(
-      writeSafetensors(dir + "/model.safetensors", {}, {{"kiln_step", "3"}}),
-      std::nullopt);
+      writeSafetensors(dir + "/model.safetensors", {}, {{"kiln_step", "3"}})
+          .message(),
+      "");
   EXPECT_FALSE(loadCheckpoint(dir, {}, {}, error));
   EXPECT_NE(error.find("kiln_step 'x1' is not a non-negative integer"),
             std::string::npos)
@@ -550,7 +559,7 @@ TEST_F(CheckpointTest, StepMustBeThere) {
 
 TEST_F(CheckpointTest, TensorSetIsChecked) {
   Checkpoint c = sampleCheckpoint(5);
-  ASSERT_EQ(saveCheckpoint(root, c), std::nullopt);
+  ASSERT_EQ(saveCheckpoint(root, c).message(), "");
   TensorShapes model = shapesOf(c.model), optimizer = shapesOf(c.optimizer);
   std::string error;
 

@@ -51,9 +51,10 @@ int main(int argc, char **argv) {
   std::set<std::string> seen;
   for (const std::string &path : plans) {
     std::string error;
-    std::optional<Plan> plan = loadPlan(path, error);
+    Expected<Plan> plan = loadPlan(path);
     if (!plan) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      std::fprintf(stderr, "%s: %s\n", path.c_str(),
+                   plan.error().message().c_str());
       return 1;
     }
     int groups = 0, fresh = 0, cached = 0;

@@ -193,9 +193,9 @@ int main(int argc, char **argv) {
   if (argc < 2 || argv[1][0] == '-')
     return usage();
   std::string error;
-  std::optional<Plan> plan = loadPlan(argv[1], error);
+  Expected<Plan> plan = loadPlan(argv[1]);
   if (!plan) {
-    std::cerr << "error: " << error << "\n";
+    std::cerr << "error: " << plan.error().message() << "\n";
     return 1;
   }
   if (argc == 3 && !std::strcmp(argv[2], "--describe")) {

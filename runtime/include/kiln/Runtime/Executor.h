@@ -30,14 +30,14 @@ public:
 
   /// The ranks a plan with `ranks` > 1 runs on: a host-memory communicator
   /// (MPI or local; not owned) of plan().ranks ranks. Without one the plan
-  /// must have one rank. Empty on success, else why not.
-  virtual std::string setCommunicator(comm::Communicator *communicator) = 0;
+  /// must have one rank. Fails saying why not.
+  virtual Error setCommunicator(comm::Communicator *communicator) = 0;
   virtual int rank() const = 0;
 
   /// Runs the `init` entry: every state value from its `init` and `seed`.
   /// A sharded state gets the elements of its rank's piece of the flat
-  /// buffer, as if the whole buffer had been initialised. Empty on success.
-  virtual std::string initialize(uint64_t seed) = 0;
+  /// buffer, as if the whole buffer had been initialised.
+  virtual Error initialize(uint64_t seed) = 0;
 
   /// Every state in the unsharded layout (a sharded state is all-gathered
   /// and cut into its parts: every rank must call this, in step). Names are
@@ -46,8 +46,8 @@ public:
   unshardedState(std::string &error) = 0;
   /// Sets every state from tensors in the unsharded layout, each rank
   /// keeping its shard. `byName` must hold every name unshardedState gives.
-  virtual std::string
-  setUnshardedState(const std::map<std::string, const FloatTensor *> &byName) = 0;
+  virtual Error setUnshardedState(
+      const std::map<std::string, const FloatTensor *> &byName) = 0;
 
   /// Runs `entry` with `tokens` and `targets` ([batch, seq]) and the 1-based
   /// step number. Returns the entry's outputs (loss, grad_norm, lr, or

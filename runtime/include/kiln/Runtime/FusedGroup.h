@@ -24,6 +24,7 @@
 
 #include "kiln/Runtime/DType.h"
 #include "kiln/Runtime/Plan/Group.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cstdint>
 #include <string>
@@ -62,11 +63,11 @@ struct FusedGroup {
 struct PlanValue;
 
 /// Checks `group` against the values a step reads and writes, and fills in
-/// the kind of every instruction that is not a load. Returns an empty
-/// string, or one line saying what is wrong.
-std::string checkFusedGroup(FusedGroup &group,
-                            const std::vector<const PlanValue *> &operands,
-                            const std::vector<const PlanValue *> &results);
+/// the kind of every instruction that is not a load. Fails with one line
+/// saying what is wrong.
+Error checkFusedGroup(FusedGroup &group,
+                      const std::vector<const PlanValue *> &operands,
+                      const std::vector<const PlanValue *> &results);
 
 } // namespace kiln::runtime
 

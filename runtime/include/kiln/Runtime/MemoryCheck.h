@@ -46,15 +46,14 @@ std::vector<MemoryConsumer> deviceMemoryConsumers(
 /// The sum of deviceMemoryConsumers.
 int64_t predictedDeviceBytes(const Plan &plan, int64_t backendBytes);
 
-/// Empty when the plan fits in `freeBytes`; else one line: what it needs,
+/// Success when the plan fits in `freeBytes`; else one line: what it needs,
 /// what is free on `device`, the three largest consumers and what would
 /// make it fit: how many ranks would shard the state small enough, when
 /// that alone would do, else activation checkpointing, FP8, a smaller batch
 /// or model.
-std::string memoryShortfall(
-    const Plan &plan, int64_t backendBytes, int64_t freeBytes,
-    const std::string &device,
-    const std::string &backendWhat = kDeviceBackendBuffers);
+Error memoryShortfall(const Plan &plan, int64_t backendBytes, int64_t freeBytes,
+                      const std::string &device,
+                      const std::string &backendWhat = kDeviceBackendBuffers);
 
 /// Host memory this process may use: /proc/meminfo's MemAvailable, shared
 /// evenly among the ranks Open MPI started on this machine

@@ -12,6 +12,7 @@
 #include "kiln/Runtime/DType.h"
 #include "kiln/Runtime/FusedGroup.h"
 #include "kiln/Runtime/Plan/Format.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cstdint>
 #include <map>
@@ -141,20 +142,20 @@ bool sameStorage(const PlanValue &a, const PlanValue &b);
 /// (plan/Format.h) and operand and result shapes; that every arena value is
 /// written before it is read and that no two values live at the same time
 /// share arena bytes; the entries, their outputs and the training section.
-/// Empty, or one line naming the entry, the step and the field.
-std::string verifyPlan(const Plan &plan);
+/// Success, or one line naming the entry, the step and the field.
+Error verifyPlan(const Plan &plan);
 
 /// The per-op part of verifyPlan: the dtypes and shapes of one step's
 /// operands and results, and attributes that depend on them (PlanOpRules.cpp).
-/// Ids are in range. Empty, or what is wrong.
-std::string checkStepShapes(const Plan &plan, const PlanStep &step);
+/// Ids are in range. Success, or what is wrong.
+Error checkStepShapes(const Plan &plan, const PlanStep &step);
 
 /// Reads and checks a plan file (a regular file of bounded size), parses it
-/// and verifies it (verifyPlan). On failure returns nothing and sets `error`
-/// to one line saying what is wrong and where.
-std::optional<Plan> loadPlan(const std::string &path, std::string &error);
+/// and verifies it (verifyPlan). On failure, the error is one line saying
+/// what is wrong and where.
+Expected<Plan> loadPlan(const std::string &path);
 /// The same, from text (for tests).
-std::optional<Plan> parsePlan(const std::string &text, std::string &error);
+Expected<Plan> parsePlan(const std::string &text);
 
 } // namespace kiln::runtime
 

@@ -51,22 +51,21 @@ inline constexpr int64_t kMaxSafetensorsBytes = int64_t(1) << 42;
 /// temporary file (committing is the caller's). Fails, writing nothing, on
 /// a duplicate or reserved name, a negative dimension or a data size that is
 /// not the product of the shape.
-std::optional<std::string>
-stageSafetensors(AtomicFile &file, const std::vector<FloatTensor> &tensors,
-                 const std::map<std::string, std::string> &metadata);
+Error stageSafetensors(AtomicFile &file,
+                       const std::vector<FloatTensor> &tensors,
+                       const std::map<std::string, std::string> &metadata);
 
 /// stageSafetensors and commit: `path` ends up holding the old file or the
-/// new one, never a part. Returns an error line or nothing on success.
-std::optional<std::string>
-writeSafetensors(const std::string &path,
-                 const std::vector<FloatTensor> &tensors,
-                 const std::map<std::string, std::string> &metadata);
+/// new one, never a part. Fails with an error line.
+Error writeSafetensors(const std::string &path,
+                       const std::vector<FloatTensor> &tensors,
+                       const std::map<std::string, std::string> &metadata);
 
 /// Checks that `tensors` and `metadata` can be written (what
 /// stageSafetensors checks), without writing; `what` names them in the error.
-std::optional<std::string>
-checkWritable(const std::string &what, const std::vector<FloatTensor> &tensors,
-              const std::map<std::string, std::string> &metadata);
+Error checkWritable(const std::string &what,
+                    const std::vector<FloatTensor> &tensors,
+                    const std::map<std::string, std::string> &metadata);
 
 /// Reads and checks a safetensors file of F32 and BF16 tensors (BF16 is
 /// widened to float). On failure returns nothing and sets `error` to one

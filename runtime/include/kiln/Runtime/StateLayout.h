@@ -45,7 +45,7 @@ unshardedStates(const Plan &plan, const HostStates &states,
 
 /// Sets every state from tensors in the unsharded layout, rank `rank`
 /// keeping its shard. An error names a missing tensor or a wrong shape.
-std::string setUnshardedStates(
+Error setUnshardedStates(
     const Plan &plan, int rank,
     const std::map<std::string, const FloatTensor *> &byName,
     HostStates &states);

@@ -11,6 +11,8 @@
 #ifndef KILN_RUNTIME_TRACE_H
 #define KILN_RUNTIME_TRACE_H
 
+#include "kiln/Runtime/Support/Error.h"
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -30,8 +32,8 @@ public:
            Clock::time_point end);
   size_t size() const { return events.size(); }
 
-  /// Writes the trace as JSON; nothing on success, else the error line.
-  std::optional<std::string> write(const std::string &path) const;
+  /// Writes the trace as JSON; fails with the error line.
+  Error write(const std::string &path) const;
 
 private:
   struct Event {

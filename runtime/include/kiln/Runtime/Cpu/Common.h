@@ -1,4 +1,4 @@
-//===- Common.h - Status and thread count of the CPU kernels ----*- C++ -*-===//
+//===- Common.h - Conventions and threads of the CPU kernels ----*- C++ -*-===//
 //
 // Conventions shared by every kernel under kiln/Runtime/Cpu:
 //
@@ -17,7 +17,7 @@
 //   its blocking follows the thread count, so another count may change
 //   the last bits (measured in LinearTest).
 // - Kernels that can fail on their data (a token id or a target outside the
-//   vocabulary) return a Status and write nothing when they fail; all
+//   vocabulary) return an Error and write nothing when they fail; all
 //   others return void. Sizes and shapes are the caller's contract.
 //
 //===----------------------------------------------------------------------===//
@@ -25,22 +25,9 @@
 #ifndef KILN_RUNTIME_CPU_COMMON_H
 #define KILN_RUNTIME_CPU_COMMON_H
 
-#include <string>
-#include <utility>
+#include "kiln/Runtime/Support/Error.h"
 
 namespace kiln::runtime::cpu {
-
-/// Success, or a failure with a message naming the offending element.
-struct [[nodiscard]] Status {
-  bool ok = true;
-  std::string message;
-
-  static Status success() { return {}; }
-  static Status failure(std::string message) {
-    return {false, std::move(message)};
-  }
-  explicit operator bool() const { return ok; }
-};
 
 /// Sets the number of threads used by OpenBLAS (openblas_set_num_threads)
 /// and by the kernels' own loops. Values below 1 mean 1. The kernels' own

@@ -39,12 +39,12 @@ public:
   static std::unique_ptr<CpuExecutor> create(const Plan &plan,
                                              std::string &error);
 
-  std::string setCommunicator(comm::Communicator *communicator) override;
+  Error setCommunicator(comm::Communicator *communicator) override;
   int rank() const override { return rankIndex; }
-  std::string initialize(uint64_t seed) override;
+  Error initialize(uint64_t seed) override;
   std::optional<std::vector<FloatTensor>>
   unshardedState(std::string &error) override;
-  std::string setUnshardedState(
+  Error setUnshardedState(
       const std::map<std::string, const FloatTensor *> &byName) override;
   /// Fails on a token out of range, or a non-finite value when checking is
   /// on (naming the op).
@@ -67,10 +67,9 @@ public:
 private:
   explicit CpuExecutor(const Plan &plan);
   View view(int64_t id);
-  std::string runShardOp(const PlanStep &step,
-                         std::vector<std::vector<float>> &scratch);
-  std::string runStep(const PlanStep &step,
-                      std::vector<std::vector<float>> &scratch);
+  Error runShardOp(const PlanStep &step,
+                   std::vector<std::vector<float>> &scratch);
+  Error runStep(const PlanStep &step, std::vector<std::vector<float>> &scratch);
 
   const Plan &planRef;
   HostStates states;
@@ -97,8 +96,8 @@ private:
   /// Records the end of every traced collective that has completed.
   void traceCompleted();
   std::map<int64_t, Pending> pending;
-  std::string startCollective(const PlanStep &step);
-  std::string waitCollective(const PlanStep &step);
+  Error startCollective(const PlanStep &step);
+  Error waitCollective(const PlanStep &step);
 };
 
 } // namespace kiln::runtime

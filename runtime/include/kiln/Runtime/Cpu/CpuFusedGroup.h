@@ -28,12 +28,10 @@ double rowSum(const float *x, int64_t n);
 float loadScalar(const View &v, int64_t i);
 
 /// Computes `group` (checked by checkFusedGroup) from `operands` into
-/// `results`. With `checkNumerics`, returns "NaN in its result R at element
-/// E" (or "infinity ...") for the first non-finite value stored, else "".
-std::string runFusedGroup(const FusedGroup &group,
-                          const std::vector<View> &operands,
-                          const std::vector<View> &results,
-                          bool checkNumerics);
+/// `results`. With `checkNumerics`, fails with "NaN in its result R at
+/// element E" (or "infinity ...") for the first non-finite value stored.
+Error runFusedGroup(const FusedGroup &group, const std::vector<View> &operands,
+                    const std::vector<View> &results, bool checkNumerics);
 
 } // namespace kiln::runtime
 

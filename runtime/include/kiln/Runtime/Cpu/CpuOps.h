@@ -16,10 +16,10 @@
 
 namespace kiln::runtime {
 
-/// Runs one step; returns an empty string on success, else what went wrong.
-using CpuOpFn = std::string (*)(const PlanStep &step,
-                                const std::vector<View> &operands,
-                                const std::vector<View> &results);
+/// Runs one step; fails saying what went wrong.
+using CpuOpFn = Error (*)(const PlanStep &step,
+                          const std::vector<View> &operands,
+                          const std::vector<View> &results);
 
 /// The implementation of a library op (plan::Category::Library); nullptr
 /// for the ops the executor runs itself.

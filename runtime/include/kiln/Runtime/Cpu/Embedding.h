@@ -23,13 +23,12 @@
 namespace kiln::runtime::cpu {
 
 /// out [numTokens, dim] = rows of `table` [vocab, dim].
-Status embedding(const float *table, const int32_t *tokens, float *out,
-                 int64_t numTokens, int64_t vocab, int64_t dim);
+Error embedding(const float *table, const int32_t *tokens, float *out,
+                int64_t numTokens, int64_t vocab, int64_t dim);
 
 /// dtable [vocab, dim] += scatter of dout [numTokens, dim] by token.
-Status embeddingBackward(const float *dout, const int32_t *tokens,
-                         float *dtable, int64_t numTokens, int64_t vocab,
-                         int64_t dim);
+Error embeddingBackward(const float *dout, const int32_t *tokens, float *dtable,
+                        int64_t numTokens, int64_t vocab, int64_t dim);
 
 } // namespace kiln::runtime::cpu
 

@@ -27,13 +27,13 @@
 namespace kiln::runtime::cpu {
 
 /// *loss = mean cross-entropy of `logits` against `targets`.
-Status crossEntropy(const float *logits, const int32_t *targets, float *loss,
-                    int64_t rows, int64_t vocab);
+Error crossEntropy(const float *logits, const int32_t *targets, float *loss,
+                   int64_t rows, int64_t vocab);
 
 /// dlogits [rows, vocab] (overwritten; may be `logits`).
-Status crossEntropyBackward(const float *logits, const int32_t *targets,
-                            float dloss, float *dlogits, int64_t rows,
-                            int64_t vocab);
+Error crossEntropyBackward(const float *logits, const int32_t *targets,
+                           float dloss, float *dlogits, int64_t rows,
+                           int64_t vocab);
 
 } // namespace kiln::runtime::cpu
 

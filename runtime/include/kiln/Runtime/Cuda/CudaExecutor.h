@@ -47,12 +47,12 @@ public:
                                               std::string &error);
   ~CudaExecutor() override;
 
-  std::string setCommunicator(comm::Communicator *communicator) override;
+  Error setCommunicator(comm::Communicator *communicator) override;
   int rank() const override;
-  std::string initialize(uint64_t seed) override;
+  Error initialize(uint64_t seed) override;
   std::optional<std::vector<FloatTensor>>
   unshardedState(std::string &error) override;
-  std::string setUnshardedState(
+  Error setUnshardedState(
       const std::map<std::string, const FloatTensor *> &byName) override;
   std::optional<std::map<std::string, std::vector<float>>>
   run(const std::string &entry, const std::vector<int32_t> &tokens,

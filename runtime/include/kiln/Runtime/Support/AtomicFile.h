@@ -10,6 +10,8 @@
 #ifndef KILN_RUNTIME_SUPPORT_ATOMICFILE_H
 #define KILN_RUNTIME_SUPPORT_ATOMICFILE_H
 
+#include "kiln/Runtime/Support/Error.h"
+
 #include <cstdio>
 #include <functional>
 #include <optional>
@@ -30,11 +32,10 @@ public:
   AtomicFile &operator=(const AtomicFile &) = delete;
 
   /// Writes the temporary file with `fill` (which returns false when a
-  /// write fails), flushes and fsyncs it. Returns an error line or nothing.
-  std::optional<std::string>
-  write(const std::function<bool(std::FILE *)> &fill);
+  /// write fails), flushes and fsyncs it. Fails with an error line.
+  Error write(const std::function<bool(std::FILE *)> &fill);
   /// Renames the written temporary file over the destination.
-  std::optional<std::string> commit();
+  Error commit();
 
   const std::string &path() const { return target; }
   const std::string &tempPath() const { return temp; }
@@ -45,9 +46,8 @@ private:
 };
 
 /// Writes `bytes` to `path` through an AtomicFile: `path` ends up holding
-/// its old contents or `bytes`. Returns an error line or nothing.
-std::optional<std::string> writeFileAtomically(const std::string &path,
-                                               const std::string &bytes);
+/// its old contents or `bytes`. Fails with an error line.
+Error writeFileAtomically(const std::string &path, const std::string &bytes);
 
 /// Writes all `bytes` bytes of `data` to `f`; false when a write fails.
 /// For the fill functions of AtomicFile::write.

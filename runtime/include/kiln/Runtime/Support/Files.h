@@ -12,6 +12,8 @@
 #ifndef KILN_RUNTIME_SUPPORT_FILES_H
 #define KILN_RUNTIME_SUPPORT_FILES_H
 
+#include "kiln/Runtime/Support/Error.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,23 +31,22 @@ int openRegularFile(const std::string &path, int64_t maxBytes,
                     std::string &error);
 
 /// The whole of a regular file of at most `maxBytes` (openRegularFile),
-/// read with checked reads; nothing, with `error`, otherwise.
-std::optional<std::string> readRegularFile(const std::string &path,
-                                           int64_t maxBytes,
-                                           const std::string &what,
-                                           std::string &error);
+/// read with checked reads; the error otherwise.
+Expected<std::string> readRegularFile(const std::string &path, int64_t maxBytes,
+                                      const std::string &what);
 
 /// Why a file cannot be written at `path` (by writing a temporary file
-/// beside it and renaming it over `path`), or nothing: `path` must be
+/// beside it and renaming it over `path`), or success: `path` must be
 /// missing or a regular file (a device node, a FIFO, a directory or a
 /// symbolic link is never replaced), and its folder must be writable or
-/// creatable (checkCreatableFolder). Checked before a run starts and again when a file is saved.
-std::optional<std::string> checkReplaceable(const std::string &path);
+/// creatable (checkCreatableFolder). Checked before a run starts and again when
+/// a file is saved.
+Error checkReplaceable(const std::string &path);
 
-/// Why the folder `dir` cannot be there to write into, or nothing: it is a
+/// Why the folder `dir` cannot be there to write into, or success: it is a
 /// writable folder, or the nearest of its parents that exists is one (so
 /// it can be created).
-std::optional<std::string> checkCreatableFolder(const std::string &dir);
+Error checkCreatableFolder(const std::string &dir);
 
 /// Removes the temporary files (`NAME.tmp.PID`) that writers killed before
 /// they could rename them left in `dir`: only those whose process is gone.

@@ -52,10 +52,8 @@ using TensorShapes = std::map<std::string, std::vector<int64_t>>;
 /// order), creating DIR if needed. Everything is checked and both files are
 /// fully written and synced beside their targets before either replaces its
 /// old version, so a failed save (bad tensor, disk full, permissions) leaves
-/// any previous checkpoint in DIR as it was. Returns an error line, or
-/// nothing on success.
-std::optional<std::string> saveCheckpoint(const std::string &dir,
-                                          const Checkpoint &checkpoint);
+/// any previous checkpoint in DIR as it was. Fails with an error line.
+Error saveCheckpoint(const std::string &dir, const Checkpoint &checkpoint);
 
 /// Reads both files of DIR and checks them against the expected tensors: a
 /// missing or extra tensor, a shape that differs, or the files disagreeing

@@ -9,6 +9,8 @@
 #ifndef KILN_RUNTIME_TRAIN_LOSSPLOT_H
 #define KILN_RUNTIME_TRAIN_LOSSPLOT_H
 
+#include "kiln/Runtime/Support/Error.h"
+
 #include <optional>
 #include <string>
 
@@ -16,8 +18,7 @@ namespace kiln::runtime {
 
 /// Writes `pngPath` from the metrics lines in `metricsPath`; returns why
 /// not when it cannot (no python3 or matplotlib, no metrics).
-std::optional<std::string> plotLossCurve(const std::string &metricsPath,
-                                         const std::string &pngPath);
+Error plotLossCurve(const std::string &metricsPath, const std::string &pngPath);
 
 } // namespace kiln::runtime
 

@@ -29,14 +29,13 @@ struct SampleOptions {
 };
 
 /// Checks that `plan` has a `logits` entry over a [1, seq] window and that
-/// the executor holds weights; returns "" or what is wrong.
-std::string checkSamplingPlan(const Plan &plan);
+/// the executor holds weights; fails saying what is wrong.
+Error checkSamplingPlan(const Plan &plan);
 
 /// Loads the model weights of the checkpoint in `dir` into `exec` (any
 /// backend), checking that every parameter of the plan is there with its
 /// shape and finite. The plan's parameters must be unsharded.
-std::optional<std::string> loadWeightsForSampling(Executor &exec,
-                                                  const std::string &dir);
+Error loadWeightsForSampling(Executor &exec, const std::string &dir);
 
 /// Draws `options.tokens` tokens after `prompt` (not empty, every id below
 /// the vocabulary size), calling `onToken` with each as soon as it is
