@@ -78,8 +78,7 @@ FailureOr<StringRef> GroupWriter::typeOf(Operation *op, Value v) {
          << e;
 }
 
-FailureOr<int64_t> GroupWriter::get(Operation *user, Value v,
-                                    GroupKind kind) {
+FailureOr<int64_t> GroupWriter::get(Operation *user, Value v, GroupKind kind) {
   if (auto it = regs.find(v); it != regs.end())
     return it->second;
   if (stored.count(v))
@@ -134,10 +133,12 @@ LogicalResult GroupWriter::lowerQuantize(QuantizeOp op) {
   }
   double largest = *codes == "f8e4m3" ? 448.0 : 57344.0;
   int64_t scale =
-      emit(GroupOp::Div, {constant(largest), emit(GroupOp::Max, {amax, constant(1e-12)})});
+      emit(GroupOp::Div,
+           {constant(largest), emit(GroupOp::Max, {amax, constant(1e-12)})});
   if (op.getPow2Scale())
     scale = emit(GroupOp::Pow2Floor, {scale});
-  regs[op.getResult()] = emit(GroupOp::Convert, {emit(GroupOp::Mul, {*x, scale})}, *codes);
+  regs[op.getResult()] =
+      emit(GroupOp::Convert, {emit(GroupOp::Mul, {*x, scale})}, *codes);
   regs[op.getScale()] = scale;
   storeAs[op.getScale()] =
       op.isRowwise() ? GroupStore::Row : GroupStore::Scalar;
@@ -174,7 +175,8 @@ LogicalResult GroupWriter::lower(Operation *op) {
     FailureOr<int64_t> a = arg(0), b = arg(1);
     if (failed(a) || failed(b))
       return failure();
-    regs[result] = emit(isa<AddOp>(op) ? GroupOp::Add : GroupOp::Mul, {*a, *b}, *type);
+    regs[result] =
+        emit(isa<AddOp>(op) ? GroupOp::Add : GroupOp::Mul, {*a, *b}, *type);
     return success();
   }
   if (isa<SiluOp>(op)) {
@@ -182,7 +184,8 @@ LogicalResult GroupWriter::lower(Operation *op) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))
       return failure();
-    regs[result] = emit(GroupOp::Mul, {*x, emit(GroupOp::Sigmoid, {*x})}, *type);
+    regs[result] =
+        emit(GroupOp::Mul, {*x, emit(GroupOp::Sigmoid, {*x})}, *type);
     return success();
   }
   if (isa<SiluGradOp>(op)) {
@@ -192,15 +195,19 @@ LogicalResult GroupWriter::lower(Operation *op) {
       return failure();
     int64_t s = emit(GroupOp::Sigmoid, {*x});
     int64_t one = constant(1.0);
-    int64_t inner = emit(GroupOp::Add, {one, emit(GroupOp::Mul, {*x, emit(GroupOp::Sub, {one, s})})});
-    regs[result] = emit(GroupOp::Mul, {emit(GroupOp::Mul, {*dy, s}), inner}, *type);
+    int64_t inner =
+        emit(GroupOp::Add,
+             {one, emit(GroupOp::Mul, {*x, emit(GroupOp::Sub, {one, s})})});
+    regs[result] =
+        emit(GroupOp::Mul, {emit(GroupOp::Mul, {*dy, s}), inner}, *type);
     return success();
   }
   if (isa<CastOp, SqrtOp>(op)) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))
       return failure();
-    regs[result] = emit(isa<CastOp>(op) ? GroupOp::Convert : GroupOp::Sqrt, {*x}, *type);
+    regs[result] =
+        emit(isa<CastOp>(op) ? GroupOp::Convert : GroupOp::Sqrt, {*x}, *type);
     return success();
   }
   if (auto norm = dyn_cast<RMSNormOp>(op)) {
@@ -208,8 +215,8 @@ LogicalResult GroupWriter::lower(Operation *op) {
     int64_t r;
     FailureOr<int64_t> x = arg(0), w = arg(1, GroupKind::Col);
     if (failed(x) || failed(w) ||
-        failed(lowerRstd(op, norm.getInput(), norm.getEps().convertToDouble(),
-                         r)))
+        failed(
+            lowerRstd(op, norm.getInput(), norm.getEps().convertToDouble(), r)))
       return failure();
     regs[result] = emit(GroupOp::Mul, {emit(GroupOp::Mul, {*x, r}), *w}, *type);
     return success();
@@ -220,15 +227,17 @@ LogicalResult GroupWriter::lower(Operation *op) {
     int64_t r;
     FailureOr<int64_t> dy = arg(0), x = arg(1), w = arg(2, GroupKind::Col);
     if (failed(dy) || failed(x) || failed(w) ||
-        failed(lowerRstd(op, grad.getInput(), grad.getEps().convertToDouble(),
-                         r)))
+        failed(
+            lowerRstd(op, grad.getInput(), grad.getEps().convertToDouble(), r)))
       return failure();
     int64_t g = emit(GroupOp::Mul, {*dy, *w});
-    int64_t mean = emit(GroupOp::Div, {emit(GroupOp::RowSum, {emit(GroupOp::Mul, {g, *x})}),
-                                constant(static_cast<double>(cols))});
+    int64_t mean = emit(GroupOp::Div,
+                        {emit(GroupOp::RowSum, {emit(GroupOp::Mul, {g, *x})}),
+                         constant(static_cast<double>(cols))});
     int64_t k = emit(GroupOp::Mul, {emit(GroupOp::Mul, {r, r}), mean});
     regs[grad.getInputGrad()] =
-        emit(GroupOp::Mul, {r, emit(GroupOp::Sub, {g, emit(GroupOp::Mul, {*x, k})})}, *type);
+        emit(GroupOp::Mul,
+             {r, emit(GroupOp::Sub, {g, emit(GroupOp::Mul, {*x, k})})}, *type);
     int64_t dwTerm = emit(GroupOp::Mul, {emit(GroupOp::Mul, {*dy, *x}), r});
     stored[grad.getWeightGrad()] = {dwTerm, GroupStore::ColSum};
     return success();

@@ -45,7 +45,7 @@ public:
 private:
   Location loc(llvm::StringRef name, const toml::source_region &region) {
     return mlir::FileLineColLoc::get(context, name, region.begin.line,
-                               region.begin.column);
+                                     region.begin.column);
   }
   InFlightDiagnostic error(Location at) {
     failed = true;

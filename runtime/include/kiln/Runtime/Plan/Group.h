@@ -37,41 +37,41 @@ inline constexpr int kRowSumLanes = 32;
 // f32 and round to the instruction's type; row_sum adds in double in the
 // order above; row_max is NaN if any value is, and +0 over -0; pow2_floor is
 // 2^floor(log2(x)) for a finite x > 0 and x itself otherwise.
-#define KILN_GROUP_OPS(X)                                                     \
-  X(Load, "load", 0)                                                          \
-  X(Const, "const", 0)                                                        \
-  X(Neg, "neg", 1)                                                            \
-  X(Exp, "exp", 1)                                                            \
-  X(Log, "log", 1)                                                            \
-  X(Sqrt, "sqrt", 1)                                                          \
-  X(Rsqrt, "rsqrt", 1)                                                        \
-  X(Sigmoid, "sigmoid", 1)                                                    \
-  X(Convert, "convert", 1)                                                    \
-  X(Add, "add", 2)                                                            \
-  X(Sub, "sub", 2)                                                            \
-  X(Mul, "mul", 2)                                                            \
-  X(Div, "div", 2)                                                            \
-  X(Max, "max", 2)                                                            \
-  X(Min, "min", 2)                                                            \
-  X(RowSum, "row_sum", 1)                                                     \
-  X(RowMax, "row_max", 1)                                                     \
-  X(Abs, "abs", 1)                                                            \
+#define KILN_GROUP_OPS(X)                                                      \
+  X(Load, "load", 0)                                                           \
+  X(Const, "const", 0)                                                         \
+  X(Neg, "neg", 1)                                                             \
+  X(Exp, "exp", 1)                                                             \
+  X(Log, "log", 1)                                                             \
+  X(Sqrt, "sqrt", 1)                                                           \
+  X(Rsqrt, "rsqrt", 1)                                                         \
+  X(Sigmoid, "sigmoid", 1)                                                     \
+  X(Convert, "convert", 1)                                                     \
+  X(Add, "add", 2)                                                             \
+  X(Sub, "sub", 2)                                                             \
+  X(Mul, "mul", 2)                                                             \
+  X(Div, "div", 2)                                                             \
+  X(Max, "max", 2)                                                             \
+  X(Min, "min", 2)                                                             \
+  X(RowSum, "row_sum", 1)                                                      \
+  X(RowMax, "row_max", 1)                                                      \
+  X(Abs, "abs", 1)                                                             \
   X(Pow2Floor, "pow2_floor", 1)
 
 // X(enumerator, name): where an instruction has a value.
-#define KILN_GROUP_KINDS(X)                                                   \
-  X(Scalar, "scalar") /* one value for the whole group */                    \
-  X(Row, "row")       /* one per row (a row reduction) */                     \
-  X(Col, "col")       /* one per column (a weight vector) */                  \
+#define KILN_GROUP_KINDS(X)                                                    \
+  X(Scalar, "scalar") /* one value for the whole group */                      \
+  X(Row, "row")       /* one per row (a row reduction) */                      \
+  X(Col, "col")       /* one per column (a weight vector) */                   \
   X(Elem, "elem")     /* one per point */
 
 // X(enumerator, name): how an output is written.
-#define KILN_GROUP_STORES(X)                                                  \
-  X(Elem, "elem")                                                             \
-  X(Transpose, "transpose")                                                   \
-  X(Row, "row")                                                               \
-  X(ColSum, "col_sum")                                                        \
-  X(Amax, "amax")                                                             \
+#define KILN_GROUP_STORES(X)                                                   \
+  X(Elem, "elem")                                                              \
+  X(Transpose, "transpose")                                                    \
+  X(Row, "row")                                                                \
+  X(ColSum, "col_sum")                                                         \
+  X(Amax, "amax")                                                              \
   X(Scalar, "scalar")
 
 #define KILN_GROUP_ENUMERATOR(e, ...) e,
@@ -122,8 +122,7 @@ template <> inline std::optional<GroupOp> parseGroupName(std::string_view s) {
   return std::nullopt;
 }
 
-template <>
-inline std::optional<GroupKind> parseGroupName(std::string_view s) {
+template <> inline std::optional<GroupKind> parseGroupName(std::string_view s) {
   for (int i = 0; i < static_cast<int>(std::size(kGroupKindNames)); ++i)
     if (s == kGroupKindNames[i])
       return static_cast<GroupKind>(i);
