@@ -150,13 +150,15 @@ struct Batches {
 
 std::optional<Batches> makeBatches(const Config &config, int n) {
   const TrainingConfig &t = config.training;
-  std::string error;
-  std::optional<std::vector<uint32_t>> data =
-      loadTokens(t.data, config.model.vocab_size, error);
-  std::optional<Split> split =
-      data ? splitTokens(data->size(), t.seq_len, error) : std::nullopt;
+  Expected<std::vector<uint32_t>> data =
+      loadTokens(t.data, config.model.vocab_size);
+  if (!data) {
+    std::fprintf(stderr, "error: %s\n", data.error().message().c_str());
+    return std::nullopt;
+  }
+  Expected<Split> split = splitTokens(data->size(), t.seq_len);
   if (!split) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
+    std::fprintf(stderr, "error: %s\n", split.error().message().c_str());
     return std::nullopt;
   }
   Batches b;
@@ -197,12 +199,12 @@ oracle::Tensors initialWeights(const Plan &plan, CpuExecutor &exec) {
 
 /// An executor for `c`, initialised as `kiln train` does.
 std::unique_ptr<CpuExecutor> makeExecutor(const Compiled &c) {
-  std::string error;
-  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(c.plan, error);
-  if (!exec) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
+  Expected<std::unique_ptr<CpuExecutor>> created = CpuExecutor::create(c.plan);
+  if (!created) {
+    std::fprintf(stderr, "error: %s\n", created.error().message().c_str());
     return nullptr;
   }
+  std::unique_ptr<CpuExecutor> exec = std::move(*created);
   if (Error e =
           exec->initialize(static_cast<uint64_t>(c.config.training.seed))) {
     std::fprintf(stderr, "error: %s\n", e.message().c_str());
@@ -215,13 +217,14 @@ std::unique_ptr<CpuExecutor> makeExecutor(const Compiled &c) {
 /// receives the step's learning rate.
 bool kilnStep(CpuExecutor &exec, const Batches &batches, size_t i,
               Timings &timings, double *lr) {
-  std::string error;
   Clock::time_point began = Clock::now();
-  auto out = exec.run("train_step", batches.tokens[i], batches.targets[i],
-                      static_cast<int64_t>(i + 1), error);
+  Expected<EntryOutputs> out = exec.run("train_step", batches.tokens[i],
+                                        batches.targets[i],
+                                        static_cast<int64_t>(i + 1));
   double seconds = secondsSince(began);
   if (!out) {
-    std::fprintf(stderr, "error: step %zu: %s\n", i + 1, error.c_str());
+    std::fprintf(stderr, "error: step %zu: %s\n", i + 1,
+                 out.error().message().c_str());
     return false;
   }
   timings.seconds.push_back(seconds);

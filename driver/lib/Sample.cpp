@@ -33,13 +33,11 @@ int kiln::runSample(const SampleCommand &command) {
                         "(0 picks the likeliest byte)");
 
   // A checkpoint folder, a folder of step-N checkpoints, or a run folder.
-  std::string error;
   // Only complete folders count, with the config.toml the model comes from.
-  std::optional<std::string> dir =
-      findCheckpoint(command.checkpoint, error, "checkpoints",
-                     {kModelCheckpointFile, "config.toml"});
+  Expected<std::string> dir = findCheckpoint(
+      command.checkpoint, "checkpoints", {kModelCheckpointFile, "config.toml"});
   if (!dir)
-    return commandError(error);
+    return commandError(dir.error().message());
   std::string configPath = *dir + "/config.toml";
   if (!llvm::sys::fs::exists(configPath))
     return commandError(*dir + " has no config.toml (the model to sample from)");
@@ -61,9 +59,10 @@ int kiln::runSample(const SampleCommand &command) {
 
   if (command.threads > 0)
     cpu::setCpuThreads(command.threads);
-  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(*plan, error);
-  if (!exec)
-    return commandError(error);
+  Expected<std::unique_ptr<CpuExecutor>> created = CpuExecutor::create(*plan);
+  if (!created)
+    return commandError(created.error().message());
+  CpuExecutor *exec = created->get();
   // A NaN or an infinity stops sampling at the op that made it, as in
   // training, instead of printing junk.
   exec->setCheckNumerics(true);
@@ -84,10 +83,12 @@ int kiln::runSample(const SampleCommand &command) {
     std::fputc(token, stdout);
     std::fflush(stdout);
   };
-  if (!sampleTokens(*exec, prompt, options, print, error)) {
+  if (Expected<std::vector<int32_t>> drawn =
+          sampleTokens(*exec, prompt, options, print);
+      !drawn) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    return commandError(error);
+    return commandError(drawn.error().message());
   }
   std::fputc('\n', stdout);
   return 0;

@@ -54,8 +54,7 @@ std::map<std::string, std::string> renderedKeys(const std::string &toml) {
 /// runtime's shape check then covers alone.
 Error resumeMismatch(const std::string &resume, const std::string &folder,
                      const std::string &configText) {
-  std::string error;
-  std::optional<std::string> dir = findCheckpoint(resume, error, folder);
+  Expected<std::string> dir = findCheckpoint(resume, folder);
   if (!dir || !llvm::sys::fs::exists(*dir + "/config.toml"))
     return Error::success();
   ModelSession saved;

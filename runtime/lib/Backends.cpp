@@ -21,28 +21,25 @@ std::vector<std::string> executorBackends() {
 #endif
 }
 
-std::unique_ptr<Executor> createExecutor(const Plan &plan,
-                                         const std::string &backend,
-                                         std::string &error,
-                                         const ExecutorOptions &options) {
+Expected<std::unique_ptr<Executor>>
+createExecutor(const Plan &plan, const std::string &backend,
+               const ExecutorOptions &options) {
   if (backend == "cpu")
-    return CpuExecutor::create(plan, error);
+    return CpuExecutor::create(plan);
   if (backend == "cuda") {
 #ifdef KILN_HAVE_CUDA
-    std::unique_ptr<cuda::CudaExecutor> exec =
-        cuda::CudaExecutor::create(plan, error);
+    Expected<std::unique_ptr<cuda::CudaExecutor>> exec =
+        cuda::CudaExecutor::create(plan);
     if (exec)
-      exec->setGraphs(options.cudaGraphs);
+      (*exec)->setGraphs(options.cudaGraphs);
     return exec;
 #else
     (void)options;
-    error = "this build has no CUDA backend (the CUDA toolkit was not found "
-            "when it was configured)";
-    return nullptr;
+    return Error("this build has no CUDA backend (the CUDA toolkit was not "
+                 "found when it was configured)");
 #endif
   }
-  error = "unknown backend '" + backend + "' (expected cpu or cuda)";
-  return nullptr;
+  return Error("unknown backend '" + backend + "' (expected cpu or cuda)");
 }
 
 } // namespace kiln::runtime

@@ -339,19 +339,18 @@ Error writeSafetensors(const std::string &path,
   return file.commit();
 }
 
-std::optional<SafetensorsContents> readSafetensors(const std::string &path,
-                                                   std::string &error) {
+Expected<SafetensorsContents> readSafetensors(const std::string &path) {
   auto fail = [&](const std::string &what) {
-    error = path + ": " + what;
-    return std::nullopt;
+    return Error(path + ": " + what);
   };
   // A FIFO in a checkpoint's place must not block the open: the check
   // refuses anything but a regular file.
   int64_t fileBytes = 0;
-  int fd = openRegularFile(path, kMaxSafetensorsBytes, "checkpoint file",
-                           fileBytes, error);
-  if (fd < 0)
-    return std::nullopt;
+  Expected<int> opened =
+      openRegularFile(path, kMaxSafetensorsBytes, "checkpoint file", fileBytes);
+  if (!opened)
+    return opened.takeError();
+  int fd = *opened;
   FdCloser closer{fd};
   uint64_t size = static_cast<uint64_t>(fileBytes);
   if (size < 8)

@@ -53,9 +53,9 @@ void initializeStates(const Plan &plan, int rank, uint64_t seed,
   }
 }
 
-std::optional<std::vector<FloatTensor>>
+Expected<std::vector<FloatTensor>>
 unshardedStates(const Plan &plan, const HostStates &states,
-                comm::Communicator *communicator, std::string &error) {
+                comm::Communicator *communicator) {
   std::vector<FloatTensor> out;
   for (const PlanValue &v : plan.values) {
     if (v.kind != PlanValue::State)
@@ -68,16 +68,14 @@ unshardedStates(const Plan &plan, const HostStates &states,
     std::vector<float> flat = data; // one rank: the shard is everything
     if (plan.ranks > 1) {
       if (!communicator) {
-        error = "gathering '" + v.name + "' needs a communicator";
-        return std::nullopt;
+        return Error("gathering '" + v.name + "' needs a communicator");
       }
       flat.resize(data.size() * plan.ranks);
       comm::CommHandle h = communicator->startAllGather(
           data.data(), flat.data(), static_cast<int64_t>(data.size()),
           comm::ElementType::F32);
       if (std::optional<std::string> failure = communicator->wait(h)) {
-        error = "gathering '" + v.name + "': " + *failure;
-        return std::nullopt;
+        return Error("gathering '" + v.name + "': " + *failure);
       }
     }
     for (const ShardPart &part : v.shardOf)

@@ -56,18 +56,17 @@ struct KilnRun {
 KilnRun runKiln(const std::string &model, const std::vector<std::string> &sets) {
   KilnRun run;
   Compiled c = compile(model, sets);
-  std::string error;
-  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(c.plan, error);
-  EXPECT_TRUE(exec) << error;
-  if (!exec)
+  Expected<std::unique_ptr<CpuExecutor>> created = CpuExecutor::create(c.plan);
+  EXPECT_TRUE(created) << created.error();
+  if (!created)
     return run;
+  CpuExecutor *exec = created->get();
   EXPECT_FALSE(exec->initialize(1234));
 
   run.batch = c.config.training.global_batch_size;
   run.seq = c.config.training.seq_len;
-  std::optional<std::vector<uint32_t>> tokens =
-      loadTokens(kDefaultData, 256, error);
-  EXPECT_TRUE(tokens) << error;
+  Expected<std::vector<uint32_t>> tokens = loadTokens(kDefaultData, 256);
+  EXPECT_TRUE(tokens) << tokens.error();
   if (!tokens)
     return run;
   run.tokens.resize(run.batch * run.seq);
@@ -75,8 +74,9 @@ KilnRun runKiln(const std::string &model, const std::vector<std::string> &sets) 
   fillBatch(*tokens, 0, tokens->size(), run.batch, run.seq, 7, 0,
             run.tokens.data(), run.targets.data());
 
-  auto out = exec->run("loss_and_grads", run.tokens, run.targets, 1, error);
-  EXPECT_TRUE(out) << error;
+  Expected<EntryOutputs> out =
+      exec->run("loss_and_grads", run.tokens, run.targets, 1);
+  EXPECT_TRUE(out) << out.error();
   if (!out)
     return run;
   run.loss = out->at("loss")[0];

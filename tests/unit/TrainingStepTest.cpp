@@ -40,15 +40,17 @@ std::vector<int32_t> someTokens(size_t n, int salt) {
 
 TEST(TrainingStep, NonFiniteValueNamesTheOpThatProducedIt) {
   Plan plan = compileTiny();
-  std::string error;
-  std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
-  ASSERT_TRUE(exec) << error;
+  Expected<std::unique_ptr<CpuExecutor>> created = CpuExecutor::create(plan);
+  ASSERT_TRUE(created) << created.error();
+  CpuExecutor *exec = created->get();
   ASSERT_FALSE(exec->initialize(0));
   (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
   std::vector<int32_t> tokens = someTokens(32, 1), targets = someTokens(32, 2);
 
   exec->setCheckNumerics(true);
-  EXPECT_FALSE(exec->run("train_step", tokens, targets, 1, error));
+  Expected<EntryOutputs> failed = exec->run("train_step", tokens, targets, 1);
+  ASSERT_FALSE(failed);
+  const std::string &error = failed.error().message();
   EXPECT_NE(error.find("linear of model.layers.1.mlp.down_proj.weight at "
                        "model.layers.1.mlp.down_proj"),
             std::string::npos)
@@ -59,8 +61,8 @@ TEST(TrainingStep, NonFiniteValueNamesTheOpThatProducedIt) {
   ASSERT_FALSE(exec->initialize(0));
   (*exec->state("model.layers.1.mlp.down_proj.weight"))[5] = INFINITY;
   exec->setCheckNumerics(false);
-  auto out = exec->run("train_step", tokens, targets, 1, error);
-  ASSERT_TRUE(out) << error;
+  Expected<EntryOutputs> out = exec->run("train_step", tokens, targets, 1);
+  ASSERT_TRUE(out) << out.error();
   EXPECT_FALSE(std::isfinite(out->at("loss")[0]));
 }
 
@@ -70,13 +72,14 @@ TEST(TrainingStep, SameThreadCountSameBits) {
   cpu::setCpuThreads(2);
   std::vector<std::vector<float>> weights;
   for (int run = 0; run < 2; ++run) {
-    std::string error;
-    std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
-    ASSERT_TRUE(exec) << error;
+    Expected<std::unique_ptr<CpuExecutor>> created = CpuExecutor::create(plan);
+    ASSERT_TRUE(created) << created.error();
+    CpuExecutor *exec = created->get();
     ASSERT_FALSE(exec->initialize(7));
-    for (int64_t step = 1; step <= 3; ++step)
-      ASSERT_TRUE(exec->run("train_step", tokens, targets, step, error))
-          << error;
+    for (int64_t step = 1; step <= 3; ++step) {
+      Expected<EntryOutputs> out = exec->run("train_step", tokens, targets, step);
+      ASSERT_TRUE(out) << out.error();
+    }
     weights.push_back(*exec->state("model.layers.0.self_attn.q_proj.weight"));
   }
   cpu::setCpuThreads(1);
@@ -89,15 +92,15 @@ TEST(TrainingStep, LogitsEntryGivesTheEvalLoss) {
   // the `eval_loss` entry's loss: sampling sees the model that is trained.
   for (const char *policy : {"\"float32\"", "\"bfloat16\""}) {
     Plan plan = compileTiny({std::string("mixed_precision.param=") + policy});
-    std::string error;
-    std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error);
-    ASSERT_TRUE(exec) << error;
+    Expected<std::unique_ptr<CpuExecutor>> created = CpuExecutor::create(plan);
+    ASSERT_TRUE(created) << created.error();
+    CpuExecutor *exec = created->get();
     ASSERT_FALSE(exec->initialize(3));
     std::vector<int32_t> tokens = someTokens(32, 5), targets = someTokens(32, 9);
-    auto loss = exec->run("eval_loss", tokens, targets, 1, error);
-    ASSERT_TRUE(loss) << error;
-    auto logits = exec->run("logits", tokens, {}, 1, error);
-    ASSERT_TRUE(logits) << error;
+    Expected<EntryOutputs> loss = exec->run("eval_loss", tokens, targets, 1);
+    ASSERT_TRUE(loss) << loss.error();
+    Expected<EntryOutputs> logits = exec->run("logits", tokens, {}, 1);
+    ASSERT_TRUE(logits) << logits.error();
     const std::vector<float> &z = logits->at("logits");
     const size_t vocab = 256;
     ASSERT_EQ(z.size(), tokens.size() * vocab);

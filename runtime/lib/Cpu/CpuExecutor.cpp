@@ -30,29 +30,24 @@ bool isCollective(const PlanStep &step) {
 }
 } // namespace
 
-std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
-                                                 std::string &error) {
+Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Plan &plan) {
   // Every op of a verified plan is one this backend runs (plan/Format.h);
   // the dtypes are checked here.
   std::string machine;
   if (std::optional<int64_t> available = hostAvailableBytes(machine))
     if (Error why = memoryShortfall(plan, cpuBackendBytes(plan), *available,
-                                    machine, kCpuBackendBuffers)) {
-      error = why.takeMessage();
-      return nullptr;
-    }
+                                    machine, kCpuBackendBuffers))
+      return why;
   std::unique_ptr<CpuExecutor> exec(new CpuExecutor(plan));
   for (const PlanValue &v : plan.values) {
     if (v.dtype == DType::F16 || v.dtype == DType::F64) {
-      error = std::string("the CPU backend does not run ") +
+      return Error(std::string("the CPU backend does not run ") +
               dtypeName(v.dtype) + " tensors (value " + std::to_string(v.id) +
-              ")";
-      return nullptr;
+              ")");
     }
     if (v.kind == PlanValue::State && v.dtype != DType::F32) {
-      error = "state '" + v.name + "' is " + dtypeName(v.dtype) +
-              "; the CPU backend keeps state in f32";
-      return nullptr;
+      return Error("state '" + v.name + "' is " + dtypeName(v.dtype) +
+              "; the CPU backend keeps state in f32");
     }
     if (v.kind == PlanValue::Const) {
       exec->consts[v.id] = static_cast<float>(v.constValue);
@@ -65,9 +60,8 @@ std::unique_ptr<CpuExecutor> CpuExecutor::create(const Plan &plan,
     exec->arenaFloats = (plan.arenaBytes + 3) / 4;
     exec->arena.reset(new float[exec->arenaFloats]);
   } catch (const std::bad_alloc &) {
-    error = "out of memory allocating the plan's state and arena (" +
-            formatBytes(plan.stateBytes + plan.arenaBytes) + ")";
-    return nullptr;
+    return Error("out of memory allocating the plan's state and arena (" +
+            formatBytes(plan.stateBytes + plan.arenaBytes) + ")");
   }
   return exec;
 }
@@ -102,9 +96,8 @@ Error CpuExecutor::initialize(uint64_t seed) {
   return Error::success();
 }
 
-std::optional<std::vector<FloatTensor>>
-CpuExecutor::unshardedState(std::string &error) {
-  return unshardedStates(planRef, states, communicator, error);
+Expected<std::vector<FloatTensor>> CpuExecutor::unshardedState() {
+  return unshardedStates(planRef, states, communicator);
 }
 
 Error CpuExecutor::setUnshardedState(
@@ -336,23 +329,21 @@ Error CpuExecutor::runShardOp(const PlanStep &s,
   return Error::success();
 }
 
-std::optional<std::map<std::string, std::vector<float>>>
-CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
-                 const std::vector<int32_t> &targets, int64_t step,
-                 std::string &error) {
+Expected<EntryOutputs> CpuExecutor::run(const std::string &name,
+                                        const std::vector<int32_t> &tokens,
+                                        const std::vector<int32_t> &targets,
+                                        int64_t step) {
   const PlanEntry *entry = planRef.entry(name);
   if (!entry) {
-    error = "the plan has no entry '" + name + "'";
-    return std::nullopt;
+    return Error("the plan has no entry '" + name + "'");
   }
   tokensBuf = tokens;
   targetsBuf = targets;
   stepValue = step;
 
   auto fail = [&](size_t i, const PlanStep &s, const std::string &failure) {
-    error = "op " + std::to_string(i) + " of " + name + ", " +
-            describeStep(planRef, s) + ": " + failure;
-    return std::nullopt;
+    return Error("op " + std::to_string(i) + " of " + name + ", " +
+                 describeStep(planRef, s) + ": " + failure);
   };
   std::vector<std::vector<float>> scratch;
   for (size_t i = 0; i < entry->steps.size(); ++i) {
@@ -373,7 +364,7 @@ CpuExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     }
   }
 
-  std::map<std::string, std::vector<float>> outputs;
+  EntryOutputs outputs;
   std::vector<float> tmp;
   for (const auto &[out, id] : entry->outputs) {
     View v = widened(view(id), tmp);

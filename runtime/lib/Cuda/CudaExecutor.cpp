@@ -65,40 +65,34 @@ CudaExecutor::State::~State() {
   nccl.reset();
 }
 
-std::unique_ptr<CudaExecutor> CudaExecutor::create(const Plan &plan,
-                                                   std::string &error) {
+Expected<std::unique_ptr<CudaExecutor>>
+CudaExecutor::create(const Plan &plan) {
   if (!plan.entry("init")) {
-    error = "the plan has no 'init' entry";
-    return nullptr;
+    return Error("the plan has no 'init' entry");
   }
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &step : entry.steps)
       if (!step.group && !runsOp(step.kind)) {
-        error = "the CUDA backend cannot run op '" + step.op + "' (" + name +
-                ", " + step.loc + ")";
-        return nullptr;
+        return Error("the CUDA backend cannot run op '" + step.op + "' (" + name +
+                ", " + step.loc + ")");
       }
   for (const PlanValue &v : plan.values) {
     if (v.kind == PlanValue::State && v.dtype != DType::F32) {
-      error = "state '" + v.name + "' is " + dtypeName(v.dtype) +
-              "; the CUDA backend keeps state in f32";
-      return nullptr;
+      return Error("state '" + v.name + "' is " + dtypeName(v.dtype) +
+              "; the CUDA backend keeps state in f32");
     }
     if (v.kind == PlanValue::Const && v.dtype != DType::F32) {
-      error = std::string("a ") + dtypeName(v.dtype) +
-              " constant; the CUDA backend takes f32 constants";
-      return nullptr;
+      return Error(std::string("a ") + dtypeName(v.dtype) +
+              " constant; the CUDA backend takes f32 constants");
     }
   }
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    error = std::string("no usable CUDA device (") + cudaGetErrorString(e) +
-            ")";
-    return nullptr;
+    return Error(std::string("no usable CUDA device (") + cudaGetErrorString(e) +
+            ")");
   }
   if (count == 0) {
-    error = "no CUDA device";
-    return nullptr;
+    return Error("no CUDA device");
   }
   return std::unique_ptr<CudaExecutor>(
       new CudaExecutor(std::make_unique<State>(plan)));

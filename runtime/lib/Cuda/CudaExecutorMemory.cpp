@@ -173,18 +173,13 @@ Error CudaExecutor::initialize(uint64_t seed) {
   return s->upload(host);
 }
 
-std::optional<std::vector<FloatTensor>>
-CudaExecutor::unshardedState(std::string &error) {
-  if (Error problem = s->prepare()) {
-    error = problem.takeMessage();
-    return std::nullopt;
-  }
+Expected<std::vector<FloatTensor>> CudaExecutor::unshardedState() {
+  if (Error problem = s->prepare())
+ return problem;
   HostStates host;
-  if (Error problem = s->download(host)) {
-    error = problem.takeMessage();
-    return std::nullopt;
-  }
-  return unshardedStates(s->plan, host, s->host, error);
+  if (Error problem = s->download(host))
+ return problem;
+  return unshardedStates(s->plan, host, s->host);
 }
 
 Error CudaExecutor::setUnshardedState(

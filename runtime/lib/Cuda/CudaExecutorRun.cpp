@@ -160,19 +160,16 @@ Error CudaExecutor::State::launch(const std::string &name, Entry &entry) {
   return Error::success();
 }
 
-std::optional<std::map<std::string, std::vector<float>>>
-CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
-                  const std::vector<int32_t> &targets, int64_t step,
-                  std::string &error) {
+Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
+                                         const std::vector<int32_t> &tokens,
+                                         const std::vector<int32_t> &targets,
+                                         int64_t step) {
   const Plan &plan = s->plan;
   if (!plan.entry(name)) {
-    error = "the plan has no entry '" + name + "'";
-    return std::nullopt;
+    return Error("the plan has no entry '" + name + "'");
   }
-  if (Error problem = s->prepare()) {
-    error = problem.takeMessage();
-    return std::nullopt;
-  }
+  if (Error problem = s->prepare())
+ return problem;
   // The kernels trust their indices: ids are checked here, as the CPU
   // backend's embedding and cross-entropy check them.
   for (const PlanValue &v : plan.values) {
@@ -185,61 +182,51 @@ CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
     }
     const std::vector<int32_t> &ids = v.name == "tokens" ? tokens : targets;
     if (static_cast<int64_t>(ids.size()) != v.numElements()) {
-      error = "'" + v.name + "' has " + std::to_string(ids.size()) +
-              " ids; the plan takes " + std::to_string(v.numElements());
-      return std::nullopt;
+      return Error("'" + v.name + "' has " + std::to_string(ids.size()) +
+              " ids; the plan takes " + std::to_string(v.numElements()));
     }
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] < 0 || ids[i] >= plan.vocabSize) {
-        error = "token id " + std::to_string(ids[i]) + " at position " +
+        return Error("token id " + std::to_string(ids[i]) + " at position " +
                 std::to_string(i) + " of '" + v.name +
                 "' is outside the vocabulary of " +
-                std::to_string(plan.vocabSize);
-        return std::nullopt;
+                std::to_string(plan.vocabSize));
       }
     std::memcpy(host, ids.data(), ids.size() * sizeof(int32_t));
   }
   State::Entry &entry = s->entries[name];
   if (entry.actions.empty())
-    if (Error problem = s->buildEntry(name, entry)) {
-      error = problem.takeMessage();
-      return std::nullopt;
-    }
+    if (Error problem = s->buildEntry(name, entry))
+ return problem;
   Trace::Clock::time_point began = Trace::Clock::now();
   if (Error problem = s->launch(name, entry)) {
-    error = problem.takeMessage();
     cudaStreamSynchronize(s->stream);
-    return std::nullopt;
+    return problem;
   }
   if (cudaError_t e = cudaStreamSynchronize(s->stream); e != cudaSuccess) {
-    error = cudaProblem("running " + name +
+    return Error(cudaProblem("running " + name +
                             " (run with --no-cuda-graphs and "
                             "CUDA_LAUNCH_BLOCKING=1 to find the op)",
-                        e);
-    return std::nullopt;
+                        e));
   }
   ++entry.runs;
   if (s->checkNumerics)
     if (std::optional<NonFinite> bad = decodeNonFinite(*s->numericsHost)) {
       const std::vector<PlanStep> &steps = plan.entry(name)->steps;
       if (bad->step >= static_cast<int64_t>(steps.size())) {
-        error = "the numerics check of " + name + " names no step";
-        return std::nullopt;
+        return Error("the numerics check of " + name + " names no step");
       }
-      error = "op " + std::to_string(bad->step) + " of " + name + ", " +
-              describeStep(plan, steps[bad->step]) + ": " + bad->describe();
-      return std::nullopt;
+      return Error("op " + std::to_string(bad->step) + " of " + name + ", " +
+              describeStep(plan, steps[bad->step]) + ": " + bad->describe());
     }
   if (s->trace) {
     s->trace->add(name, Trace::Compute, began, Trace::Clock::now());
-    if (Error problem = s->traceActions(name, entry, began)) {
-      error = problem.takeMessage();
-      return std::nullopt;
-    }
+    if (Error problem = s->traceActions(name, entry, began))
+ return problem;
   }
   s->noteMemory();
 
-  std::map<std::string, std::vector<float>> outputs;
+  EntryOutputs outputs;
   for (const auto &[out, id] : plan.entry(name)->outputs) {
     const PlanValue &v = plan.values[id];
     const char *host = s->pinnedAt.at(id);
@@ -252,9 +239,8 @@ CudaExecutor::run(const std::string &name, const std::vector<int32_t> &tokens,
       for (size_t i = 0; i < o.size(); ++i)
         o[i] = numerics::fromBf16Bits(bits[i]);
     } else {
-      error = std::string("output '") + out + "' is " + dtypeName(v.dtype) +
-              "; outputs are f32 or bf16";
-      return std::nullopt;
+      return Error(std::string("output '") + out + "' is " + dtypeName(v.dtype) +
+              "; outputs are f32 or bf16");
     }
   }
   return outputs;

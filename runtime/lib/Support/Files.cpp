@@ -110,32 +110,27 @@ std::string fileKind(const std::string &path) {
   return kindOf(st.st_mode);
 }
 
-int openRegularFile(const std::string &path, int64_t maxBytes,
-                    const std::string &what, int64_t &size,
-                    std::string &error) {
+Expected<int> openRegularFile(const std::string &path, int64_t maxBytes,
+                              const std::string &what, int64_t &size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    error = "cannot open " + what + " '" + path + "': " + std::strerror(errno);
-    return -1;
-  }
+  if (fd < 0)
+    return Error("cannot open " + what + " '" + path +
+                 "': " + std::strerror(errno));
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    error = "cannot stat " + what + " '" + path + "': " + std::strerror(errno);
+  Error problem;
+  if (::fstat(fd, &st) != 0)
+    problem = Error("cannot stat " + what + " '" + path +
+                    "': " + std::strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    problem = Error(what + " '" + path + "' is not a regular file (it is " +
+                    kindOf(st.st_mode) + ")");
+  else if (st.st_size > maxBytes)
+    problem = Error(what + " '" + path + "' has " +
+                    std::to_string(st.st_size) + " bytes, more than the " +
+                    std::to_string(maxBytes) + " Kiln reads from one");
+  if (problem) {
     ::close(fd);
-    return -1;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    error = what + " '" + path + "' is not a regular file (it is " +
-            kindOf(st.st_mode) + ")";
-    ::close(fd);
-    return -1;
-  }
-  if (st.st_size > maxBytes) {
-    error = what + " '" + path + "' has " + std::to_string(st.st_size) +
-            " bytes, more than the " + std::to_string(maxBytes) +
-            " Kiln reads from one";
-    ::close(fd);
-    return -1;
+    return problem;
   }
   // Reads of a regular file never block; clear the flag anyway so that
   // callers see an ordinary descriptor.
@@ -149,10 +144,10 @@ int openRegularFile(const std::string &path, int64_t maxBytes,
 Expected<std::string> readRegularFile(const std::string &path, int64_t maxBytes,
                                       const std::string &what) {
   int64_t size = 0;
-  std::string error;
-  int fd = openRegularFile(path, maxBytes, what, size, error);
-  if (fd < 0)
-    return Error(std::move(error));
+  Expected<int> opened = openRegularFile(path, maxBytes, what, size);
+  if (!opened)
+    return opened.takeError();
+  int fd = *opened;
   std::string text(static_cast<size_t>(size), '\0');
   size_t done = 0;
   while (done < text.size()) {

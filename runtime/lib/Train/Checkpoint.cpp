@@ -13,16 +13,14 @@ std::string join(const std::string &dir, const char *file) {
 
 /// The step stored as decimal digits under kiln_step. `required` is false
 /// for plain model files (e.g. from Hugging Face), which count as step 0.
-std::optional<int64_t> readStep(const std::string &path,
-                                const SafetensorsContents &contents,
-                                bool required, std::string &error) {
+Expected<int64_t> readStep(const std::string &path,
+                           const SafetensorsContents &contents, bool required) {
   auto it = contents.metadata.find(kCheckpointStepKey);
   if (it == contents.metadata.end()) {
     if (!required)
       return 0;
-    error = path + ": no " + kCheckpointStepKey +
-            " in the metadata (not a Kiln checkpoint file)";
-    return std::nullopt;
+    return Error(path + ": no " + kCheckpointStepKey +
+            " in the metadata (not a Kiln checkpoint file)");
   }
   const std::string &text = it->second;
   int64_t step = 0;
@@ -33,9 +31,8 @@ std::optional<int64_t> readStep(const std::string &path,
     step = step * 10 + (text[i] - '0');
   }
   if (!ok) {
-    error = path + ": " + kCheckpointStepKey + " '" + text +
-            "' is not a non-negative integer";
-    return std::nullopt;
+    return Error(path + ": " + kCheckpointStepKey + " '" + text +
+            "' is not a non-negative integer");
   }
   return step;
 }
@@ -49,31 +46,28 @@ userMetadata(std::map<std::string, std::string> metadata) {
 }
 
 /// Every expected tensor present with its shape, and nothing else.
-bool checkTensors(const std::string &path,
-                  const std::vector<FloatTensor> &tensors,
-                  const TensorShapes &expected, std::string &error) {
+Error checkTensors(const std::string &path,
+                   const std::vector<FloatTensor> &tensors,
+                   const TensorShapes &expected) {
   std::map<std::string, const FloatTensor *> found;
   for (const FloatTensor &t : tensors)
     found[t.name] = &t;
   for (const auto &[name, shape] : expected) {
     auto it = found.find(name);
     if (it == found.end()) {
-      error = path + ": tensor '" + name + "' is missing";
-      return false;
+      return Error(path + ": tensor '" + name + "' is missing");
     }
     if (it->second->shape != shape) {
-      error = path + ": tensor '" + name + "' has shape " +
+      return Error(path + ": tensor '" + name + "' has shape " +
               shapeString(it->second->shape) + ", expected " +
-              shapeString(shape);
-      return false;
+              shapeString(shape));
     }
   }
   for (const FloatTensor &t : tensors)
     if (!expected.count(t.name)) {
-      error = path + ": unexpected tensor '" + t.name + "'";
-      return false;
+      return Error(path + ": unexpected tensor '" + t.name + "'");
     }
-  return true;
+  return Error::success();
 }
 } // namespace
 
@@ -92,10 +86,10 @@ Error saveCheckpoint(const std::string &dir, const Checkpoint &checkpoint) {
   std::string modelPath = join(dir, kModelCheckpointFile);
   std::string optimizerPath = join(dir, kOptimizerCheckpointFile);
   // Bad tensors fail here, before the directory or any file is touched.
-  if (auto error = checkWritable(modelPath, checkpoint.model, metadata))
-    return Error(error);
-  if (auto error = checkWritable(optimizerPath, checkpoint.optimizer, metadata))
-    return Error(error);
+  if (Error error = checkWritable(modelPath, checkpoint.model, metadata))
+    return error;
+  if (Error error = checkWritable(optimizerPath, checkpoint.optimizer, metadata))
+    return error;
 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -108,53 +102,49 @@ Error saveCheckpoint(const std::string &dir, const Checkpoint &checkpoint) {
   // Only a failing rename between the two could leave them at different
   // steps, which loadCheckpoint detects.
   AtomicFile model(modelPath), optimizer(optimizerPath);
-  if (auto error = stageSafetensors(model, checkpoint.model, metadata))
-    return Error(error);
-  if (auto error = stageSafetensors(optimizer, checkpoint.optimizer, metadata))
-    return Error(error);
+  if (Error error = stageSafetensors(model, checkpoint.model, metadata))
+    return error;
+  if (Error error = stageSafetensors(optimizer, checkpoint.optimizer, metadata))
+    return error;
   // model.safetensors is renamed into place last: a folder that holds it
   // holds everything else of its step (isCompleteCheckpoint), whenever the
   // writer was killed.
   for (const auto &[name, contents] : checkpoint.files)
-    if (auto error = writeFileAtomically(join(dir, name.c_str()), contents))
-      return Error(error);
-  if (auto error = optimizer.commit())
-    return Error(error);
+    if (Error error = writeFileAtomically(join(dir, name.c_str()), contents))
+      return error;
+  if (Error error = optimizer.commit())
+    return error;
   return model.commit();
 }
 
-std::optional<Checkpoint> loadCheckpoint(const std::string &dir,
-                                         const TensorShapes &expectedModel,
-                                         const TensorShapes &expectedOptimizer,
-                                         std::string &error) {
+Expected<Checkpoint> loadCheckpoint(const std::string &dir,
+                                    const TensorShapes &expectedModel,
+                                    const TensorShapes &expectedOptimizer) {
   std::string modelPath = join(dir, kModelCheckpointFile);
   std::string optimizerPath = join(dir, kOptimizerCheckpointFile);
-  std::optional<SafetensorsContents> model = readSafetensors(modelPath, error);
+  Expected<SafetensorsContents> model = readSafetensors(modelPath);
   if (!model)
-    return std::nullopt;
-  std::optional<SafetensorsContents> optimizer =
-      readSafetensors(optimizerPath, error);
+    return model.takeError();
+  Expected<SafetensorsContents> optimizer = readSafetensors(optimizerPath);
   if (!optimizer)
-    return std::nullopt;
-  std::optional<int64_t> modelStep = readStep(modelPath, *model, true, error);
+    return optimizer.takeError();
+  Expected<int64_t> modelStep = readStep(modelPath, *model, true);
   if (!modelStep)
-    return std::nullopt;
-  std::optional<int64_t> optimizerStep =
-      readStep(optimizerPath, *optimizer, true, error);
+    return modelStep.takeError();
+  Expected<int64_t> optimizerStep = readStep(optimizerPath, *optimizer, true);
   if (!optimizerStep)
-    return std::nullopt;
-  if (*modelStep != *optimizerStep) {
-    error = "checkpoint '" + dir +
-            "' is inconsistent: " + kModelCheckpointFile + " is at step " +
-            std::to_string(*modelStep) + " but " + kOptimizerCheckpointFile +
-            " at step " + std::to_string(*optimizerStep) +
-            " (an interrupted save?)";
-    return std::nullopt;
-  }
-  if (!checkTensors(modelPath, model->tensors, expectedModel, error) ||
-      !checkTensors(optimizerPath, optimizer->tensors, expectedOptimizer,
-                    error))
-    return std::nullopt;
+    return optimizerStep.takeError();
+  if (*modelStep != *optimizerStep)
+    return Error("checkpoint '" + dir + "' is inconsistent: " +
+                 kModelCheckpointFile + " is at step " +
+                 std::to_string(*modelStep) + " but " +
+                 kOptimizerCheckpointFile + " at step " +
+                 std::to_string(*optimizerStep) + " (an interrupted save?)");
+  if (Error e = checkTensors(modelPath, model->tensors, expectedModel))
+    return e;
+  if (Error e =
+          checkTensors(optimizerPath, optimizer->tensors, expectedOptimizer))
+    return e;
 
   Checkpoint checkpoint;
   checkpoint.step = *modelStep;
@@ -164,15 +154,14 @@ std::optional<Checkpoint> loadCheckpoint(const std::string &dir,
   return checkpoint;
 }
 
-std::optional<Checkpoint> loadModelWeights(const std::string &dir,
-                                           std::string &error) {
+Expected<Checkpoint> loadModelWeights(const std::string &dir) {
   std::string modelPath = join(dir, kModelCheckpointFile);
-  std::optional<SafetensorsContents> model = readSafetensors(modelPath, error);
+  Expected<SafetensorsContents> model = readSafetensors(modelPath);
   if (!model)
-    return std::nullopt;
-  std::optional<int64_t> step = readStep(modelPath, *model, false, error);
+    return model.takeError();
+  Expected<int64_t> step = readStep(modelPath, *model, false);
   if (!step)
-    return std::nullopt;
+    return step.takeError();
   Checkpoint checkpoint;
   checkpoint.step = *step;
   checkpoint.metadata = userMetadata(std::move(model->metadata));

@@ -18,25 +18,17 @@ constexpr size_t kHeaderInts = 256;
 /// becomes four bytes a token in memory). Larger corpora are token shards.
 constexpr int64_t kMaxDataBytes = int64_t(1) << 34;
 
-bool readFile(const std::string &path, std::string &out, std::string &error) {
-  Expected<std::string> text =
-      readRegularFile(path, kMaxDataBytes, "data file");
-  if (!text) {
-    error = text.takeError().takeMessage();
-    return false;
-  }
-  out = *std::move(text);
-  return true;
+Expected<std::string> readFile(const std::string &path) {
+  return readRegularFile(path, kMaxDataBytes, "data file");
 }
 
 /// Every fortune file (not the .dat indexes, not the .u8 duplicates).
-bool readFortunes(std::string &out, std::string &error) {
+Expected<std::string> readFortunes() {
   DIR *dir = opendir(kFortunesDir);
-  if (!dir) {
-    error = std::string("the default data needs Debian's fortunes package (") +
-            kFortunesDir + " is missing; scripts/bootstrap installs it)";
-    return false;
-  }
+  if (!dir)
+    return Error(
+        std::string("the default data needs Debian's fortunes package (") +
+        kFortunesDir + " is missing; scripts/bootstrap installs it)");
   std::vector<std::string> names;
   while (dirent *e = readdir(dir)) {
     std::string name = e->d_name;
@@ -46,27 +38,25 @@ bool readFortunes(std::string &out, std::string &error) {
   }
   closedir(dir);
   std::sort(names.begin(), names.end());
-  for (const std::string &name : names) {
-    std::string text, skipped;
-    if (readFile(std::string(kFortunesDir) + "/" + name, text, skipped))
-      out += text;
-  }
-  return true;
+  std::string out;
+  // A fortune file that cannot be read is skipped.
+  for (const std::string &name : names)
+    if (Expected<std::string> text =
+            readFile(std::string(kFortunesDir) + "/" + name))
+      out += *text;
+  return out;
 }
 } // namespace
 
-std::optional<std::vector<uint32_t>>
-loadTokens(const std::string &path, int64_t vocab, std::string &error) {
-  std::string bytes;
-  if (path == kDefaultData) {
-    if (!readFortunes(bytes, error))
-      return std::nullopt;
-  } else if (!readFile(path, bytes, error)) {
-    return std::nullopt;
-  }
+Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
+                                           int64_t vocab) {
+  Expected<std::string> read =
+      path == kDefaultData ? readFortunes() : readFile(path);
+  if (!read)
+    return read.takeError();
+  const std::string &bytes = *read;
   if (bytes.empty()) {
-    error = "data file '" + path + "' is empty";
-    return std::nullopt;
+    return Error("data file '" + path + "' is empty");
   }
   std::vector<uint32_t> tokens;
   int32_t header[3] = {0, 0, 0};
@@ -77,15 +67,13 @@ loadTokens(const std::string &path, int64_t vocab, std::string &error) {
     int64_t count = header[2];
     size_t width = version == 1 ? 2 : version == 2 ? 4 : 0;
     if (width == 0) {
-      error = path + ": token file version " + std::to_string(version) +
-              " is neither 1 (uint16) nor 2 (uint32)";
-      return std::nullopt;
+      return Error(path + ": token file version " + std::to_string(version) +
+              " is neither 1 (uint16) nor 2 (uint32)");
     }
     size_t need = kHeaderInts * 4 + static_cast<size_t>(count) * width;
     if (count <= 0 || bytes.size() < need) {
-      error = path + ": token file is truncated (header says " +
-              std::to_string(count) + " tokens)";
-      return std::nullopt;
+      return Error(path + ": token file is truncated (header says " +
+              std::to_string(count) + " tokens)");
     }
     tokens.resize(count);
     const char *p = bytes.data() + kHeaderInts * 4;
@@ -101,16 +89,14 @@ loadTokens(const std::string &path, int64_t vocab, std::string &error) {
   }
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] >= static_cast<uint64_t>(vocab)) {
-      error = path + ": token " + std::to_string(tokens[i]) + " at position " +
+      return Error(path + ": token " + std::to_string(tokens[i]) + " at position " +
               std::to_string(i) + " is not below the vocab size " +
-              std::to_string(vocab);
-      return std::nullopt;
+              std::to_string(vocab));
     }
   return tokens;
 }
 
-std::optional<Split> splitTokens(size_t count, int64_t seqLen,
-                                 std::string &error) {
+Expected<Split> splitTokens(size_t count, int64_t seqLen) {
   Split s;
   s.trainBegin = 0;
   s.trainEnd = count - count / 10;
@@ -118,11 +104,10 @@ std::optional<Split> splitTokens(size_t count, int64_t seqLen,
   s.validEnd = count;
   size_t window = static_cast<size_t>(seqLen) + 1;
   if (s.trainEnd - s.trainBegin < window || s.validEnd - s.validBegin < window) {
-    error = "the data has " + std::to_string(count) +
+    return Error("the data has " + std::to_string(count) +
             " tokens: too few for a training and a validation sequence of " +
             std::to_string(seqLen) + " tokens (needs " +
-            std::to_string(10 * window) + ")";
-    return std::nullopt;
+            std::to_string(10 * window) + ")");
   }
   return s;
 }

@@ -32,10 +32,9 @@ Error checkSamplingPlan(const Plan &plan) {
 }
 
 Error loadWeightsForSampling(Executor &exec, const std::string &dir) {
-  std::string error;
-  std::optional<Checkpoint> c = loadModelWeights(dir, error);
+  Expected<Checkpoint> c = loadModelWeights(dir);
   if (!c)
-    return Error(error);
+    return c.takeError();
   std::map<std::string, const CheckpointTensor *> byName;
   for (const CheckpointTensor &t : c->model)
     byName[t.name] = &t;
@@ -59,9 +58,9 @@ Error loadWeightsForSampling(Executor &exec, const std::string &dir) {
   }
   // The other states (the optimizer's) keep what they hold; the logits
   // entry reads none of them.
-  std::optional<std::vector<FloatTensor>> current = exec.unshardedState(error);
+  Expected<std::vector<FloatTensor>> current = exec.unshardedState();
   if (!current)
-    return Error(error);
+    return current.takeError();
   std::map<std::string, const FloatTensor *> all;
   for (const FloatTensor &t : *current)
     all[t.name] = byName.count(t.name) ? byName[t.name] : &t;
@@ -70,18 +69,15 @@ Error loadWeightsForSampling(Executor &exec, const std::string &dir) {
   return Error::success();
 }
 
-std::optional<std::vector<int32_t>>
+Expected<std::vector<int32_t>>
 sampleTokens(Executor &exec, const std::vector<int32_t> &prompt,
              const SampleOptions &options,
-             const std::function<void(int32_t)> &onToken, std::string &error) {
+             const std::function<void(int32_t)> &onToken) {
   const Plan &plan = exec.plan();
-  if (Error problem = checkSamplingPlan(plan)) {
-    error = problem.takeMessage();
-    return std::nullopt;
-  }
+  if (Error problem = checkSamplingPlan(plan))
+ return problem;
   if (prompt.empty()) {
-    error = "the prompt is empty";
-    return std::nullopt;
+    return Error("the prompt is empty");
   }
   const int64_t seq = windowShape(plan)[1];
   const int64_t vocab = plan.vocabSize;
@@ -94,9 +90,9 @@ sampleTokens(Executor &exec, const std::vector<int32_t> &prompt,
     int64_t len = std::min<int64_t>(context.size(), seq);
     std::copy(context.end() - len, context.end(), window.begin());
     std::fill(window.begin() + len, window.end(), 0);
-    auto out = exec.run("logits", window, unused, 0, error);
+    Expected<EntryOutputs> out = exec.run("logits", window, unused, 0);
     if (!out)
-      return std::nullopt;
+      return out.takeError();
     const float *logits = out->at("logits").data() + (len - 1) * vocab;
 
     int32_t next = 0;

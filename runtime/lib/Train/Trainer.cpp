@@ -90,31 +90,29 @@ void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
 }
 
 /// Mean loss over `batches` fixed validation batches. A stop signal on any
-/// rank abandons it between batches: then nothing is returned, `error` is
-/// empty and `signal` holds the signal.
-std::optional<double>
+/// rank abandons it between batches: then no loss is returned and `signal`
+/// holds the signal.
+Expected<std::optional<double>>
 validationLoss(Executor &exec, comm::Communicator *c,
                const std::vector<uint32_t> &tokens, const Split &split,
                int64_t batch, int64_t seq, uint64_t seed, int64_t batches,
-               int &signal, std::string &error) {
+               int &signal) {
   std::vector<int32_t> in(batch * seq), tg(batch * seq);
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    if (Error failure = agreeOnStop(c, signal)) {
-      error = "the ranks' agreement to go on: " + failure.message();
-      return std::nullopt;
-    }
+    if (Error failure = agreeOnStop(c, signal))
+      return Error("the ranks' agreement to go on: " + failure.message());
     if (signal)
-      return std::nullopt;
+      return std::optional<double>();
     fillRankBatch(tokens, split.validBegin, split.validEnd, batch, seq, seed,
                   (uint64_t(1) << 40) + i, exec.rank(), exec.plan().ranks, in,
                   tg);
-    auto out = exec.run("eval_loss", in, tg, 1, error);
+    Expected<EntryOutputs> out = exec.run("eval_loss", in, tg, 1);
     if (!out)
-      return std::nullopt;
+      return out.takeError();
     sum += out->at("loss")[0];
   }
-  return sum / batches;
+  return std::optional<double>(sum / batches);
 }
 
 class Run {
@@ -135,10 +133,9 @@ Error Run::save(int64_t step) {
   Checkpoint c;
   c.step = step;
   c.metadata["seed"] = std::to_string(options.training.seed);
-  std::string error;
-  std::optional<std::vector<FloatTensor>> all = exec.unshardedState(error);
+  Expected<std::vector<FloatTensor>> all = exec.unshardedState();
   if (!all)
-    return Error(error);
+    return all.takeError();
   if (exec.rank() != 0)
     return Error::success();
   for (FloatTensor &t : *all)
@@ -151,16 +148,15 @@ Error Run::save(int64_t step) {
 }
 
 Error Run::restore(const std::string &path, int64_t &step) {
-  std::string error;
-  std::optional<std::string> dir =
-      findCheckpoint(path, error, options.training.checkpointFolder);
+  Expected<std::string> dir =
+      findCheckpoint(path, options.training.checkpointFolder);
   if (!dir)
-    return Error("cannot resume: " + error);
+    return Error("cannot resume: " + dir.error().message());
   std::map<std::string, std::vector<int64_t>> model, optimizer;
   unshardedShapes(plan, model, optimizer);
-  std::optional<Checkpoint> c = loadCheckpoint(*dir, model, optimizer, error);
+  Expected<Checkpoint> c = loadCheckpoint(*dir, model, optimizer);
   if (!c)
-    return Error(error);
+    return c.takeError();
   std::map<std::string, const FloatTensor *> byName;
   for (const auto *part : {&c->model, &c->optimizer})
     for (const CheckpointTensor &t : *part) {
@@ -288,16 +284,14 @@ bool isCompleteCheckpoint(const std::string &dir,
 }
 
 
-std::optional<std::string>
-findCheckpoint(const std::string &path, std::string &error,
-               const std::string &checkpointFolder,
+Expected<std::string> findCheckpoint(const std::string &path,
+                                     const std::string &checkpointFolder,
                const std::vector<std::string> &files) {
   std::error_code ec;
   if (isCompleteCheckpoint(path, files))
     return path;
   if (!fs::is_directory(path, ec)) {
-    error = "no checkpoint: '" + path + "' is not a folder";
-    return std::nullopt;
+    return Error("no checkpoint: '" + path + "' is not a folder");
   }
   // A checkpoint folder of step-N folders, or a run's --out folder holding
   // one; the latest complete step wins (a writer killed mid-save leaves a
@@ -313,10 +307,9 @@ findCheckpoint(const std::string &path, std::string &error,
   for (size_t i = 0; i < files.size(); ++i)
     needed += (i == 0 ? "" : i + 1 == files.size() ? " and " : ", ") +
               files[i];
-  error = "no complete checkpoint in '" + path + "' (a folder holding " +
+  return Error("no complete checkpoint in '" + path + "' (a folder holding " +
           needed + ", or step-N folders of them, or a run folder with " +
-          checkpointFolder + "/)";
-  return std::nullopt;
+          checkpointFolder + "/)");
 }
 
 int runTraining(const Plan &plan, const TrainOptions &options) {
@@ -330,14 +323,12 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                 "tokens");
   int64_t batch = tokensValue->shape[0], seq = tokensValue->shape[1];
 
-  std::string error;
-  std::optional<std::vector<uint32_t>> tokens =
-      loadTokens(t.data, plan.vocabSize, error);
+  Expected<std::vector<uint32_t>> tokens = loadTokens(t.data, plan.vocabSize);
   if (!tokens)
-    return fail(error);
-  std::optional<Split> split = splitTokens(tokens->size(), seq, error);
+    return fail(tokens.error().message());
+  Expected<Split> split = splitTokens(tokens->size(), seq);
   if (!split)
-    return fail(error);
+    return fail(split.error().message());
   if (split->trainEnd - split->trainBegin <= size_t(seq))
     return fail("'" + t.data + "' is too short: the training part holds " +
                 std::to_string(split->trainEnd - split->trainBegin) +
@@ -346,11 +337,11 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
 
   cpu::setCpuThreads(options.threads > 0 ? options.threads
                                          : defaultThreads(options.communicator));
-  std::unique_ptr<Executor> exec =
-      createExecutor(plan, options.backend, error,
-                     ExecutorOptions{options.cudaGraphs});
-  if (!exec)
-    return fail(error);
+  Expected<std::unique_ptr<Executor>> created = createExecutor(
+      plan, options.backend, ExecutorOptions{options.cudaGraphs});
+  if (!created)
+    return fail(created.error().message());
+  std::unique_ptr<Executor> exec = std::move(*created);
   exec->setCheckNumerics(options.checkNumerics);
   if (Error problem = exec->setCommunicator(options.communicator))
     return fail(problem.message());
@@ -430,8 +421,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (done == 0 && plan.entry("fp8_calibration")) {
     fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
                   seed, 1, exec->rank(), plan.ranks, in, tg);
-    if (!exec->run("fp8_calibration", in, tg, 1, error))
-      return fail("the FP8 calibration step: " + error);
+    if (Expected<EntryOutputs> out = exec->run("fp8_calibration", in, tg, 1);
+        !out)
+      return fail("the FP8 calibration step: " + out.error().message());
   }
   for (; step <= t.steps; ++step) {
     // Ranks stop together: after the same step.
@@ -443,9 +435,10 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
                   seed, step, exec->rank(), plan.ranks, in, tg);
     auto t0 = Clock::now();
-    auto result = exec->run("train_step", in, tg, step, error);
+    Expected<EntryOutputs> result = exec->run("train_step", in, tg, step);
     if (!result)
-      return fail("step " + std::to_string(step) + ": " + error +
+      return fail("step " + std::to_string(step) + ": " +
+                  result.error().message() +
                   "; no checkpoint written for this step");
     double loss = result->at("loss")[0];
     double norm = result->at("grad_norm")[0];
@@ -465,18 +458,20 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
 
     std::optional<double> valid;
     if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
-      valid = validationLoss(*exec, options.communicator, *tokens, *split,
-                             batch, seq, seed, t.evalSteps, stopping, error);
-      if (!valid && stopping) {
+      Expected<std::optional<double>> measured =
+          validationLoss(*exec, options.communicator, *tokens, *split, batch,
+                         seq, seed, t.evalSteps, stopping);
+      if (!measured)
+        return fail("validation at step " + std::to_string(step) + ": " +
+                    measured.error().message());
+      valid = *measured;
+      if (!valid) {
         // The step is done, its validation abandoned: save the step.
         metrics.flush();
         stoppedIn = " (its validation abandoned)";
         ++step;
         break;
       }
-      if (!valid)
-        return fail("validation at step " + std::to_string(step) + ": " +
-                    error);
       metrics << "{\"step\": " << step << ", \"val_loss\": " << *valid
               << "}\n";
     }

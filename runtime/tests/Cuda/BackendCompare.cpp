@@ -98,22 +98,21 @@ private:
     std::fprintf(stderr, "%s: %s\n", path.c_str(), what.c_str());
     return 1;
   }
-  std::unique_ptr<Executor> make(const std::string &backend, bool graphs,
-                                 std::string &error) {
+  /// An initialised executor of `backend` in `out`.
+  Error make(const std::string &backend, bool graphs,
+             std::unique_ptr<Executor> &out) {
     ExecutorOptions options;
     options.cudaGraphs = graphs;
-    std::unique_ptr<Executor> e = createExecutor(plan, backend, error, options);
+    Expected<std::unique_ptr<Executor>> e =
+        createExecutor(plan, backend, options);
     if (!e)
-      return nullptr;
-    if (Error p = e->setCommunicator(nullptr)) {
-      error = p.takeMessage();
-      return nullptr;
-    }
-    if (Error p = e->initialize(11)) {
-      error = p.takeMessage();
-      return nullptr;
-    }
-    return e;
+      return e.takeError();
+    if (Error p = (*e)->setCommunicator(nullptr))
+      return p;
+    if (Error p = (*e)->initialize(11))
+      return p;
+    out = std::move(*e);
+    return Error::success();
   }
   int gradients();
   int training(int64_t steps);
@@ -126,18 +125,20 @@ private:
 };
 
 int Compare::gradients() {
-  std::string error;
-  std::unique_ptr<Executor> cpu = make("cpu", false, error);
-  std::unique_ptr<Executor> gpu = cpu ? make("cuda", false, error) : nullptr;
-  if (!gpu)
-    return fail(error);
+  std::unique_ptr<Executor> cpu, gpu;
+  if (Error e = make("cpu", false, cpu))
+    return fail(e.message());
+  if (Error e = make("cuda", false, gpu))
+    return fail(e.message());
   Batch b = randomBatch(plan, 1);
-  auto want = cpu->run("loss_and_grads", b.tokens, b.targets, 1, error);
+  Expected<EntryOutputs> want =
+      cpu->run("loss_and_grads", b.tokens, b.targets, 1);
   if (!want)
-    return fail("CPU: " + error);
-  auto got = gpu->run("loss_and_grads", b.tokens, b.targets, 1, error);
+    return fail("CPU: " + want.error().message());
+  Expected<EntryOutputs> got =
+      gpu->run("loss_and_grads", b.tokens, b.targets, 1);
   if (!got)
-    return fail("CUDA: " + error);
+    return fail("CUDA: " + got.error().message());
   double lossError = relative(got->at("loss")[0], want->at("loss")[0]);
   double worst = 0;
   std::string worstName;
@@ -163,19 +164,23 @@ int Compare::gradients() {
 }
 
 int Compare::training(int64_t steps) {
-  std::string error;
-  std::unique_ptr<Executor> cpu = make("cpu", false, error);
-  std::unique_ptr<Executor> gpu = cpu ? make("cuda", true, error) : nullptr;
-  if (!gpu)
-    return fail(error);
+  std::unique_ptr<Executor> cpu, gpu;
+  if (Error e = make("cpu", false, cpu))
+    return fail(e.message());
+  if (Error e = make("cuda", true, gpu))
+    return fail(e.message());
   for (int64_t step = 1; step <= steps; ++step) {
     Batch b = randomBatch(plan, static_cast<uint32_t>(100 + step));
-    auto want = cpu->run("train_step", b.tokens, b.targets, step, error);
+    Expected<EntryOutputs> want =
+        cpu->run("train_step", b.tokens, b.targets, step);
     if (!want)
-      return fail("CPU step " + std::to_string(step) + ": " + error);
-    auto got = gpu->run("train_step", b.tokens, b.targets, step, error);
+      return fail("CPU step " + std::to_string(step) + ": " +
+                  want.error().message());
+    Expected<EntryOutputs> got =
+        gpu->run("train_step", b.tokens, b.targets, step);
     if (!got)
-      return fail("CUDA step " + std::to_string(step) + ": " + error);
+      return fail("CUDA step " + std::to_string(step) + ": " +
+                  got.error().message());
     double l = relative(got->at("loss")[0], want->at("loss")[0]);
     double g = relative(got->at("grad_norm")[0], want->at("grad_norm")[0]);
     std::printf("%s: step %lld loss %.6f (CPU %.6f) grad_norm %.5f (CPU "
@@ -191,27 +196,34 @@ int Compare::training(int64_t steps) {
 }
 
 int Compare::replay(int64_t steps) {
-  std::string error;
-  std::unique_ptr<Executor> graphs = make("cuda", true, error);
-  std::unique_ptr<Executor> eager = graphs ? make("cuda", false, error) : nullptr;
-  if (!eager)
-    return fail(error);
+  std::unique_ptr<Executor> graphs, eager;
+  if (Error e = make("cuda", true, graphs))
+    return fail(e.message());
+  if (Error e = make("cuda", false, eager))
+    return fail(e.message());
   for (int64_t step = 1; step <= steps; ++step) {
     Batch b = randomBatch(plan, static_cast<uint32_t>(100 + step));
-    auto a = graphs->run("train_step", b.tokens, b.targets, step, error);
-    auto e = a ? eager->run("train_step", b.tokens, b.targets, step, error)
-               : std::nullopt;
+    Expected<EntryOutputs> a =
+        graphs->run("train_step", b.tokens, b.targets, step);
+    if (!a)
+      return fail("step " + std::to_string(step) + ": " +
+                  a.error().message());
+    Expected<EntryOutputs> e =
+        eager->run("train_step", b.tokens, b.targets, step);
     if (!e)
-      return fail("step " + std::to_string(step) + ": " + error);
+      return fail("step " + std::to_string(step) + ": " +
+                  e.error().message());
     for (const char *out : {"loss", "grad_norm"})
       if (std::memcmp(&a->at(out)[0], &e->at(out)[0], sizeof(float)) != 0)
         return fail(std::string("graph replay changed the ") + out +
                     " of step " + std::to_string(step));
   }
-  auto sa = graphs->unshardedState(error);
-  auto se = sa ? eager->unshardedState(error) : std::nullopt;
+  Expected<std::vector<FloatTensor>> sa = graphs->unshardedState();
+  if (!sa)
+    return fail(sa.error().message());
+  Expected<std::vector<FloatTensor>> se = eager->unshardedState();
   if (!se)
-    return fail(error);
+    return fail(se.error().message());
   for (size_t i = 0; i < sa->size(); ++i)
     if ((*sa)[i].data != (*se)[i].data)
       return fail("graph replay changed '" + (*sa)[i].name + "'");
@@ -222,14 +234,14 @@ int Compare::replay(int64_t steps) {
 }
 
 int Compare::numerics() {
-  std::string error;
-  std::unique_ptr<Executor> cpu = make("cpu", false, error);
-  std::unique_ptr<Executor> gpu = cpu ? make("cuda", true, error) : nullptr;
-  if (!gpu)
-    return fail(error);
-  auto state = cpu->unshardedState(error);
+  std::unique_ptr<Executor> cpu, gpu;
+  if (Error e = make("cpu", false, cpu))
+    return fail(e.message());
+  if (Error e = make("cuda", true, gpu))
+    return fail(e.message());
+  Expected<std::vector<FloatTensor>> state = cpu->unshardedState();
   if (!state)
-    return fail(error);
+    return fail(state.error().message());
   std::map<std::string, const FloatTensor *> byName;
   for (FloatTensor &t : *state)
     byName[t.name] = &t;
@@ -241,13 +253,17 @@ int Compare::numerics() {
       return fail(p.message());
   }
   Batch b = randomBatch(plan, 1);
-  std::string want, got;
-  if (cpu->run("loss_and_grads", b.tokens, b.targets, 1, want))
+  Expected<EntryOutputs> cpuRun =
+      cpu->run("loss_and_grads", b.tokens, b.targets, 1);
+  if (cpuRun)
     return fail("the CPU backend runs with a NaN parameter");
+  const std::string &want = cpuRun.error().message();
   for (int run = 0; run < 2; ++run) {
-    got.clear();
-    if (gpu->run("loss_and_grads", b.tokens, b.targets, 1, got))
+    Expected<EntryOutputs> gpuRun =
+        gpu->run("loss_and_grads", b.tokens, b.targets, 1);
+    if (gpuRun)
       return fail("the CUDA backend runs with a NaN parameter");
+    const std::string &got = gpuRun.error().message();
     if (got != want)
       return fail("the CUDA backend says '" + got + "', the CPU backend '" +
                   want + "'");
@@ -293,13 +309,15 @@ int main(int argc, char **argv) {
   return 77;
 #else
   for (const std::string &path : plans) {
-    std::string error;
     Expected<Plan> plan = loadPlan(path);
     if (!plan) {
       std::fprintf(stderr, "%s\n", plan.error().message().c_str());
       return 1;
     }
-    if (!cuda::CudaExecutor::create(*plan, error)) {
+    if (Expected<std::unique_ptr<cuda::CudaExecutor>> probe =
+            cuda::CudaExecutor::create(*plan);
+        !probe) {
+      const std::string &error = probe.error().message();
       if (error.rfind("no usable CUDA device", 0) == 0 ||
           error == "no CUDA device") {
         std::printf("skipped: %s\n", error.c_str());

@@ -226,7 +226,6 @@ private:
         std::printf("not run: over --max-bytes, 2^20 tokens or 8 ranks\n");
       return true;
     }
-    std::string error;
     auto check = [&](const char *what, const std::string &e) {
       if (verbose)
         std::printf("%s: %s\n", what, excerpt(e).c_str());
@@ -235,11 +234,12 @@ private:
       badError(index, what, e);
       return false;
     };
-    std::unique_ptr<Executor> exec = createExecutor(plan, "cpu", error);
-    if (!exec) {
+    Expected<std::unique_ptr<Executor>> created = createExecutor(plan, "cpu");
+    if (!created) {
       ++tally.refused;
-      return check("createExecutor", error);
+      return check("createExecutor", created.error().message());
     }
+    std::unique_ptr<Executor> exec = std::move(*created);
     std::unique_ptr<comm::Communicator> communicator;
     if (plan.ranks > 1)
       communicator = fuzz::createMirrorCommunicator(
@@ -273,9 +273,10 @@ private:
     for (const Call &c : calls) {
       if (failed || !plan.entry(c.entry))
         continue;
-      if (!exec->run(c.entry, in, targets, c.step, error)) {
+      if (Expected<EntryOutputs> out = exec->run(c.entry, in, targets, c.step);
+          !out) {
         failed = true;
-        good &= check(c.entry, error);
+        good &= check(c.entry, out.error().message());
       } else if (verbose) {
         std::printf("%s: ran\n", c.entry);
       }
@@ -283,10 +284,10 @@ private:
     if (!failed) {
       // The checkpoint path: every state out in the unsharded layout and
       // back in.
-      std::optional<std::vector<FloatTensor>> all = exec->unshardedState(error);
+      Expected<std::vector<FloatTensor>> all = exec->unshardedState();
       if (!all) {
         failed = true;
-        good &= check("unshardedState", error);
+        good &= check("unshardedState", all.error().message());
       } else {
         std::map<std::string, const FloatTensor *> byName;
         for (const FloatTensor &t : *all)

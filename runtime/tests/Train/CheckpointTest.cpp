@@ -134,8 +134,9 @@ protected:
   void expectBad(const std::string &bytes, const std::string &phrase) {
     std::string file = path("bad.safetensors");
     writeBytes(file, bytes);
-    std::string error;
-    EXPECT_FALSE(readSafetensors(file, error)) << phrase;
+    Expected<SafetensorsContents> read = readSafetensors(file);
+    EXPECT_FALSE(read) << phrase;
+    const std::string &error = read.error().message();
     EXPECT_NE(error.find(phrase), std::string::npos)
         << "error '" << error << "' lacks '" << phrase << "'";
     EXPECT_NE(error.find(file), std::string::npos) << error;
@@ -150,18 +151,16 @@ TEST_F(CheckpointTest, RoundTripIsBitExact) {
   Checkpoint c = sampleCheckpoint(42);
   std::string dir = path("ckpt/step-42"); // the parent is created too
   ASSERT_EQ(saveCheckpoint(dir, c).message(), "");
-  std::string error;
-  auto loaded =
-      loadCheckpoint(dir, shapesOf(c.model), shapesOf(c.optimizer), error);
-  ASSERT_TRUE(loaded) << error;
+  auto loaded = loadCheckpoint(dir, shapesOf(c.model), shapesOf(c.optimizer));
+  ASSERT_TRUE(loaded) << loaded.error();
   EXPECT_EQ(loaded->step, 42);
   EXPECT_EQ(loaded->metadata, c.metadata);
   expectSameTensors(c.model, loaded->model);
   expectSameTensors(c.optimizer, loaded->optimizer);
   EXPECT_EQ(tempFiles(dir), 0);
 
-  auto weights = loadModelWeights(dir, error);
-  ASSERT_TRUE(weights) << error;
+  auto weights = loadModelWeights(dir);
+  ASSERT_TRUE(weights) << weights.error();
   EXPECT_EQ(weights->step, 42);
   EXPECT_EQ(weights->metadata, c.metadata);
   expectSameTensors(c.model, weights->model);
@@ -173,10 +172,8 @@ TEST_F(CheckpointTest, SavingAgainReplacesTheFiles) {
   ASSERT_EQ(saveCheckpoint(dir, sampleCheckpoint(1, 5)).message(), "");
   Checkpoint c = sampleCheckpoint(2);
   ASSERT_EQ(saveCheckpoint(dir, c).message(), "");
-  std::string error;
-  auto loaded =
-      loadCheckpoint(dir, shapesOf(c.model), shapesOf(c.optimizer), error);
-  ASSERT_TRUE(loaded) << error;
+  auto loaded = loadCheckpoint(dir, shapesOf(c.model), shapesOf(c.optimizer));
+  ASSERT_TRUE(loaded) << loaded.error();
   EXPECT_EQ(loaded->step, 2);
   expectSameTensors(c.model, loaded->model);
 }
@@ -239,9 +236,8 @@ TEST_F(CheckpointTest, ReadsBf16AsFloat) {
   std::string dir = path("hf");
   fs::create_directory(dir);
   writeBytes(dir + "/model.safetensors", rawFile(header, data));
-  std::string error;
-  auto weights = loadModelWeights(dir, error);
-  ASSERT_TRUE(weights) << error;
+  auto weights = loadModelWeights(dir);
+  ASSERT_TRUE(weights) << weights.error();
   EXPECT_EQ(weights->step, 0) << "a file without kiln_step is step 0";
   ASSERT_EQ(weights->model.size(), 1u);
   EXPECT_EQ(weights->model[0].shape, (std::vector<int64_t>{2, 2}));
@@ -250,11 +246,10 @@ TEST_F(CheckpointTest, ReadsBf16AsFloat) {
 }
 
 TEST_F(CheckpointTest, AcceptsMetadataOnlyAndGaps) {
-  std::string error;
   std::string file = path("a.safetensors");
   writeBytes(file, rawFile(R"({"__metadata__":{"a":"b"}})", ""));
-  auto contents = readSafetensors(file, error);
-  ASSERT_TRUE(contents) << error;
+  auto contents = readSafetensors(file);
+  ASSERT_TRUE(contents) << contents.error();
   EXPECT_TRUE(contents->tensors.empty());
   EXPECT_EQ(contents->metadata.at("a"), "b");
 
@@ -265,17 +260,16 @@ TEST_F(CheckpointTest, AcceptsMetadataOnlyAndGaps) {
                      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
                      R"("c":{"dtype":"F32","shape":[0],"data_offsets":[2,2]}})",
                      std::string(12, '\0')));
-  contents = readSafetensors(file, error);
-  ASSERT_TRUE(contents) << error;
+  contents = readSafetensors(file);
+  ASSERT_TRUE(contents) << contents.error();
   EXPECT_EQ(contents->tensors.size(), 3u);
 }
 
 TEST_F(CheckpointTest, BadFilesAreOneLineErrors) {
-  std::string error;
-  EXPECT_FALSE(readSafetensors(path("missing.safetensors"), error));
+  std::string error = readSafetensors(path("missing.safetensors")).error().message();
   EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
   EXPECT_NE(error.find("missing.safetensors"), std::string::npos) << error;
-  EXPECT_FALSE(readSafetensors(root, error));
+  error = readSafetensors(root).error().message();
   EXPECT_NE(error.find("not a regular file"), std::string::npos) << error;
 
   auto entry = [](const std::string &fields) {
@@ -523,9 +517,8 @@ TEST_F(CheckpointTest, StepMismatchIsDetected) {
   fs::copy_file(path("b/optimizer.safetensors"),
                 path("a/optimizer.safetensors"),
                 fs::copy_options::overwrite_existing);
-  std::string error;
-  EXPECT_FALSE(loadCheckpoint(path("a"), shapesOf(c.model),
-                              shapesOf(c.optimizer), error));
+  std::string error = loadCheckpoint(path("a"), shapesOf(c.model),
+                              shapesOf(c.optimizer)).error().message();
   EXPECT_NE(error.find("inconsistent"), std::string::npos) << error;
   EXPECT_NE(error.find("model.safetensors is at step 1"), std::string::npos)
       << error;
@@ -541,19 +534,18 @@ TEST_F(CheckpointTest, StepMustBeThere) {
                              {{"kiln_step", "x1"}})
                 .message(),
             "");
-  std::string error;
-  EXPECT_FALSE(loadCheckpoint(dir, {}, {}, error));
+  std::string error = loadCheckpoint(dir, {}, {}).error().message();
   EXPECT_NE(error.find("model.safetensors: no kiln_step"), std::string::npos)
       << error;
   ASSERT_EQ(
       writeSafetensors(dir + "/model.safetensors", {}, {{"kiln_step", "3"}})
           .message(),
       "");
-  EXPECT_FALSE(loadCheckpoint(dir, {}, {}, error));
+  error = loadCheckpoint(dir, {}, {}).error().message();
   EXPECT_NE(error.find("kiln_step 'x1' is not a non-negative integer"),
             std::string::npos)
       << error;
-  EXPECT_FALSE(loadCheckpoint(path("nowhere"), {}, {}, error));
+  error = loadCheckpoint(path("nowhere"), {}, {}).error().message();
   EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
 }
 
@@ -565,7 +557,7 @@ TEST_F(CheckpointTest, TensorSetIsChecked) {
 
   TensorShapes wrongShape = model;
   wrongShape["model.embed_tokens.weight"] = {4, 3};
-  EXPECT_FALSE(loadCheckpoint(root, wrongShape, optimizer, error));
+  error = loadCheckpoint(root, wrongShape, optimizer).error().message();
   EXPECT_NE(error.find("model.safetensors: tensor 'model.embed_tokens.weight' "
                        "has shape [3, 4], expected [4, 3]"),
             std::string::npos)
@@ -573,7 +565,7 @@ TEST_F(CheckpointTest, TensorSetIsChecked) {
 
   TensorShapes moreExpected = optimizer;
   moreExpected["exp_avg.model.embed_tokens.weight"] = {3, 4};
-  EXPECT_FALSE(loadCheckpoint(root, model, moreExpected, error));
+  error = loadCheckpoint(root, model, moreExpected).error().message();
   EXPECT_NE(error.find("optimizer.safetensors: tensor "
                        "'exp_avg.model.embed_tokens.weight' is missing"),
             std::string::npos)
@@ -581,11 +573,11 @@ TEST_F(CheckpointTest, TensorSetIsChecked) {
 
   TensorShapes fewerExpected = model;
   fewerExpected.erase("model.scalar");
-  EXPECT_FALSE(loadCheckpoint(root, fewerExpected, optimizer, error));
+  error = loadCheckpoint(root, fewerExpected, optimizer).error().message();
   EXPECT_NE(error.find("unexpected tensor 'model.scalar'"), std::string::npos)
       << error;
 
   // Model tensors expected in the optimizer file are missing there.
-  EXPECT_FALSE(loadCheckpoint(root, optimizer, model, error));
+  error = loadCheckpoint(root, optimizer, model).error().message();
   EXPECT_NE(error.find("is missing"), std::string::npos) << error;
 }

@@ -52,12 +52,12 @@ void describe(const Plan &plan) {
     std::cout << "\n";
   }
   // What the CPU backend really allocates for this plan.
-  std::string error;
-  if (std::unique_ptr<CpuExecutor> exec = CpuExecutor::create(plan, error))
-    std::cout << "allocated by the CPU executor: " << exec->allocatedBytes()
+  if (Expected<std::unique_ptr<CpuExecutor>> exec = CpuExecutor::create(plan))
+    std::cout << "allocated by the CPU executor: " << (*exec)->allocatedBytes()
               << " bytes\n";
   else
-    std::cout << "the CPU executor cannot run it: " << error << "\n";
+    std::cout << "the CPU executor cannot run it: " << exec.error().message()
+              << "\n";
 }
 
 constexpr const char *kUsage =

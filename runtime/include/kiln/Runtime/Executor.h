@@ -13,16 +13,20 @@
 #include "kiln/Runtime/Comm/Communicator.h"
 #include "kiln/Runtime/Plan.h"
 #include "kiln/Runtime/Safetensors.h"
+#include "kiln/Runtime/Support/Error.h"
 #include "kiln/Runtime/Trace.h"
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace kiln::runtime {
+
+/// An entry's outputs by name (loss, grad_norm, lr, or grad:<param>
+/// flattened).
+using EntryOutputs = std::map<std::string, std::vector<float>>;
 
 class Executor {
 public:
@@ -42,21 +46,19 @@ public:
   /// Every state in the unsharded layout (a sharded state is all-gathered
   /// and cut into its parts: every rank must call this, in step). Names are
   /// parameter names and exp_avg.<param> / exp_avg_sq.<param>.
-  virtual std::optional<std::vector<FloatTensor>>
-  unshardedState(std::string &error) = 0;
+  virtual Expected<std::vector<FloatTensor>> unshardedState() = 0;
   /// Sets every state from tensors in the unsharded layout, each rank
   /// keeping its shard. `byName` must hold every name unshardedState gives.
   virtual Error setUnshardedState(
       const std::map<std::string, const FloatTensor *> &byName) = 0;
 
   /// Runs `entry` with `tokens` and `targets` ([batch, seq]) and the 1-based
-  /// step number. Returns the entry's outputs (loss, grad_norm, lr, or
-  /// grad:<param> flattened), or nothing with `error` naming the step and
-  /// the model component when an op fails.
-  virtual std::optional<std::map<std::string, std::vector<float>>>
-  run(const std::string &entry, const std::vector<int32_t> &tokens,
-      const std::vector<int32_t> &targets, int64_t step,
-      std::string &error) = 0;
+  /// step number. Returns the entry's outputs, or an error naming the step
+  /// and the model component when an op fails.
+  virtual Expected<EntryOutputs> run(const std::string &entry,
+                                     const std::vector<int32_t> &tokens,
+                                     const std::vector<int32_t> &targets,
+                                     int64_t step) = 0;
 
   /// Record every step and collective of later runs into `trace` (not
   /// owned; null stops recording).
@@ -84,13 +86,12 @@ struct ExecutorOptions {
 /// The backends this build has: "cpu", and "cuda" with the CUDA backend.
 std::vector<std::string> executorBackends();
 
-/// An executor of `backend` ("cpu" or "cuda") for `plan`; null with a
-/// one-line `error` when the backend is unknown, not built, has no device,
-/// or cannot run the plan.
-std::unique_ptr<Executor> createExecutor(const Plan &plan,
-                                         const std::string &backend,
-                                         std::string &error,
-                                         const ExecutorOptions &options = {});
+/// An executor of `backend` ("cpu" or "cuda") for `plan`, or a one-line
+/// error when the backend is unknown, not built, has no device, or cannot
+/// run the plan.
+Expected<std::unique_ptr<Executor>>
+createExecutor(const Plan &plan, const std::string &backend,
+               const ExecutorOptions &options = {});
 
 } // namespace kiln::runtime
 

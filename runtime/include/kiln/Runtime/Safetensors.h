@@ -20,7 +20,6 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,10 +67,8 @@ Error checkWritable(const std::string &what,
                     const std::map<std::string, std::string> &metadata);
 
 /// Reads and checks a safetensors file of F32 and BF16 tensors (BF16 is
-/// widened to float). On failure returns nothing and sets `error` to one
-/// line naming the file and what is wrong.
-std::optional<SafetensorsContents> readSafetensors(const std::string &path,
-                                                   std::string &error);
+/// widened to float), or one line naming the file and what is wrong.
+Expected<SafetensorsContents> readSafetensors(const std::string &path);
 
 /// "[2, 3]": a shape as error messages print it.
 std::string shapeString(const std::vector<int64_t> &shape);

@@ -39,9 +39,9 @@ void initializeStates(const Plan &plan, int rank, uint64_t seed,
 /// Every state in the unsharded layout: sharded ones are all-gathered over
 /// `communicator` (host memory; every rank must call this, in step) and cut
 /// into their parts.
-std::optional<std::vector<FloatTensor>>
+Expected<std::vector<FloatTensor>>
 unshardedStates(const Plan &plan, const HostStates &states,
-                comm::Communicator *communicator, std::string &error);
+                comm::Communicator *communicator);
 
 /// Sets every state from tensors in the unsharded layout, rank `rank`
 /// keeping its shard. An error names a missing tensor or a wrong shape.

@@ -36,22 +36,20 @@ class CpuExecutor final : public Executor {
 public:
   /// Checks that every step's op is one this backend runs and that state is
   /// f32; on failure returns nothing and sets `error`.
-  static std::unique_ptr<CpuExecutor> create(const Plan &plan,
-                                             std::string &error);
+  static Expected<std::unique_ptr<CpuExecutor>> create(const Plan &plan);
 
   Error setCommunicator(comm::Communicator *communicator) override;
   int rank() const override { return rankIndex; }
   Error initialize(uint64_t seed) override;
-  std::optional<std::vector<FloatTensor>>
-  unshardedState(std::string &error) override;
+  Expected<std::vector<FloatTensor>> unshardedState() override;
   Error setUnshardedState(
       const std::map<std::string, const FloatTensor *> &byName) override;
   /// Fails on a token out of range, or a non-finite value when checking is
   /// on (naming the op).
-  std::optional<std::map<std::string, std::vector<float>>>
-  run(const std::string &entry, const std::vector<int32_t> &tokens,
-      const std::vector<int32_t> &targets, int64_t step,
-      std::string &error) override;
+  Expected<EntryOutputs> run(const std::string &entry,
+                             const std::vector<int32_t> &tokens,
+                             const std::vector<int32_t> &targets,
+                             int64_t step) override;
   void setTrace(Trace *t) override { trace = t; }
   /// Off by default: one more pass over memory per step.
   void setCheckNumerics(bool on) override { checkNumerics = on; }

@@ -43,21 +43,19 @@ public:
   /// Checks that the backend runs every op of the plan and that a GPU is
   /// usable; allocation and compilation wait for the rank to be known
   /// (setCommunicator, or the first initialize/run).
-  static std::unique_ptr<CudaExecutor> create(const Plan &plan,
-                                              std::string &error);
+  static Expected<std::unique_ptr<CudaExecutor>> create(const Plan &plan);
   ~CudaExecutor() override;
 
   Error setCommunicator(comm::Communicator *communicator) override;
   int rank() const override;
   Error initialize(uint64_t seed) override;
-  std::optional<std::vector<FloatTensor>>
-  unshardedState(std::string &error) override;
+  Expected<std::vector<FloatTensor>> unshardedState() override;
   Error setUnshardedState(
       const std::map<std::string, const FloatTensor *> &byName) override;
-  std::optional<std::map<std::string, std::vector<float>>>
-  run(const std::string &entry, const std::vector<int32_t> &tokens,
-      const std::vector<int32_t> &targets, int64_t step,
-      std::string &error) override;
+  Expected<EntryOutputs> run(const std::string &entry,
+                             const std::vector<int32_t> &tokens,
+                             const std::vector<int32_t> &targets,
+                             int64_t step) override;
   void setTrace(Trace *trace) override;
   void setCheckNumerics(bool on) override;
   const Plan &plan() const override;

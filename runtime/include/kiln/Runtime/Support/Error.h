@@ -21,7 +21,9 @@
 
 #include <cassert>
 #include <optional>
+#include <ostream>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace kiln::runtime {
@@ -48,6 +50,11 @@ private:
   std::string message_;
 };
 
+/// Prints the message (for tests and logs).
+inline std::ostream &operator<<(std::ostream &os, const Error &error) {
+  return os << error.message();
+}
+
 /// A value of type T, or the Error that replaced it.
 template <typename T> class [[nodiscard]] Expected {
 public:
@@ -56,6 +63,17 @@ public:
   /// A failure; `error` must hold one.
   Expected(Error error) : error_(std::move(error)) {
     assert(error_ && "an Expected built from an Error needs a failure");
+  }
+  /// The value or failure of an Expected of a type T converts from (a
+  /// derived class's pointer to its base's).
+  template <typename U,
+            typename = std::enable_if_t<!std::is_same_v<U, T> &&
+                                        std::is_convertible_v<U, T>>>
+  Expected(Expected<U> &&other) {
+    if (other)
+      value_.emplace(std::move(*other));
+    else
+      error_ = other.takeError();
   }
 
   /// True when this holds the value.

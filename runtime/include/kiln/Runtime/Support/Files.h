@@ -15,7 +15,6 @@
 #include "kiln/Runtime/Support/Error.h"
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 namespace kiln::runtime {
@@ -23,12 +22,11 @@ namespace kiln::runtime {
 /// Opens `path` for reading (O_RDONLY | O_NONBLOCK | O_CLOEXEC, so a FIFO
 /// without a writer does not block) and checks the open file with fstat:
 /// a regular file of at most `maxBytes`. Returns the descriptor, in
-/// blocking mode, and sets `size`; or -1 with `error` one line naming the
-/// path and what it is ("'/dev/zero' is not a regular file (a character
-/// device)"). `what` names the file in messages ("data file", "plan").
-int openRegularFile(const std::string &path, int64_t maxBytes,
-                    const std::string &what, int64_t &size,
-                    std::string &error);
+/// blocking mode, and sets `size`; or one line naming the path and what it
+/// is ("'/dev/zero' is not a regular file (a character device)"). `what`
+/// names the file in messages ("data file", "plan").
+Expected<int> openRegularFile(const std::string &path, int64_t maxBytes,
+                              const std::string &what, int64_t &size);
 
 /// The whole of a regular file of at most `maxBytes` (openRegularFile),
 /// read with checked reads; the error otherwise.

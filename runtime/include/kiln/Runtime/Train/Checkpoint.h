@@ -18,7 +18,6 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,17 +56,15 @@ Error saveCheckpoint(const std::string &dir, const Checkpoint &checkpoint);
 
 /// Reads both files of DIR and checks them against the expected tensors: a
 /// missing or extra tensor, a shape that differs, or the files disagreeing
-/// on the step fails with one line (in `error`) naming the tensor or file.
-std::optional<Checkpoint> loadCheckpoint(const std::string &dir,
-                                         const TensorShapes &expectedModel,
-                                         const TensorShapes &expectedOptimizer,
-                                         std::string &error);
+/// on the step fails with one line naming the tensor or file.
+Expected<Checkpoint> loadCheckpoint(const std::string &dir,
+                                    const TensorShapes &expectedModel,
+                                    const TensorShapes &expectedOptimizer);
 
 /// Reads only DIR/model.safetensors (for sampling), with no expected set;
 /// `optimizer` stays empty. A file without kiln_step (e.g. one from Hugging
 /// Face, possibly BF16) loads with step 0.
-std::optional<Checkpoint> loadModelWeights(const std::string &dir,
-                                           std::string &error);
+Expected<Checkpoint> loadModelWeights(const std::string &dir);
 
 } // namespace kiln::runtime
 

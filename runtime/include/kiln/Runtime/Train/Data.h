@@ -3,8 +3,9 @@
 #ifndef KILN_RUNTIME_TRAIN_DATA_H
 #define KILN_RUNTIME_TRAIN_DATA_H
 
+#include "kiln/Runtime/Support/Error.h"
+
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,18 +20,17 @@ inline constexpr const char *kFortunesDir = "/usr/share/games/fortunes";
 /// int32: magic 20240520, version 1 for uint16 tokens or 2 for uint32, the
 /// token count) followed by the tokens; any other file is raw text whose
 /// bytes are the tokens (vocab 256). `kDefaultData` reads the fortunes.
-/// Fails, with one line in `error`, on a missing or empty file, a truncated
-/// token file, or a token id >= vocab.
-std::optional<std::vector<uint32_t>>
-loadTokens(const std::string &path, int64_t vocab, std::string &error);
+/// Fails, with one line, on a missing or empty file, a truncated token
+/// file, or a token id >= vocab.
+Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
+                                           int64_t vocab);
 
 /// The split: the first 90% of the tokens train, the rest validate.
 struct Split {
   size_t trainBegin, trainEnd, validBegin, validEnd;
 };
 /// Fails if either part is shorter than one sequence plus its target.
-std::optional<Split> splitTokens(size_t count, int64_t seqLen,
-                                 std::string &error);
+Expected<Split> splitTokens(size_t count, int64_t seqLen);
 
 /// Fills `inputs` and `targets` ([batch, seq] each) with windows of
 /// `tokens[begin, end)`: row b starts at a position drawn from (seed, draw,

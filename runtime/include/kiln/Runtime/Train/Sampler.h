@@ -39,11 +39,11 @@ Error loadWeightsForSampling(Executor &exec, const std::string &dir);
 
 /// Draws `options.tokens` tokens after `prompt` (not empty, every id below
 /// the vocabulary size), calling `onToken` with each as soon as it is
-/// drawn. Returns the new tokens, or nothing with `error` set.
-std::optional<std::vector<int32_t>>
+/// drawn. Returns the new tokens, or the error that stopped the drawing.
+Expected<std::vector<int32_t>>
 sampleTokens(Executor &exec, const std::vector<int32_t> &prompt,
              const SampleOptions &options,
-             const std::function<void(int32_t)> &onToken, std::string &error);
+             const std::function<void(int32_t)> &onToken);
 
 } // namespace kiln::runtime
 

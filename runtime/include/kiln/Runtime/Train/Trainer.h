@@ -87,8 +87,8 @@ bool isCompleteCheckpoint(const std::string &dir,
 /// largest N; else the same in `path/<checkpointFolder>` (a run's --out
 /// folder). Complete: holding `files`; incomplete folders (a save killed
 /// halfway) are skipped.
-std::optional<std::string>
-findCheckpoint(const std::string &path, std::string &error,
+Expected<std::string>
+findCheckpoint(const std::string &path,
                const std::string &checkpointFolder = "checkpoints",
                const std::vector<std::string> &files = resumeFiles());
 
