@@ -75,8 +75,8 @@ unshardedStates(const Plan &plan, const HostStates &states,
       comm::CommHandle h = communicator->startAllGather(
           data.data(), flat.data(), static_cast<int64_t>(data.size()),
           comm::ElementType::F32);
-      if (std::optional<std::string> failure = communicator->wait(h)) {
-        error = "gathering '" + v.name + "': " + *failure;
+      if (Error failure = communicator->wait(h)) {
+        error = "gathering '" + v.name + "': " + failure.message();
         return std::nullopt;
       }
     }
