@@ -95,10 +95,11 @@ int kiln::runTrain(const TrainCommand &command) {
   if (!command.data.empty())
     overrides.push_back("training.data=\"" + command.data + "\"");
   // Under mpirun, one rank of an FSDP run over every rank.
-  std::string error;
-  std::unique_ptr<comm::Communicator> ranks = comm::createCommunicator(error);
-  if (!ranks)
-    return commandError(error);
+  Expected<std::unique_ptr<comm::Communicator>> created =
+      comm::createCommunicator();
+  if (!created)
+    return commandError(created.error().message());
+  std::unique_ptr<comm::Communicator> ranks = *std::move(created);
   ModelSession session;
   if (!session.load(command.model, overrides))
     return 1;

@@ -67,16 +67,14 @@ unshardedStates(const Plan &plan, const HostStates &states,
     }
     std::vector<float> flat = data; // one rank: the shard is everything
     if (plan.ranks > 1) {
-      if (!communicator) {
+      if (!communicator)
         return Error("gathering '" + v.name + "' needs a communicator");
-      }
       flat.resize(data.size() * plan.ranks);
       comm::CommHandle h = communicator->startAllGather(
           data.data(), flat.data(), static_cast<int64_t>(data.size()),
           comm::ElementType::F32);
-      if (std::optional<std::string> failure = communicator->wait(h)) {
-        return Error("gathering '" + v.name + "': " + *failure);
-      }
+      if (Error failure = communicator->wait(h))
+        return Error("gathering '" + v.name + "': " + failure.message());
     }
     for (const ShardPart &part : v.shardOf)
       out.push_back({part.name, part.shape,

@@ -65,30 +65,30 @@ std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
   return s + ")";
 }
 
-std::optional<std::string> checkCollective(CollectiveKind kind,
-                                           const void *send, const void *recv,
-                                           int64_t count, ElementType type,
-                                           ReduceOp op, int size,
-                                           int64_t maxElements) {
+Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
+                      int64_t count, ElementType type, ReduceOp op, int size,
+                      int64_t maxElements) {
   if (kind == CollectiveKind::Barrier)
-    return std::nullopt;
+    return Error::success();
   if (!validType(type))
-    return "unknown element type " + std::to_string(static_cast<int>(type));
+    return Error("unknown element type " +
+                 std::to_string(static_cast<int>(type)));
   if (kind != CollectiveKind::AllGather && type == ElementType::U8)
-    return std::string("u8 (raw bytes) can be gathered but not reduced");
+    return Error("u8 (raw bytes) can be gathered but not reduced");
   if (kind != CollectiveKind::AllGather && !validOp(op))
-    return "unknown reduction " + std::to_string(static_cast<int>(op));
+    return Error("unknown reduction " + std::to_string(static_cast<int>(op)));
   if (count < 0)
-    return "negative count";
+    return Error("negative count");
   if (count == 0)
-    return std::nullopt;
+    return Error::success();
   if (!send || !recv)
-    return std::string("null ") + (send ? "receive" : "send") + " buffer";
+    return Error(std::string("null ") + (send ? "receive" : "send") +
+                 " buffer");
   // Elements of the larger buffer: size*count except for all-reduce.
   int64_t factor = kind == CollectiveKind::AllReduce ? 1 : size;
   if (count > maxElements / factor)
-    return "more than " + std::to_string(maxElements) +
-           " elements in one buffer, this backend's limit";
+    return Error("more than " + std::to_string(maxElements) +
+                 " elements in one buffer, this backend's limit");
   int64_t bytes = elementBytes(type);
   int64_t sendBytes =
       count * bytes * (kind == CollectiveKind::ReduceScatter ? size : 1);
@@ -99,10 +99,11 @@ std::optional<std::string> checkCollective(CollectiveKind kind,
   bool overlap = s < r + static_cast<uintptr_t>(recvBytes) &&
                  r < s + static_cast<uintptr_t>(sendBytes);
   if (overlap && !(kind == CollectiveKind::AllReduce && s == r))
-    return kind == CollectiveKind::AllReduce
-               ? "send and receive buffers overlap without being the same"
-               : "send and receive buffers overlap";
-  return std::nullopt;
+    return Error(kind == CollectiveKind::AllReduce
+                     ? "send and receive buffers overlap without being the "
+                       "same"
+                     : "send and receive buffers overlap");
+  return Error::success();
 }
 
 void FailureState::fail(uint64_t id, std::string why) {
@@ -112,13 +113,13 @@ void FailureState::fail(uint64_t id, std::string why) {
   message = std::move(why);
 }
 
-std::optional<std::string> FailureState::resultOf(uint64_t id) const {
+Error FailureState::resultOf(uint64_t id) const {
   if (failedFrom == 0 || id < failedFrom)
-    return std::nullopt;
+    return Error::success();
   if (id == failedFrom)
-    return message;
-  return "collective #" + std::to_string(id) +
-         " not run: the communicator failed earlier: " + message;
+    return Error(message);
+  return Error("collective #" + std::to_string(id) +
+               " not run: the communicator failed earlier: " + message);
 }
 
 void reduceRows(const void *rows, int nranks, int64_t count, ElementType type,

@@ -14,7 +14,6 @@
 #include "kiln/Runtime/Comm/Communicator.h"
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,15 +26,13 @@ std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
                                ElementType type, ReduceOp op);
 
 /// Why these arguments are not a valid collective for a world of `size`
-/// ranks, or nothing: an unknown element type or reduction, a negative
+/// ranks, or success: an unknown element type or reduction, a negative
 /// count, a null buffer with count > 0, a buffer of more than
 /// `maxElements` elements (the backend's limit), or overlapping send and
 /// receive buffers (an all-reduce may also be exactly in place).
-std::optional<std::string> checkCollective(CollectiveKind kind,
-                                           const void *send, const void *recv,
-                                           int64_t count, ElementType type,
-                                           ReduceOp op, int size,
-                                           int64_t maxElements);
+Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
+                      int64_t count, ElementType type, ReduceOp op, int size,
+                      int64_t maxElements);
 
 /// The failed state of a communicator: once a collective fails, it and
 /// every later one report an error. Not thread-safe; the backend guards it.
@@ -47,7 +44,7 @@ struct FailureState {
   /// Records the failure of collective `id` unless one is recorded already.
   void fail(uint64_t id, std::string why);
   /// What wait() reports for a completed collective `id`.
-  std::optional<std::string> resultOf(uint64_t id) const;
+  Error resultOf(uint64_t id) const;
 };
 
 /// out[i] = the reduction over r = 0..nranks-1 of rows[r*count + i], by the

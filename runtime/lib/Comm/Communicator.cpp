@@ -66,9 +66,9 @@ bool launchedByMpi() {
   return false;
 }
 
-std::unique_ptr<Communicator> createCommunicator(std::string &error) {
+Expected<std::unique_ptr<Communicator>> createCommunicator() {
   if (launchedByMpi())
-    return createMpiCommunicator(error);
+    return createMpiCommunicator();
   return createLocalCommunicator();
 }
 

@@ -42,26 +42,27 @@ public:
     return run(CollectiveKind::AllReduce, send, recv, count, type, op);
   }
 
-  std::optional<std::string> wait(CommHandle handle) override {
+  Error wait(CommHandle handle) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (handle.id == 0 || handle.id >= nextId_)
-      return "local: wait on a handle this communicator did not issue (#" +
-             std::to_string(handle.id) + ")";
+      return Error(
+          "local: wait on a handle this communicator did not issue (#" +
+          std::to_string(handle.id) + ")");
     return failure_.resultOf(handle.id);
   }
 
   bool test(CommHandle) override { return true; }
 
-  std::optional<std::string> barrier() override {
+  Error barrier() override {
     return wait(run(CollectiveKind::Barrier, nullptr, nullptr, 0,
                     ElementType::F32, ReduceOp::Sum));
   }
 
-  std::optional<std::string> failure() const override {
+  Error failure() const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.failed())
-      return std::nullopt;
-    return failure_.message;
+      return Error::success();
+    return Error(failure_.message);
   }
 
 private:
@@ -71,11 +72,11 @@ private:
     uint64_t id = nextId_++;
     if (failure_.failed())
       return {id};
-    if (auto why = checkCollective(kind, send, recv, count, type, op, 1,
-                                   std::numeric_limits<int64_t>::max())) {
+    if (Error why = checkCollective(kind, send, recv, count, type, op, 1,
+                                    std::numeric_limits<int64_t>::max())) {
       failure_.fail(id, std::string("local ") +
                             describeCollective(kind, id, count, type, op) +
-                            ": " + *why);
+                            ": " + why.message());
       return {id};
     }
     try {

@@ -25,8 +25,7 @@
 
 namespace kiln::runtime::comm::mpi {
 
-std::optional<std::string> MpiCommunicator::finish(MPI_Request &request,
-                                                   const char *call) {
+Error MpiCommunicator::finish(MPI_Request &request, const char *call) {
   using Clock = std::chrono::steady_clock;
   Clock::time_point spinUntil = Clock::now() + kSpin;
   std::chrono::microseconds sleep = kMinSleep;
@@ -34,9 +33,9 @@ std::optional<std::string> MpiCommunicator::finish(MPI_Request &request,
     int done = 0;
     int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
-      return std::string(call) + " failed: " + mpiErrorText(rc);
+      return Error(std::string(call) + " failed: " + mpiErrorText(rc));
     if (done)
-      return std::nullopt;
+      return Error::success();
     Clock::time_point now = Clock::now();
     if (now < spinUntil)
       continue;
@@ -45,43 +44,44 @@ std::optional<std::string> MpiCommunicator::finish(MPI_Request &request,
     int64_t timeout = timeoutSeconds_.load();
     if (timeout > 0 && now - runningSince_ >= std::chrono::seconds(timeout)) {
       abandoned_ = true;
-      return "not complete after " + std::to_string(timeout) +
-             " s (the deadline, comm.train_timeout_seconds); " +
-             missingRanks();
+      return Error("not complete after " + std::to_string(timeout) +
+                   " s (the deadline, comm.train_timeout_seconds); " +
+                   missingRanks());
     }
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, kMaxSleep);
   }
 }
 
-std::optional<std::string> MpiCommunicator::runCaught(const Request &r) {
+Error MpiCommunicator::runCaught(const Request &r) {
   // Nothing may escape this thread: scratch space that cannot be had is
   // the collective's error.
   try {
     return run(r);
   } catch (const std::exception &e) {
-    return "mpi " + describeCollective(r.kind, r.id, r.count, r.type, r.op) +
-           ": " + e.what();
+    return Error("mpi " +
+                 describeCollective(r.kind, r.id, r.count, r.type, r.op) +
+                 ": " + e.what());
   }
 }
 
-std::optional<std::string> MpiCommunicator::run(const Request &r) {
-  std::optional<std::string> error;
+Error MpiCommunicator::run(const Request &r) {
+  Error error;
   if (r.kind == CollectiveKind::Barrier) {
     MPI_Request request;
     int rc = MPI_Ibarrier(comm_, &request);
     error = rc != MPI_SUCCESS
-                ? std::optional("MPI_Ibarrier failed: " + mpiErrorText(rc))
+                ? Error("MPI_Ibarrier failed: " + mpiErrorText(rc))
                 : finish(request, "MPI_Ibarrier");
   } else if (r.count == 0) {
-    return std::nullopt;
+    return Error::success();
   } else if (r.kind == CollectiveKind::AllGather) {
     MPI_Request request;
     int count = static_cast<int>(r.count);
     int rc = MPI_Iallgather(r.send, count, mpiType(r.type), r.recv, count,
                             mpiType(r.type), comm_, &request);
     error = rc != MPI_SUCCESS
-                ? std::optional("MPI_Iallgather failed: " + mpiErrorText(rc))
+                ? Error("MPI_Iallgather failed: " + mpiErrorText(rc))
                 : finish(request, "MPI_Iallgather");
   } else if (r.kind == CollectiveKind::ReduceScatter) {
     // Row j of rows_ = rank j's contribution to this rank's chunk.
@@ -91,7 +91,7 @@ std::optional<std::string> MpiCommunicator::run(const Request &r) {
     int rc = MPI_Ialltoall(r.send, count, mpiType(r.type), rows_.data(), count,
                            mpiType(r.type), comm_, &request);
     error = rc != MPI_SUCCESS
-                ? std::optional("MPI_Ialltoall failed: " + mpiErrorText(rc))
+                ? Error("MPI_Ialltoall failed: " + mpiErrorText(rc))
                 : finish(request, "MPI_Ialltoall");
     if (!error)
       reduceRows(rows_.data(), size_, r.count, r.type, r.op, r.recv, scratch_);
@@ -99,12 +99,13 @@ std::optional<std::string> MpiCommunicator::run(const Request &r) {
     error = allReduce(r);
   }
   if (!error)
-    return std::nullopt;
-  return "mpi " + describeCollective(r.kind, r.id, r.count, r.type, r.op) +
-         ": " + *error;
+    return Error::success();
+  return Error("mpi " +
+               describeCollective(r.kind, r.id, r.count, r.type, r.op) + ": " +
+               error.message());
 }
 
-std::optional<std::string> MpiCommunicator::allReduce(const Request &r) {
+Error MpiCommunicator::allReduce(const Request &r) {
   // Chunk j = [offset_j, offset_j + length_j): the first count % N chunks
   // hold one element more.
   int n = size_;
@@ -131,8 +132,8 @@ std::optional<std::string> MpiCommunicator::allReduce(const Request &r) {
                           rows_.data(), recvCounts_.data(), recvDispls_.data(),
                           type, comm_, &request);
   if (rc != MPI_SUCCESS)
-    return "MPI_Ialltoallv failed: " + mpiErrorText(rc);
-  if (auto error = finish(request, "MPI_Ialltoallv"))
+    return Error("MPI_Ialltoallv failed: " + mpiErrorText(rc));
+  if (Error error = finish(request, "MPI_Ialltoallv"))
     return error;
   // The send buffer is no longer read, so with send == recv the reduced
   // chunk may go straight to its place in recv.
@@ -141,7 +142,7 @@ std::optional<std::string> MpiCommunicator::allReduce(const Request &r) {
   rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.recv,
                        lengths.data(), offsets.data(), type, comm_, &request);
   if (rc != MPI_SUCCESS)
-    return "MPI_Iallgatherv failed: " + mpiErrorText(rc);
+    return Error("MPI_Iallgatherv failed: " + mpiErrorText(rc));
   return finish(request, "MPI_Iallgatherv");
 }
 

@@ -72,12 +72,12 @@ MPI_Datatype mpiType(ElementType type) {
   }
 }
 
-std::optional<std::string> MpiCommunicator::launch() {
+Error MpiCommunicator::launch() {
   try {
     thread_ = std::thread([this] { threadMain(); });
   } catch (const std::exception &e) {
-    return std::string("mpi: cannot start the communication thread: ") +
-           e.what();
+    return Error(std::string("mpi: cannot start the communication thread: ") +
+                 e.what());
   }
   std::unique_lock<std::mutex> lock(mu_);
   doneCv_.wait(lock, [this] { return setUpDone_; });
@@ -110,22 +110,22 @@ CommHandle MpiCommunicator::enqueue(CollectiveKind kind, const void *send,
   {
     std::lock_guard<std::mutex> lock(mu_);
     request.id = handle.id = nextId_++;
-    if (auto why =
+    if (Error why =
             checkCollective(kind, send, recv, count, type, op, size_, INT_MAX))
       request.invalid = "mpi " +
                         describeCollective(kind, request.id, count, type, op) +
-                        ": " + *why;
+                        ": " + why.message();
     queue_.push_back(std::move(request));
   }
   workCv_.notify_one();
   return handle;
 }
 
-std::optional<std::string> MpiCommunicator::wait(CommHandle handle) {
+Error MpiCommunicator::wait(CommHandle handle) {
   std::unique_lock<std::mutex> lock(mu_);
   if (handle.id == 0 || handle.id >= nextId_)
-    return "mpi: wait on a handle this communicator did not issue (#" +
-           std::to_string(handle.id) + ")";
+    return Error("mpi: wait on a handle this communicator did not issue (#" +
+                 std::to_string(handle.id) + ")");
   doneCv_.wait(lock, [&] { return doneThrough_ >= handle.id; });
   return failure_.resultOf(handle.id);
 }
@@ -141,7 +141,7 @@ void MpiCommunicator::threadMain() {
   // 50 us timer slack.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
 #endif
-  std::optional<std::string> error = setUp();
+  Error error = setUp();
   {
     std::lock_guard<std::mutex> lock(mu_);
     setUpDone_ = true;
@@ -173,9 +173,9 @@ void MpiCommunicator::threadMain() {
       queue_.pop_front();
       failed = failure_.failed();
     }
-    std::optional<std::string> result;
+    Error result;
     if (!failed && !request.invalid.empty()) {
-      result = request.invalid;
+      result = Error(request.invalid);
     } else if (!failed) {
       running_ = request.id;
       runningSince_ = std::chrono::steady_clock::now();
@@ -186,7 +186,7 @@ void MpiCommunicator::threadMain() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (result)
-        failure_.fail(request.id, *result);
+        failure_.fail(request.id, result.takeMessage());
       doneThrough_ = request.id;
     }
     doneCv_.notify_all();
@@ -195,34 +195,34 @@ void MpiCommunicator::threadMain() {
     tearDown();
 }
 
-std::optional<std::string> MpiCommunicator::setUp() {
+Error MpiCommunicator::setUp() {
   int initialised = 0, finalised = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
   if (finalised)
-    return std::string("mpi: MPI was finalised in this process and cannot be "
-                       "initialised again");
+    return Error("mpi: MPI was finalised in this process and cannot be "
+                 "initialised again");
   int provided = MPI_THREAD_SINGLE;
   if (!initialised) {
     int rc =
         MPI_Init_thread(nullptr, nullptr, requestedThreadLevel(), &provided);
     if (rc != MPI_SUCCESS)
-      return "mpi: MPI_Init_thread failed: " + mpiErrorText(rc);
+      return Error("mpi: MPI_Init_thread failed: " + mpiErrorText(rc));
     ownsMpi_ = true;
     // This thread makes every MPI call and is the one that initialised
     // MPI, which is all that FUNNELED asks.
     if (provided < MPI_THREAD_FUNNELED) {
       tearDown();
-      return std::string("mpi: the MPI library provides only "
-                         "MPI_THREAD_SINGLE; the communication thread needs "
-                         "MPI_THREAD_FUNNELED or more");
+      return Error("mpi: the MPI library provides only "
+                   "MPI_THREAD_SINGLE; the communication thread needs "
+                   "MPI_THREAD_FUNNELED or more");
     }
   } else {
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_MULTIPLE)
-      return std::string("mpi: MPI was initialised elsewhere without "
-                         "MPI_THREAD_MULTIPLE; the communication thread "
-                         "cannot share it");
+      return Error("mpi: MPI was initialised elsewhere without "
+                   "MPI_THREAD_MULTIPLE; the communication thread "
+                   "cannot share it");
   }
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
   if (rc == MPI_SUCCESS)
@@ -236,13 +236,13 @@ std::optional<std::string> MpiCommunicator::setUp() {
   if (rc == MPI_SUCCESS)
     rc = MPI_Comm_size(comm_, &size_);
   if (rc != MPI_SUCCESS) {
-    std::string error = "mpi: setting up the communicator of MPI_COMM_WORLD "
-                        "failed: " +
-                        mpiErrorText(rc);
+    Error error("mpi: setting up the communicator of MPI_COMM_WORLD "
+                "failed: " +
+                mpiErrorText(rc));
     tearDown();
     return error;
   }
-  return std::nullopt;
+  return Error::success();
 }
 
 void MpiCommunicator::tearDown() {
@@ -259,26 +259,20 @@ void MpiCommunicator::tearDown() {
 
 } // namespace mpi
 
-std::unique_ptr<Communicator> createMpiCommunicator(std::string &error) {
+Expected<std::unique_ptr<Communicator>> createMpiCommunicator() {
   {
     std::lock_guard<std::mutex> lock(processMutex);
-    if (communicatorExists) {
-      error = "mpi: an MPI communicator already exists in this process";
-      return nullptr;
-    }
-    if (finalisedByUs) {
-      error = "mpi: MPI was finalised in this process and cannot be "
-              "initialised again";
-      return nullptr;
-    }
+    if (communicatorExists)
+      return Error("mpi: an MPI communicator already exists in this process");
+    if (finalisedByUs)
+      return Error("mpi: MPI was finalised in this process and cannot be "
+                   "initialised again");
     communicatorExists = true;
   }
   auto comm = std::make_unique<mpi::MpiCommunicator>();
-  if (auto why = comm->launch()) {
-    error = *why;
-    return nullptr;
-  }
-  return comm;
+  if (Error e = comm->launch())
+    return e;
+  return std::unique_ptr<Communicator>(std::move(comm));
 }
 
 } // namespace kiln::runtime::comm

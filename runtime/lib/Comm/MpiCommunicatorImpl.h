@@ -22,7 +22,6 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,7 +65,7 @@ public:
   ~MpiCommunicator() override;
 
   /// Starts the communication thread and waits for it to set MPI up.
-  std::optional<std::string> launch();
+  Error launch();
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -86,19 +85,19 @@ public:
     return enqueue(CollectiveKind::AllReduce, send, recv, count, type, op);
   }
 
-  std::optional<std::string> wait(CommHandle handle) override;
+  Error wait(CommHandle handle) override;
   bool test(CommHandle handle) override;
 
-  std::optional<std::string> barrier() override {
+  Error barrier() override {
     return wait(enqueue(CollectiveKind::Barrier, nullptr, nullptr, 0,
                         ElementType::F32, ReduceOp::Sum));
   }
 
-  std::optional<std::string> failure() const override {
+  Error failure() const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.failed())
-      return std::nullopt;
-    return failure_.message;
+      return Error::success();
+    return Error(failure_.message);
   }
 
   void setTimeout(int64_t seconds) override {
@@ -112,12 +111,12 @@ private:
 
   // On the communication thread only.
   void threadMain();
-  std::optional<std::string> setUp();
+  Error setUp();
   void tearDown();
-  std::optional<std::string> runCaught(const Request &request);
-  std::optional<std::string> run(const Request &request);
-  std::optional<std::string> finish(MPI_Request &request, const char *call);
-  std::optional<std::string> allReduce(const Request &request);
+  Error runCaught(const Request &request);
+  Error run(const Request &request);
+  Error finish(MPI_Request &request, const char *call);
+  Error allReduce(const Request &request);
   void answerPeers();
   std::string missingRanks();
   void abortIfAsked();
@@ -132,7 +131,7 @@ private:
   FailureState failure_;
   bool stopping_ = false;
   bool setUpDone_ = false;
-  std::optional<std::string> setUpError_;
+  Error setUpError_;
 
   // Written by the communication thread before set-up ends, then constant.
   int rank_ = 0, size_ = 1;

@@ -45,23 +45,23 @@ int localRank(int fallback) {
 }
 
 /// Picks and sets this rank's GPU; why not, if it cannot.
-std::optional<std::string> chooseDevice(int hostRank, int &device) {
+Error chooseDevice(int hostRank, int &device) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return "no usable GPU: " + cudaText(err);
+    return Error("no usable GPU: " + cudaText(err));
   }
   if (count == 0)
-    return std::string("no usable GPU: no CUDA device is visible");
+    return Error("no usable GPU: no CUDA device is visible");
   device = localRank(hostRank) % count;
   err = cudaSetDevice(device);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return "no usable GPU: cannot use GPU " + std::to_string(device) + ": " +
-           cudaText(err);
+    return Error("no usable GPU: cannot use GPU " + std::to_string(device) +
+                 ": " + cudaText(err));
   }
-  return std::nullopt;
+  return Error::success();
 }
 
 } // namespace
@@ -144,60 +144,51 @@ void NcclCommunicatorImpl::fire(const std::string &what,
   _exit(1); // the aborter thread may still be inside NCCL: no destructors
 }
 
-std::unique_ptr<NcclCommunicator>
+Expected<std::unique_ptr<NcclCommunicator>>
 createNcclCommunicator(std::unique_ptr<Communicator> bootstrap,
-                       double watchdogSeconds, std::string &error) {
-  if (!bootstrap) {
-    error = "nccl: no bootstrap communicator";
-    return nullptr;
-  }
+                       double watchdogSeconds) {
+  if (!bootstrap)
+    return Error("nccl: no bootstrap communicator");
   const int rank = bootstrap->rank(), size = bootstrap->size();
   int device = 0;
-  std::optional<std::string> why = chooseDevice(rank, device);
+  Error why = chooseDevice(rank, device);
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (!why && rank == 0)
     if (ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess)
-      why = "ncclGetUniqueId failed: " + ncclText(rc, nullptr);
+      why = Error("ncclGetUniqueId failed: " + ncclText(rc, nullptr));
 
   // One record per rank: [ready][unique id].
   const int64_t recordBytes = 1 + sizeof(ncclUniqueId);
   std::vector<unsigned char> mine(recordBytes), all(size * recordBytes);
   mine[0] = why ? 0 : 1;
   std::memcpy(mine.data() + 1, &id, sizeof id);
-  if (auto failed = bootstrap->wait(bootstrap->startAllGather(
-          mine.data(), all.data(), recordBytes, ElementType::U8))) {
-    error = "nccl: sharing the NCCL unique id over the " +
-            std::string(bootstrap->backendName()) +
-            " communicator failed: " + *failed;
-    return nullptr;
-  }
+  if (Error failed = bootstrap->wait(bootstrap->startAllGather(
+          mine.data(), all.data(), recordBytes, ElementType::U8)))
+    return Error("nccl: sharing the NCCL unique id over the " +
+                 std::string(bootstrap->backendName()) +
+                 " communicator failed: " + failed.message());
   std::string notReady;
   for (int r = 0; r < size; ++r)
     if (!all[r * recordBytes])
       notReady += (notReady.empty() ? "" : ", ") + std::to_string(r);
-  if (why || !notReady.empty()) {
-    error = "nccl: rank " + std::to_string(rank) + ": " +
-            (why ? *why : "rank(s) " + notReady + " could not set up a GPU");
-    return nullptr;
-  }
+  if (why || !notReady.empty())
+    return Error("nccl: rank " + std::to_string(rank) + ": " +
+                 (why ? why.message()
+                      : "rank(s) " + notReady + " could not set up a GPU"));
   std::memcpy(&id, all.data() + 1, sizeof id);
 
   auto comm = std::make_unique<NcclCommunicatorImpl>(std::move(bootstrap),
                                                      device, watchdogSeconds);
   ncclComm_t nccl = nullptr;
   if (ncclResult_t rc = ncclCommInitRank(&nccl, size, id, rank);
-      rc != ncclSuccess) {
-    error = "nccl: ncclCommInitRank on rank " + std::to_string(rank) +
-            " (GPU " + std::to_string(device) +
-            ") failed: " + ncclText(rc, nccl);
-    return nullptr;
-  }
-  if (auto failed = comm->setUp(nccl)) {
-    error = *failed;
-    return nullptr;
-  }
-  return comm;
+      rc != ncclSuccess)
+    return Error("nccl: ncclCommInitRank on rank " + std::to_string(rank) +
+                 " (GPU " + std::to_string(device) +
+                 ") failed: " + ncclText(rc, nccl));
+  if (Error failed = comm->setUp(nccl))
+    return failed;
+  return std::unique_ptr<NcclCommunicator>(std::move(comm));
 }
 
 namespace {
@@ -221,10 +212,10 @@ public:
                             ElementType type, ReduceOp op) override {
     return c.startAllReduce(send, recv, count, type, op);
   }
-  std::optional<std::string> wait(CommHandle h) override { return c.wait(h); }
+  Error wait(CommHandle h) override { return c.wait(h); }
   bool test(CommHandle h) override { return c.test(h); }
-  std::optional<std::string> barrier() override { return c.barrier(); }
-  std::optional<std::string> failure() const override { return c.failure(); }
+  Error barrier() override { return c.barrier(); }
+  Error failure() const override { return c.failure(); }
   bool exactRankOrderReduction() const override {
     return c.exactRankOrderReduction();
   }
@@ -234,12 +225,10 @@ private:
 };
 } // namespace
 
-std::unique_ptr<NcclCommunicator>
-createNcclCommunicator(Communicator &bootstrap, double watchdogSeconds,
-                       std::string &error) {
+Expected<std::unique_ptr<NcclCommunicator>>
+createNcclCommunicator(Communicator &bootstrap, double watchdogSeconds) {
   return createNcclCommunicator(
-      std::make_unique<BorrowedCommunicator>(bootstrap), watchdogSeconds,
-      error);
+      std::make_unique<BorrowedCommunicator>(bootstrap), watchdogSeconds);
 }
 
 } // namespace kiln::runtime::comm

@@ -144,7 +144,7 @@ NcclCommunicatorImpl::~NcclCommunicatorImpl() {
     cudaStreamDestroy(stream_);
 }
 
-std::optional<std::string> NcclCommunicatorImpl::setUp(ncclComm_t comm) {
+Error NcclCommunicatorImpl::setUp(ncclComm_t comm) {
   comm_ = comm;
   cudaError_t err = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
   if (err == cudaSuccess)
@@ -160,14 +160,15 @@ std::optional<std::string> NcclCommunicatorImpl::setUp(ncclComm_t comm) {
       pool_.push_back(event);
   }
   if (err != cudaSuccess)
-    return "nccl: setting up the stream and events on GPU " +
-           std::to_string(device_) + " failed: " + cudaText(err);
+    return Error("nccl: setting up the stream and events on GPU " +
+                 std::to_string(device_) + " failed: " + cudaText(err));
   try {
     watchdog_ = std::thread([this] { watchdogMain(); });
   } catch (const std::exception &e) {
-    return std::string("nccl: cannot start the watchdog thread: ") + e.what();
+    return Error(std::string("nccl: cannot start the watchdog thread: ") +
+                 e.what());
   }
-  return std::nullopt;
+  return Error::success();
 }
 
 CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
@@ -187,9 +188,9 @@ CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
   std::string what = describeCollective(kind, id, count, type, op);
   std::string error;
   if (!failedBefore)
-    if (auto why = checkCollective(kind, send, recv, count, type, op, size_,
-                                   std::numeric_limits<int64_t>::max()))
-      error = "nccl " + what + ": " + *why;
+    if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
+                                    std::numeric_limits<int64_t>::max()))
+      error = "nccl " + what + ": " + why.message();
 
   // The join: the communicator's stream waits for the producer's work.
   // Done even for a collective that will not run, so that its event, and
@@ -334,26 +335,28 @@ void NcclCommunicatorImpl::retireCompletedLocked() {
   }
 }
 
-std::optional<std::string> NcclCommunicatorImpl::wait(CommHandle handle) {
+Error NcclCommunicatorImpl::wait(CommHandle handle) {
   Clock::time_point spinUntil = Clock::now() + kSpin;
   std::chrono::microseconds sleep = kMinSleep;
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (handle.id == 0 || handle.id >= nextId_)
-        return "nccl: wait on a handle this communicator did not issue (#" +
-               std::to_string(handle.id) + ")";
+        return Error(
+            "nccl: wait on a handle this communicator did not issue (#" +
+            std::to_string(handle.id) + ")");
       if (isCapturedLocked(handle.id) &&
           !(failure_.failed() && handle.id >= failure_.failedFrom))
-        return "nccl: collective #" + std::to_string(handle.id) +
-               " was captured into a CUDA graph: it runs when the graph is "
-               "launched; make a stream wait for it (streamWait) instead";
+        return Error("nccl: collective #" + std::to_string(handle.id) +
+                     " was captured into a CUDA graph: it runs when the graph "
+                     "is launched; make a stream wait for it (streamWait) "
+                     "instead");
       if (handle.id <= doneThrough_ || isCapturedLocked(handle.id))
         return failure_.resultOf(handle.id);
       if (capturingNowLocked())
-        return "nccl: wait on collective #" + std::to_string(handle.id) +
-               " during a CUDA graph capture (it would invalidate the "
-               "capture); wait before capturing";
+        return Error("nccl: wait on collective #" + std::to_string(handle.id) +
+                     " during a CUDA graph capture (it would invalidate the "
+                     "capture); wait before capturing");
       if (retireLocked(handle.id))
         continue;
     }
@@ -374,21 +377,21 @@ bool NcclCommunicatorImpl::test(CommHandle handle) {
   return retireLocked(handle.id);
 }
 
-std::string NcclCommunicatorImpl::streamWait(CommHandle handle,
-                                             cudaStream_t stream) {
+Error NcclCommunicatorImpl::streamWait(CommHandle handle, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string name = "#" + std::to_string(handle.id);
   if (handle.id == 0 || handle.id >= nextId_)
-    return "nccl: streamWait on a handle this communicator did not issue (" +
-           name + ")";
-  if (auto failed = failure_.resultOf(handle.id))
-    return *failed;
+    return Error(
+        "nccl: streamWait on a handle this communicator did not issue (" +
+        name + ")");
+  if (Error failed = failure_.resultOf(handle.id))
+    return failed;
   cudaEvent_t event = nullptr;
   if (isCapturedLocked(handle.id)) {
     auto it = captureEvents_.find(handle.id);
     if (it == captureEvents_.end())
-      return "nccl: streamWait on collective " + name +
-             ", captured into a CUDA graph whose capture has ended";
+      return Error("nccl: streamWait on collective " + name +
+                   ", captured into a CUDA graph whose capture has ended");
     event = it->second;
   } else if (handle.id > doneThrough_) {
     auto end =
@@ -399,23 +402,24 @@ std::string NcclCommunicatorImpl::streamWait(CommHandle handle,
     if (end != inFlight_.begin())
       event = std::prev(end)->done;
     if (event && capturing(stream))
-      return "nccl: streamWait on collective " + name +
-             ", issued before the capture of this stream began and not "
-             "known to be complete; wait for it before capturing";
+      return Error("nccl: streamWait on collective " + name +
+                   ", issued before the capture of this stream began and not "
+                   "known to be complete; wait for it before capturing");
   }
   if (!event)
-    return ""; // complete already
+    return Error::success(); // complete already
   cudaError_t err = cudaStreamWaitEvent(stream, event, 0);
   if (err != cudaSuccess)
-    return "nccl: streamWait on collective " + name + ": " + cudaText(err);
-  return "";
+    return Error("nccl: streamWait on collective " + name + ": " +
+                 cudaText(err));
+  return Error::success();
 }
 
-std::optional<std::string> NcclCommunicatorImpl::failure() const {
+Error NcclCommunicatorImpl::failure() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.failed())
-    return std::nullopt;
-  return failure_.message;
+    return Error::success();
+  return Error(failure_.message);
 }
 
 } // namespace kiln::runtime::comm

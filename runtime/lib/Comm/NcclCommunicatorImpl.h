@@ -22,7 +22,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -64,7 +63,7 @@ public:
   ~NcclCommunicatorImpl() override;
 
   /// Takes over `comm` and makes the stream, the events and the watchdog.
-  std::optional<std::string> setUp(ncclComm_t comm);
+  Error setUp(ncclComm_t comm);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -84,13 +83,13 @@ public:
                             ElementType type, ReduceOp op) override {
     return issue(CollectiveKind::AllReduce, send, recv, count, type, op);
   }
-  std::optional<std::string> wait(CommHandle handle) override;
+  Error wait(CommHandle handle) override;
   bool test(CommHandle handle) override;
-  std::optional<std::string> barrier() override {
+  Error barrier() override {
     return wait(issue(CollectiveKind::Barrier, nullptr, nullptr, 0,
                       ElementType::F32, ReduceOp::Sum));
   }
-  std::optional<std::string> failure() const override;
+  Error failure() const override;
 
   int device() const override { return device_; }
   Communicator &host() override { return *host_; }
@@ -98,7 +97,7 @@ public:
     std::lock_guard<std::mutex> lock(mu_);
     producer_ = stream;
   }
-  std::string streamWait(CommHandle handle, cudaStream_t stream) override;
+  Error streamWait(CommHandle handle, cudaStream_t stream) override;
   cudaStream_t stream() const override { return stream_; }
 
 private:

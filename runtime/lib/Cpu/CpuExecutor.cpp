@@ -147,8 +147,8 @@ Error CpuExecutor::waitCollective(const PlanStep &step) {
     return Error("waits for a collective that was not started");
   Pending p = it->second;
   pending.erase(it);
-  if (std::optional<std::string> failure = communicator->wait(p.handle))
-    return Error(p.name + ": " + *failure);
+  if (Error failure = communicator->wait(p.handle))
+    return Error(p.name + ": " + failure.message());
   if (trace && !p.recorded)
     trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
   if (p.divisor != 1) {

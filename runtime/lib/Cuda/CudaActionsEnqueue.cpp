@@ -102,9 +102,9 @@ std::string enqueue(const Action &a, Gemms &gemms,
     auto it = pending.find(a.resultId);
     if (it == pending.end() || !comm)
       return "waits for a collective that was not started";
-    std::string problem = comm->streamWait(it->second, stream);
+    Error problem = comm->streamWait(it->second, stream);
     pending.erase(it);
-    return problem;
+    return problem.takeMessage();
   }
   }
   return "";

@@ -135,13 +135,14 @@ Error CudaExecutor::setCommunicator(comm::Communicator *c) {
   if (s->plan.ranks > 1) {
     // One rank per GPU; NCCL picks this rank's device and sets it.
 #ifdef KILN_HAVE_NCCL
-    std::string error;
     // The collective deadline of the run (comm.train_timeout_seconds; 0
     // waits forever), as the MPI communicator keeps it.
-    s->nccl = comm::createNcclCommunicator(
-        *c, static_cast<double>(s->plan.training.commTimeoutSeconds), error);
-    if (!s->nccl)
-      return Error(error);
+    Expected<std::unique_ptr<comm::NcclCommunicator>> nccl =
+        comm::createNcclCommunicator(
+            *c, static_cast<double>(s->plan.training.commTimeoutSeconds));
+    if (!nccl)
+      return nccl.takeError();
+    s->nccl = *std::move(nccl);
     s->device = s->nccl->device();
 #else
     return Error("this build has no NCCL (libnccl was not found when it was "

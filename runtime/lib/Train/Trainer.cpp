@@ -73,8 +73,8 @@ Error agreeOnStop(comm::Communicator *c, int &signal) {
   float mine = static_cast<float>(signal), any = 0.0f;
   comm::CommHandle h = c->startAllReduce(&mine, &any, 1, comm::ElementType::F32,
                                          comm::ReduceOp::Max);
-  if (std::optional<std::string> failure = c->wait(h))
-    return Error(*failure);
+  if (Error failure = c->wait(h))
+    return failure;
   signal = static_cast<int>(any);
   return Error::success();
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 using namespace kiln::runtime::comm;
+using kiln::runtime::Expected;
 
 namespace {
 
@@ -44,19 +45,19 @@ double arithmetic(long iterations) {
 double slowest(Communicator &comm, double value) {
   float mine = static_cast<float>(value);
   std::vector<float> all(comm.size());
-  comm.wait(comm.startAllGather(&mine, all.data(), 1, ElementType::F32));
+  (void)comm.wait(comm.startAllGather(&mine, all.data(), 1, ElementType::F32));
   return *std::max_element(all.begin(), all.end());
 }
 
 } // namespace
 
 int main() {
-  std::string error;
-  std::unique_ptr<Communicator> comm = createCommunicator(error);
-  if (!comm) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
+  Expected<std::unique_ptr<Communicator>> created = createCommunicator();
+  if (!created) {
+    std::fprintf(stderr, "error: %s\n", created.error().message().c_str());
     return 1;
   }
+  std::unique_ptr<Communicator> comm = *std::move(created);
   bool root = comm->rank() == 0;
   if (root)
     std::printf("%s backend, %d rank(s)\n", comm->backendName(), comm->size());
@@ -64,11 +65,11 @@ int main() {
   for (long count : {1L, 1L << 10, 1L << 16, 1L << 20, 1L << 22}) {
     std::vector<float> send(count, 1.0f), recv(count);
     int iterations = count >= (1L << 20) ? 10 : 200;
-    comm->barrier();
+    (void)comm->barrier();
     auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations; ++i)
-      comm->wait(comm->startAllReduce(send.data(), recv.data(), count,
-                                      ElementType::F32, ReduceOp::Sum));
+      (void)comm->wait(comm->startAllReduce(send.data(), recv.data(), count,
+                                            ElementType::F32, ReduceOp::Sum));
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - start)
                     .count() /
@@ -80,10 +81,10 @@ int main() {
   }
 
   const long work = 100000000;
-  comm->barrier();
+  (void)comm->barrier();
   double alone = slowest(*comm, arithmetic(work));
   std::vector<float> send(1 << 20, 1.0f), recv(1 << 20);
-  comm->barrier();
+  (void)comm->barrier();
   double late = 0, waiting = 0;
   if (root)
     late = arithmetic(work);
@@ -91,7 +92,7 @@ int main() {
                                       ElementType::F32, ReduceOp::Sum);
   if (!root)
     waiting = arithmetic(work);
-  comm->wait(h);
+  (void)comm->wait(h);
   double lateMs = slowest(*comm, late), waitingMs = slowest(*comm, waiting);
   if (root)
     std::printf("arithmetic alone: %.0f ms; on the ranks waiting in an "

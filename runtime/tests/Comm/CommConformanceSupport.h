@@ -21,8 +21,8 @@
 
 #define EXPECT_OK(expr)                                                        \
   do {                                                                         \
-    std::optional<std::string> error_ = (expr);                                \
-    EXPECT_FALSE(error_.has_value()) << *error_;                               \
+    kiln::runtime::Error error_ = (expr);                                      \
+    EXPECT_FALSE(error_) << error_.message();                                  \
   } while (0)
 
 namespace kiln::runtime::comm::conformance {

@@ -40,6 +40,8 @@
 
 using namespace kiln::runtime::comm;
 using namespace kiln::runtime::comm::harness;
+using kiln::runtime::Error;
+using kiln::runtime::Expected;
 
 int main(int argc, char **argv) {
   ::testing::InitGoogleTest(&argc, argv);
@@ -65,12 +67,12 @@ int main(int argc, char **argv) {
   Watchdog watchdog("kiln-comm-tests", watchdogSeconds,
                     "a rank is stuck, or the ranks' collectives no longer match");
 
-  std::string error;
-  std::unique_ptr<Communicator> comm = createCommunicator(error);
-  if (!comm) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
+  Expected<std::unique_ptr<Communicator>> created = createCommunicator();
+  if (!created) {
+    std::fprintf(stderr, "error: %s\n", created.error().message().c_str());
     return 1;
   }
+  std::unique_ptr<Communicator> comm = *std::move(created);
   int rank = comm->rank(), size = comm->size();
   currentRank = rank;
   bool failed = false;
@@ -110,9 +112,10 @@ int main(int argc, char **argv) {
   std::vector<float> verdicts(size, failed ? 1.0f : 0.0f);
   if (!comm->failure()) {
     float mine = failed ? 1.0f : 0.0f;
-    if (auto why = comm->wait(comm->startAllGather(&mine, verdicts.data(), 1,
-                                                   ElementType::F32))) {
-      std::fprintf(stderr, "[rank %d] error: %s\n", rank, why->c_str());
+    if (Error why = comm->wait(comm->startAllGather(&mine, verdicts.data(), 1,
+                                                    ElementType::F32))) {
+      std::fprintf(stderr, "[rank %d] error: %s\n", rank,
+                   why.message().c_str());
       failed = true;
     }
   }

@@ -17,13 +17,13 @@ namespace {
 
 std::string failureOf(const std::function<CommHandle(Communicator &)> &start) {
   std::unique_ptr<Communicator> comm = createLocalCommunicator();
-  std::optional<std::string> error = comm->wait(start(*comm));
+  kiln::runtime::Error error = comm->wait(start(*comm));
   if (!error)
     return "";
-  EXPECT_EQ(comm->failure(), error);
-  EXPECT_TRUE(comm->barrier().has_value()) << "the failure is kept";
-  EXPECT_EQ(error->find('\n'), std::string::npos);
-  return *error;
+  EXPECT_EQ(comm->failure().message(), error.message());
+  EXPECT_TRUE(comm->barrier()) << "the failure is kept";
+  EXPECT_EQ(error.message().find('\n'), std::string::npos);
+  return error.message();
 }
 
 } // namespace
@@ -90,13 +90,14 @@ TEST(LocalCommunicator, LaterCollectivesReportTheEarlierFailure) {
   CommHandle bad =
       comm->startAllReduce(&x, &y, -5, ElementType::F32, ReduceOp::Sum);
   CommHandle later = comm->startAllGather(&x, &y, 1, ElementType::F32);
-  EXPECT_FALSE(comm->wait(ok).has_value());
+  EXPECT_FALSE(comm->wait(ok));
   EXPECT_EQ(y, 1.0f);
-  EXPECT_TRUE(comm->wait(bad).has_value());
-  std::optional<std::string> error = comm->wait(later);
-  ASSERT_TRUE(error.has_value());
-  EXPECT_NE(error->find("collective #3 not run: the communicator failed "
-                        "earlier: local all-reduce #2"),
-            std::string::npos)
-      << *error;
+  EXPECT_TRUE(comm->wait(bad));
+  kiln::runtime::Error error = comm->wait(later);
+  ASSERT_TRUE(error);
+  EXPECT_NE(
+      error.message().find("collective #3 not run: the communicator failed "
+                           "earlier: local all-reduce #2"),
+      std::string::npos)
+      << error.message();
 }

@@ -40,6 +40,8 @@
 
 using namespace kiln::runtime::comm;
 using namespace kiln::runtime::comm::harness;
+using kiln::runtime::Error;
+using kiln::runtime::Expected;
 
 namespace {
 
@@ -102,12 +104,12 @@ int main(int argc, char **argv) {
   Watchdog watchdog("kiln-comm-nccl-tests", watchdogSeconds,
                     "a rank is stuck");
 
-  std::string error;
-  std::unique_ptr<Communicator> host = createCommunicator(error);
-  if (!host) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
+  Expected<std::unique_ptr<Communicator>> created = createCommunicator();
+  if (!created) {
+    std::fprintf(stderr, "error: %s\n", created.error().message().c_str());
     return 1;
   }
+  std::unique_ptr<Communicator> host = *std::move(created);
   const int rank = host->rank(), size = host->size();
   currentRank = rank;
   bool failed = false;
@@ -126,9 +128,9 @@ int main(int argc, char **argv) {
   std::string why = gpuUnavailable();
   unsigned char ready = why.empty() ? 1 : 0;
   std::vector<unsigned char> readiness(size, 0);
-  if (auto e = host->wait(
+  if (Error e = host->wait(
           host->startAllGather(&ready, readiness.data(), 1, ElementType::U8))) {
-    std::fprintf(stderr, "[rank %d] error: %s\n", rank, e->c_str());
+    std::fprintf(stderr, "[rank %d] error: %s\n", rank, e.message().c_str());
     return 1;
   }
   for (int r = 0; r < size && why.empty(); ++r)
@@ -141,12 +143,14 @@ int main(int argc, char **argv) {
     return 77;
   }
 
-  std::unique_ptr<NcclCommunicator> comm =
-      createNcclCommunicator(std::move(host), ncclWatchdogSeconds, error);
-  if (!comm) {
-    std::fprintf(stderr, "[rank %d] error: %s\n", rank, error.c_str());
+  Expected<std::unique_ptr<NcclCommunicator>> nccl =
+      createNcclCommunicator(std::move(host), ncclWatchdogSeconds);
+  if (!nccl) {
+    std::fprintf(stderr, "[rank %d] error: %s\n", rank,
+                 nccl.error().message().c_str());
     return 1;
   }
+  std::unique_ptr<NcclCommunicator> comm = *std::move(nccl);
 
   std::string filter = GTEST_FLAG_GET(filter);
   std::string suite = std::string(conformance::kFailureSuite) + ".*";
@@ -169,9 +173,9 @@ int main(int argc, char **argv) {
   Communicator &hostComm = comm->host();
   unsigned char mine = failed ? 1 : 0;
   std::vector<unsigned char> verdicts(size, 1);
-  if (auto e = hostComm.wait(hostComm.startAllGather(&mine, verdicts.data(), 1,
-                                                     ElementType::U8))) {
-    std::fprintf(stderr, "[rank %d] error: %s\n", rank, e->c_str());
+  if (Error e = hostComm.wait(hostComm.startAllGather(&mine, verdicts.data(), 1,
+                                                      ElementType::U8))) {
+    std::fprintf(stderr, "[rank %d] error: %s\n", rank, e.message().c_str());
     failed = true;
   }
   std::string failedRanks;

@@ -14,6 +14,7 @@ namespace kiln::fuzz {
 namespace {
 
 using namespace runtime::comm;
+using runtime::Error;
 
 class MirrorCommunicator final : public Communicator {
 public:
@@ -36,21 +37,22 @@ public:
                             ElementType type, ReduceOp op) override {
     return run(CollectiveKind::AllReduce, send, recv, count, type, op);
   }
-  std::optional<std::string> wait(CommHandle handle) override {
+  Error wait(CommHandle handle) override {
     if (handle.id == 0 || handle.id >= nextId_)
-      return "mirror: wait on a handle this communicator did not issue (#" +
-             std::to_string(handle.id) + ")";
+      return Error(
+          "mirror: wait on a handle this communicator did not issue (#" +
+          std::to_string(handle.id) + ")");
     return failure_.resultOf(handle.id);
   }
   bool test(CommHandle) override { return true; }
-  std::optional<std::string> barrier() override {
+  Error barrier() override {
     return wait(run(CollectiveKind::Barrier, nullptr, nullptr, 0,
                     ElementType::F32, ReduceOp::Sum));
   }
-  std::optional<std::string> failure() const override {
+  Error failure() const override {
     if (!failure_.failed())
-      return std::nullopt;
-    return failure_.message;
+      return Error::success();
+    return Error(failure_.message);
   }
 
 private:
@@ -59,11 +61,11 @@ private:
     uint64_t id = nextId_++;
     if (failure_.failed())
       return {id};
-    if (auto why = checkCollective(kind, send, recv, count, type, op, size_,
-                                   std::numeric_limits<int64_t>::max())) {
-      failure_.fail(id, "mirror " + describeCollective(kind, id, count, type,
-                                                      op) +
-                            ": " + *why);
+    if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
+                                    std::numeric_limits<int64_t>::max())) {
+      failure_.fail(id, "mirror " +
+                            describeCollective(kind, id, count, type, op) +
+                            ": " + why.message());
       return {id};
     }
     if (kind == CollectiveKind::Barrier || count == 0)

@@ -165,13 +165,13 @@ int train(const Plan &plan, int argc, char **argv) {
     }
   }
   // Under mpirun: one rank of the run (the plan says how many there are).
-  std::string error;
-  std::unique_ptr<comm::Communicator> ranks = comm::createCommunicator(error);
+  Expected<std::unique_ptr<comm::Communicator>> ranks =
+      comm::createCommunicator();
   if (!ranks) {
-    std::cerr << "error: " << error << "\n";
+    std::cerr << "error: " << ranks.error().message() << "\n";
     return 1;
   }
-  return runTrainingOnRanks(plan, options, *ranks);
+  return runTrainingOnRanks(plan, options, **ranks);
 }
 
 int usage() {

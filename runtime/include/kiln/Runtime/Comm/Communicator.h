@@ -41,9 +41,10 @@
 #ifndef KILN_RUNTIME_COMM_COMMUNICATOR_H
 #define KILN_RUNTIME_COMM_COMMUNICATOR_H
 
+#include "kiln/Runtime/Support/Error.h"
+
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 namespace kiln::runtime::comm {
@@ -92,10 +93,10 @@ public:
                                     ElementType type, ReduceOp op) = 0;
 
   /// Blocks until the collective is complete (hence every one issued
-  /// before it). Nothing on success, else its error line. Waiting again on
-  /// the same handle returns the same answer; a handle this communicator
-  /// did not issue is an error (which does not fail the communicator).
-  virtual std::optional<std::string> wait(CommHandle handle) = 0;
+  /// before it). Success, else its error line. Waiting again on the same
+  /// handle returns the same answer; a handle this communicator did not
+  /// issue is an error (which does not fail the communicator).
+  virtual Error wait(CommHandle handle) = 0;
 
   /// True when wait(handle) would return without blocking: the collective
   /// is complete, or the handle was not issued here. Never blocks and
@@ -105,10 +106,10 @@ public:
   /// A barrier over all ranks, issued like a collective and waited for:
   /// returns once every rank has issued it, and so after every collective
   /// this rank issued before it is complete.
-  virtual std::optional<std::string> barrier() = 0;
+  virtual Error barrier() = 0;
 
-  /// The first error of this communicator, if it has failed.
-  virtual std::optional<std::string> failure() const = 0;
+  /// The first error of this communicator if it has failed, else success.
+  virtual Error failure() const = 0;
 
   /// A deadline for collectives from now on: one this rank's backend has
   /// been running for `seconds` without completing fails the communicator
@@ -132,8 +133,8 @@ public:
 
 /// The communicator the launcher asks for: MPI when this process was
 /// started by an MPI launcher (launchedByMpi()), else a local one of world
-/// size 1. Null with a one-line `error` when MPI cannot be set up.
-std::unique_ptr<Communicator> createCommunicator(std::string &error);
+/// size 1. A one-line error when MPI cannot be set up.
+Expected<std::unique_ptr<Communicator>> createCommunicator();
 
 /// Whether the environment is that of an MPI launcher (mpirun/mpiexec of
 /// Open MPI, or a PMI/PMIx launcher such as srun or MPICH's Hydra).

@@ -34,9 +34,9 @@
 namespace kiln::runtime::comm {
 
 /// Initialises MPI (on the communication thread) and returns the
-/// communicator of MPI_COMM_WORLD; null with a one-line `error` on failure.
-/// Note that Open MPI itself aborts the process when MPI_Init fails.
-std::unique_ptr<Communicator> createMpiCommunicator(std::string &error);
+/// communicator of MPI_COMM_WORLD, or a one-line error. Note that Open MPI
+/// itself aborts the process when MPI_Init fails.
+Expected<std::unique_ptr<Communicator>> createMpiCommunicator();
 
 } // namespace kiln::runtime::comm
 

@@ -70,32 +70,31 @@ public:
   /// (null: the legacy default stream).
   virtual void setProducerStream(cudaStream_t stream) = 0;
   /// Makes `stream` wait on the device for collective `h` (and every one
-  /// issued before it). Empty on success, else an error line: an unknown
-  /// handle, a failed collective (its error), or a collective issued
-  /// outside the capture `stream` is in (wait() for it before capturing).
-  virtual std::string streamWait(CommHandle h, cudaStream_t stream) = 0;
+  /// issued before it). Success, else an error line: an unknown handle, a
+  /// failed collective (its error), or a collective issued outside the
+  /// capture `stream` is in (wait() for it before capturing).
+  virtual Error streamWait(CommHandle h, cudaStream_t stream) = 0;
   /// The communicator's own stream (for tests and traces).
   virtual cudaStream_t stream() const = 0;
 };
 
 /// Sets the device (cudaSetDevice) and creates the NCCL communicator of the
-/// ranks of `bootstrap`, which it takes over. Null with a one-line `error`
-/// when there is no usable GPU or NCCL fails. Collective over the ranks:
+/// ranks of `bootstrap`, which it takes over. A one-line error when there
+/// is no usable GPU or NCCL fails. Collective over the ranks:
 /// they all-gather their readiness with the unique id, so a rank without a
 /// GPU makes every rank fail alike; a failure inside ncclCommInitRank
 /// (e.g. two ranks on one GPU) is NCCL's to report on each rank.
 /// `watchdogSeconds` <= 0 turns the timeout off; the check for
 /// asynchronous NCCL errors stays on.
-std::unique_ptr<NcclCommunicator>
+Expected<std::unique_ptr<NcclCommunicator>>
 createNcclCommunicator(std::unique_ptr<Communicator> bootstrap,
-                       double watchdogSeconds, std::string &error);
+                       double watchdogSeconds);
 
 /// The same over a bootstrap communicator the caller keeps (it must outlive
 /// the NCCL communicator): what the CUDA executor uses, as the Trainer owns
 /// the host communicator.
-std::unique_ptr<NcclCommunicator>
-createNcclCommunicator(Communicator &bootstrap, double watchdogSeconds,
-                       std::string &error);
+Expected<std::unique_ptr<NcclCommunicator>>
+createNcclCommunicator(Communicator &bootstrap, double watchdogSeconds);
 
 } // namespace kiln::runtime::comm
 
