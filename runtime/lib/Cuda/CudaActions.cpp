@@ -53,42 +53,43 @@ public:
   Builder(const ActionContext &ctx, std::vector<Action> &out)
       : ctx(ctx), plan(*ctx.plan), out(out) {}
 
-  std::string step(size_t index, const PlanStep &s);
+  Error step(size_t index, const PlanStep &s);
   /// Adamw steps that share one launch (adamwJoins), the first at `index`.
-  std::string adamwList(size_t index,
-                        const std::vector<const PlanStep *> &steps);
+  Error adamwList(size_t index, const std::vector<const PlanStep *> &steps);
   /// With a numerics flag: the checks of the float results of step
   /// `index`, if it computes them (a fused group, a GEMM, a library op).
-  std::string checkFinite(size_t index, const PlanStep &s);
+  Error checkFinite(size_t index, const PlanStep &s);
 
 private:
   void *addr(int64_t id) const { return ctx.values->address(id); }
   const PlanValue &value(int64_t id) const { return plan.values[id]; }
-  std::string fused(const PlanStep &s);
-  std::string gemm(const PlanStep &s);
-  std::string kernelOp(const OpLaunchPlan &launches, const PlanStep &s) {
+  Error fused(const PlanStep &s);
+  Error gemm(const PlanStep &s);
+  Error kernelOp(const OpLaunchPlan &launches, const PlanStep &s) {
     return kernelOp(launches, std::vector<const PlanStep *>{&s});
   }
   /// The launches of a plan made for `steps` (one, but for adamwList).
-  std::string kernelOp(const OpLaunchPlan &launches,
-                       const std::vector<const PlanStep *> &steps);
+  Error kernelOp(const OpLaunchPlan &launches,
+                 const std::vector<const PlanStep *> &steps);
   /// One launch, its Operand and Result slots given by `address`.
-  std::string launchOf(const OpKernelLaunch &l,
-                       const std::function<void *(const OpKernelArg &)> &address);
-  std::string collective(const PlanStep &s);
-  std::string wait(const PlanStep &s);
-  std::string layout(const PlanStep &s);
+  Error launchOf(const OpKernelLaunch &l,
+                 const std::function<void *(const OpKernelArg &)> &address);
+  Error collective(const PlanStep &s);
+  Error wait(const PlanStep &s);
+  Error layout(const PlanStep &s);
 
   /// A Launch of kernel `name` of `module` (looked up unless a dry run).
-  std::string launchAction(LoadedModule *module, const std::string &name,
-                           Action *&act) {
+  Error launchAction(LoadedModule *module, const std::string &name,
+                     Action *&act) {
     act = &add(Action::Launch);
     act->kernelName = name;
     if (ctx.dryRun)
-      return "";
-    std::string error;
-    act->kernel = module->kernel(name, error);
-    return error;
+      return Error::success();
+    Expected<cudaKernel_t> kernel = module->kernel(name);
+    if (!kernel)
+      return kernel.takeError();
+    act->kernel = *kernel;
+    return Error::success();
   }
 
   Action &add(Action::Kind kind) {
@@ -106,7 +107,7 @@ private:
   std::map<int64_t, int64_t> divisors;
 };
 
-std::string Builder::step(size_t index, const PlanStep &s) {
+Error Builder::step(size_t index, const PlanStep &s) {
   current = index;
   if (s.group)
     return fused(s);
@@ -119,31 +120,30 @@ std::string Builder::step(size_t index, const PlanStep &s) {
   if (isLayout(s.kind))
     return layout(s);
   if (!isKernelOp(s.kind))
-    return "the CUDA backend cannot run op '" + s.op + "'";
-  std::string error;
-  std::optional<OpLaunchPlan> launches =
-      opLaunchPlan(plan, s, error, ctx.values->rank());
+    return Error("the CUDA backend cannot run op '" + s.op + "'");
+  Expected<OpLaunchPlan> launches = opLaunchPlan(plan, s, ctx.values->rank());
   if (!launches)
-    return error;
+    return launches.takeError();
   return kernelOp(*launches, s);
 }
 
-std::string Builder::fused(const PlanStep &s) {
-  std::string error;
-  GroupKernelSource source = groupKernelSource(plan, s, error);
-  if (source.source.empty())
-    return error;
+Error Builder::fused(const PlanStep &s) {
+  Expected<GroupKernelSource> source = groupKernelSource(plan, s);
+  if (!source)
+    return source.takeError();
   LoadedModule *module = nullptr;
   if (!ctx.dryRun) {
-    std::unique_ptr<LoadedModule> &loaded = (*ctx.groups)[source.source];
+    std::unique_ptr<LoadedModule> &loaded = (*ctx.groups)[source->source];
     if (!loaded) {
-      std::optional<CompiledKernel> cubin =
-          compileKernel(source.source, ctx.arch, ctx.cacheDir, error);
+      Expected<CompiledKernel> cubin =
+          compileKernel(source->source, ctx.arch, ctx.cacheDir);
       if (!cubin)
-        return "NVRTC: " + error;
-      loaded = LoadedModule::load(cubin->cubin, error);
-      if (!loaded)
-        return error;
+        return Error("NVRTC: " + cubin.error().message());
+      Expected<std::unique_ptr<LoadedModule>> lib =
+          LoadedModule::load(cubin->cubin);
+      if (!lib)
+        return lib.takeError();
+      loaded = *std::move(lib);
     }
     module = loaded.get();
   }
@@ -167,20 +167,18 @@ std::string Builder::fused(const PlanStep &s) {
   args.push_back(static_cast<uint64_t>(g.rows));
   args.push_back(static_cast<uint64_t>(g.cols));
   args.push_back(bitsOf(ctx.scratch));
-  std::optional<GroupLaunch> geometry = groupLaunch(g, error);
+  Expected<GroupLaunch> geometry = groupLaunch(g);
   if (!geometry)
-    return error;
+    return geometry.takeError();
   Action *launch = nullptr;
-  if (std::string problem = launchAction(module, "kiln_group", launch);
-      !problem.empty())
+  if (Error problem = launchAction(module, "kiln_group", launch))
     return problem;
   launch->grid = {geometry->grid[0], geometry->grid[1], 1};
   launch->block = {geometry->block[0], geometry->block[1], 1};
   launch->args = args;
-  if (source.hasColSum) {
+  if (source->hasColSum) {
     Action *sum = nullptr;
-    if (std::string problem = launchAction(module, "kiln_group_col_sum", sum);
-        !problem.empty())
+    if (Error problem = launchAction(module, "kiln_group_col_sum", sum))
       return problem;
     sum->grid = {geometry->sumGrid, 1, 1};
     sum->block = {geometry->sumBlock, 1, 1};
@@ -188,10 +186,10 @@ std::string Builder::fused(const PlanStep &s) {
     sum->hasExtra = true;
     sum->extra = geometry->partialBlocks;
   }
-  return "";
+  return Error::success();
 }
 
-std::string Builder::gemm(const PlanStep &s) {
+Error Builder::gemm(const PlanStep &s) {
   if (s.kind == plan::Op::ScaledMatmul) {
     // Operands: a [m, k], a_scale, b [n, k], b_scale (rank-0 or per row).
     const PlanValue &a = value(s.operands[0]), &b = value(s.operands[2]);
@@ -212,16 +210,16 @@ std::string Builder::gemm(const PlanStep &s) {
     // The plan says (kiln-fp8-linear sets it for the forward GEMM only,
     // as torchao's recipes do).
     g.fastAccumulation = s.flag("fast_accumulation");
-    return "";
+    return Error::success();
   }
   const PlanValue &in0 = value(s.operands[0]), &in1 = value(s.operands[1]);
   const PlanValue &res = value(s.results[0]);
   if (in0.dtype != in1.dtype || in0.dtype != res.dtype ||
       (res.dtype != DType::BF16 && res.dtype != DType::F32))
-    return std::string("the CUDA backend runs ") + s.op +
-           " on bf16 or f32 operands of one dtype, not " +
-           dtypeName(in0.dtype) + " x " + dtypeName(in1.dtype) + " -> " +
-           dtypeName(res.dtype);
+    return Error(std::string("the CUDA backend runs ") + s.op +
+                 " on bf16 or f32 operands of one dtype, not " +
+                 dtypeName(in0.dtype) + " x " + dtypeName(in1.dtype) + " -> " +
+                 dtypeName(res.dtype));
   Action &act = add(Action::Linear);
   act.dtype = res.dtype;
   act.a = addr(in0.id);
@@ -244,26 +242,24 @@ std::string Builder::gemm(const PlanStep &s) {
     act.n = lastDim(in0);
     act.k = lastDim(in1);
   }
-  return "";
+  return Error::success();
 }
 
-std::string Builder::adamwList(size_t index,
-                               const std::vector<const PlanStep *> &steps) {
+Error Builder::adamwList(size_t index,
+                         const std::vector<const PlanStep *> &steps) {
   current = index;
-  std::string error;
-  std::optional<OpLaunchPlan> launches =
-      adamwListLaunchPlan(plan, steps, error);
+  Expected<OpLaunchPlan> launches = adamwListLaunchPlan(plan, steps);
   if (!launches)
-    return error;
+    return launches.takeError();
   return kernelOp(*launches, steps);
 }
 
-std::string Builder::kernelOp(const OpLaunchPlan &p,
-                              const std::vector<const PlanStep *> &steps) {
+Error Builder::kernelOp(const OpLaunchPlan &p,
+                        const std::vector<const PlanStep *> &steps) {
   const PlanStep &s = *steps.front();
   if (p.scratchBytes > ctx.scratchBytes)
-    return "needs " + std::to_string(p.scratchBytes) +
-           " bytes of scratch, more than was allocated";
+    return Error("needs " + std::to_string(p.scratchBytes) +
+                 " bytes of scratch, more than was allocated");
   for (int r : p.zeroResults) {
     Action &z = add(Action::Memset);
     z.dst = addr(s.results[r]);
@@ -275,25 +271,24 @@ std::string Builder::kernelOp(const OpLaunchPlan &p,
     z.bytes = p.scratchBytes;
   }
   for (const OpKernelLaunch &l : p.launches) {
-    std::string problem = launchOf(l, [&](const OpKernelArg &arg) {
+    Error problem = launchOf(l, [&](const OpKernelArg &arg) {
       const PlanStep &of = *steps.at(arg.step);
       return addr(arg.kind == OpKernelArg::Operand ? of.operands.at(arg.index)
                                                    : of.results.at(arg.index));
     });
-    if (!problem.empty())
+    if (problem)
       return problem;
   }
-  return "";
+  return Error::success();
 }
 
-std::string Builder::launchOf(
+Error Builder::launchOf(
     const OpKernelLaunch &l,
     const std::function<void *(const OpKernelArg &)> &address) {
   if (l.args.size() > static_cast<size_t>(l.slots))
-    return "an op kernel with more arguments than its slots";
+    return Error("an op kernel with more arguments than its slots");
   Action *launch = nullptr;
-  if (std::string problem = launchAction(ctx.ops, l.kernel, launch);
-      !problem.empty())
+  if (Error problem = launchAction(ctx.ops, l.kernel, launch))
     return problem;
   Action &act = *launch;
   act.grid = {static_cast<unsigned>(l.grid), 1, 1};
@@ -320,20 +315,20 @@ std::string Builder::launchOf(
       break;
     }
   }
-  return "";
+  return Error::success();
 }
 
 /// reshape and unflatten move bytes only: a copy, or nothing when the
 /// result is the operand's own memory.
-std::string Builder::checkFinite(size_t index, const PlanStep &s) {
+Error Builder::checkFinite(size_t index, const PlanStep &s) {
   if (!ctx.numericsFlag)
-    return "";
+    return Error::success();
   // As the CPU backend: every step but collectives and the shard ops.
   bool computes = s.group || isGemm(s.kind) ||
                   (isKernelOp(s.kind) &&
                    plan::category(s.kind) != plan::Category::ShardCast);
   if (!computes)
-    return "";
+    return Error::success();
   current = index;
   for (size_t r = 0; r < s.results.size(); ++r) {
     const PlanValue &v = value(s.results[r]);
@@ -343,34 +338,33 @@ std::string Builder::checkFinite(size_t index, const PlanStep &s) {
         v.dtype, v.numElements(), static_cast<int64_t>(index),
         static_cast<int>(r));
     if (!l)
-      return "too many steps or results for the numerics check";
-    if (std::string problem = launchOf(*l, [&](const OpKernelArg &arg) {
+      return Error("too many steps or results for the numerics check");
+    if (Error problem = launchOf(*l, [&](const OpKernelArg &arg) {
           return arg.index == 0 ? addr(v.id) : ctx.numericsFlag;
-        });
-        !problem.empty())
+        }))
       return problem;
   }
-  return "";
+  return Error::success();
 }
 
-std::string Builder::layout(const PlanStep &s) {
+Error Builder::layout(const PlanStep &s) {
   const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
   if (in.dtype != res.dtype)
-    return std::string("a ") + s.op + " from " + dtypeName(in.dtype) +
-           " to " + dtypeName(res.dtype);
+    return Error(std::string("a ") + s.op + " from " + dtypeName(in.dtype) +
+                 " to " + dtypeName(res.dtype));
   int64_t offset = s.kind == plan::Op::Unflatten ? s.i64("offset") : 0;
   const char *from = static_cast<const char *>(addr(in.id)) +
                      offset * dtypeBytes(in.dtype);
   if (from == addr(res.id))
-    return "";
+    return Error::success();
   Action &act = add(Action::Copy);
   act.dst = addr(res.id);
   act.src = from;
   act.bytes = res.bytes();
-  return "";
+  return Error::success();
 }
 
-std::string Builder::collective(const PlanStep &s) {
+Error Builder::collective(const PlanStep &s) {
   const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
   Action &act = add(Action::Collective);
   act.collective = s.kind;
@@ -385,19 +379,19 @@ std::string Builder::collective(const PlanStep &s) {
   act.count = s.kind == plan::Op::ReduceScatterStart ? res.numElements()
                                                       : in.numElements();
   divisors[res.id] = reduction == "mean" ? plan.ranks : 1;
-  return "";
+  return Error::success();
 }
 
-std::string Builder::wait(const PlanStep &s) {
+Error Builder::wait(const PlanStep &s) {
   auto it = divisors.find(s.operands[0]);
   if (it == divisors.end())
-    return "waits for a collective that was not started";
+    return Error("waits for a collective that was not started");
   int64_t divisor = it->second;
   divisors.erase(it);
   Action &act = add(Action::Wait);
   act.resultId = s.operands[0];
   if (divisor == 1)
-    return "";
+    return Error::success();
   // A mean: the sum divided by the rank count, in place in the result
   // (the wait's result is the collective's buffer).
   const PlanValue &res = value(s.results[0]);
@@ -406,32 +400,29 @@ std::string Builder::wait(const PlanStep &s) {
 
 } // namespace
 
-int64_t scratchBytesNeeded(const Plan &plan, int rank, std::string &error) {
+Expected<int64_t> scratchBytesNeeded(const Plan &plan, int rank) {
   int64_t most = 0;
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &s : entry.steps) {
       if (s.group) {
-        std::optional<GroupLaunch> geometry = groupLaunch(*s.group, error);
-        if (!geometry) {
-          error = name + ", " + describeStep(plan, s) + ": " + error;
-          return -1;
-        }
+        Expected<GroupLaunch> geometry = groupLaunch(*s.group);
+        if (!geometry)
+          return Error(name + ", " + describeStep(plan, s) + ": " +
+                       geometry.error().message());
         most = std::max(most, alignUp(geometry->partialBytes));
       } else if (isKernelOp(s.kind) && !isLayout(s.kind)) {
-        std::optional<OpLaunchPlan> p = opLaunchPlan(plan, s, error, rank);
-        if (!p) {
-          error = name + ", " + describeStep(plan, s) + ": " + error;
-          return -1;
-        }
+        Expected<OpLaunchPlan> p = opLaunchPlan(plan, s, rank);
+        if (!p)
+          return Error(name + ", " + describeStep(plan, s) + ": " +
+                       p.error().message());
         most = std::max(most, alignUp(p->scratchBytes));
       }
     }
   return most;
 }
 
-std::optional<std::vector<Action>>
-buildActions(const ActionContext &ctx, const std::string &entry,
-             std::string &error) {
+Expected<std::vector<Action>> buildActions(const ActionContext &ctx,
+                                           const std::string &entry) {
   const PlanEntry *e = ctx.plan->entry(entry);
   std::vector<Action> actions;
   Builder builder(ctx, actions);
@@ -444,15 +435,13 @@ buildActions(const ActionContext &ctx, const std::string &entry,
     while (i + run.size() < e->steps.size() &&
            adamwJoins(*ctx.plan, s, e->steps[i + run.size()]))
       run.push_back(&e->steps[i + run.size()]);
-    std::string problem =
+    Error problem =
         run.size() > 1 ? builder.adamwList(i, run) : builder.step(i, s);
-    for (size_t k = 0; k < run.size() && problem.empty(); ++k)
+    for (size_t k = 0; k < run.size() && !problem; ++k)
       problem = builder.checkFinite(i + k, *run[k]);
-    if (!problem.empty()) {
-      error = "op " + std::to_string(i) + " of " + entry + ", " +
-              describeStep(*ctx.plan, s) + ": " + problem;
-      return std::nullopt;
-    }
+    if (problem)
+      return Error("op " + std::to_string(i) + " of " + entry + ", " +
+                   describeStep(*ctx.plan, s) + ": " + problem.message());
     i += run.size() - 1;
   }
   return actions;

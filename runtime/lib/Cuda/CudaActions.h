@@ -13,6 +13,7 @@
 #include "kiln/Runtime/Comm/NcclCommunicator.h"
 #include "kiln/Runtime/Cuda/Gemm.h"
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cuda_runtime.h>
 
@@ -27,12 +28,11 @@ namespace kiln::runtime::cuda {
 /// A loaded CUBIN and the kernels taken from it by name.
 class LoadedModule {
 public:
-  /// Loads `cubin`; null with `error` on failure.
-  static std::unique_ptr<LoadedModule> load(const std::string &cubin,
-                                            std::string &error);
+  /// Loads `cubin`.
+  static Expected<std::unique_ptr<LoadedModule>> load(const std::string &cubin);
   ~LoadedModule();
-  /// The kernel `name`; null with `error` when the module lacks it.
-  cudaKernel_t kernel(const std::string &name, std::string &error);
+  /// The kernel `name`; an error when the module lacks it.
+  Expected<cudaKernel_t> kernel(const std::string &name);
 
 private:
   cudaLibrary_t library = nullptr;
@@ -120,25 +120,23 @@ bool isGemm(plan::Op op);
 /// The scratch bytes `plan`'s steps need at most on rank `rank` (op
 /// kernels' scratch, column-sum partials), so it can be allocated before
 /// building actions.
-int64_t scratchBytesNeeded(const Plan &plan, int rank, std::string &error);
+Expected<int64_t> scratchBytesNeeded(const Plan &plan, int rank);
 
 /// The actions of `entry`. Compiles and loads group kernels it meets for
-/// the first time into ctx.groups. Nothing with `error` naming the step on
-/// failure.
-std::optional<std::vector<Action>>
-buildActions(const ActionContext &ctx, const std::string &entry,
-             std::string &error);
+/// the first time into ctx.groups. On failure, an error naming the step.
+Expected<std::vector<Action>> buildActions(const ActionContext &ctx,
+                                           const std::string &entry);
 
 /// Enqueues `actions` on `stream`; collectives go through `comm` (null for
 /// a one-rank plan, which has none). With `marks` (actions.size() + 1
 /// events), event i is recorded on `stream` before action i and the last
 /// after the last action, so consecutive marks time each action on the
-/// stream (any idle time before it starts included). Empty on success,
-/// else the first error, naming the step.
-std::string enqueueActions(const Plan &plan, const std::string &entry,
-                           const std::vector<Action> &actions, Gemms &gemms,
-                           comm::NcclCommunicator *comm, cudaStream_t stream,
-                           const std::vector<cudaEvent_t> *marks = nullptr);
+/// stream (any idle time before it starts included). The first error,
+/// naming the step.
+Error enqueueActions(const Plan &plan, const std::string &entry,
+                     const std::vector<Action> &actions, Gemms &gemms,
+                     comm::NcclCommunicator *comm, cudaStream_t stream,
+                     const std::vector<cudaEvent_t> *marks = nullptr);
 
 /// What an action's time counts as in a breakdown: "GEMM", "FP8 GEMM",
 /// "attention", "fused groups", "AdamW", "numerics check", "other op

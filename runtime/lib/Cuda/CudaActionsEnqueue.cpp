@@ -13,15 +13,13 @@
 
 namespace kiln::runtime::cuda {
 
-std::unique_ptr<LoadedModule> LoadedModule::load(const std::string &cubin,
-                                                 std::string &error) {
+Expected<std::unique_ptr<LoadedModule>>
+LoadedModule::load(const std::string &cubin) {
   std::unique_ptr<LoadedModule> m(new LoadedModule);
   if (cudaError_t e = cudaLibraryLoadData(&m->library, cubin.data(), nullptr,
                                           nullptr, 0, nullptr, nullptr, 0);
-      e != cudaSuccess) {
-    error = cudaProblem("loading a CUBIN", e);
-    return nullptr;
-  }
+      e != cudaSuccess)
+    return Error(cudaProblem("loading a CUBIN", e));
   return m;
 }
 
@@ -30,25 +28,22 @@ LoadedModule::~LoadedModule() {
     cudaLibraryUnload(library);
 }
 
-cudaKernel_t LoadedModule::kernel(const std::string &name,
-                                  std::string &error) {
+Expected<cudaKernel_t> LoadedModule::kernel(const std::string &name) {
   auto it = kernels.find(name);
   if (it != kernels.end())
     return it->second;
   cudaKernel_t k = nullptr;
   if (cudaError_t e = cudaLibraryGetKernel(&k, library, name.c_str());
-      e != cudaSuccess) {
-    error = cudaProblem("kernel '" + name + "'", e);
-    return nullptr;
-  }
+      e != cudaSuccess)
+    return Error(cudaProblem("kernel '" + name + "'", e));
   kernels[name] = k;
   return k;
 }
 
 namespace {
-std::string enqueue(const Action &a, Gemms &gemms,
-                    comm::NcclCommunicator *comm, cudaStream_t stream,
-                    std::map<int64_t, comm::CommHandle> &pending) {
+Error enqueue(const Action &a, Gemms &gemms, comm::NcclCommunicator *comm,
+              cudaStream_t stream,
+              std::map<int64_t, comm::CommHandle> &pending) {
   switch (a.kind) {
   case Action::Launch: {
     void *params[2] = {const_cast<uint64_t *>(a.args.data()),
@@ -57,20 +52,20 @@ std::string enqueue(const Action &a, Gemms &gemms,
                                          a.grid, a.block, params,
                                          a.shared, stream);
         e != cudaSuccess)
-      return cudaProblem("launching a kernel", e);
-    return "";
+      return Error(cudaProblem("launching a kernel", e));
+    return Error::success();
   }
   case Action::Memset:
     if (cudaError_t e = cudaMemsetAsync(a.dst, 0, a.bytes, stream);
         e != cudaSuccess)
-      return cudaProblem("cudaMemsetAsync", e);
-    return "";
+      return Error(cudaProblem("cudaMemsetAsync", e));
+    return Error::success();
   case Action::Copy:
     if (cudaError_t e = cudaMemcpyAsync(a.dst, a.src, a.bytes,
                                         cudaMemcpyDefault, stream);
         e != cudaSuccess)
-      return cudaProblem("cudaMemcpyAsync", e);
-    return "";
+      return Error(cudaProblem("cudaMemcpyAsync", e));
+    return Error::success();
   case Action::Linear:
     switch (a.gemm) {
     case Action::Gemm::Forward:
@@ -82,12 +77,12 @@ std::string enqueue(const Action &a, Gemms &gemms,
       return gemms.linearGradWeight(a.dtype, a.a, a.b, a.c, a.m, a.n, a.k,
                                     stream);
     }
-    return "";
+    return Error::success();
   case Action::Scaled:
     return gemms.scaledMatmul(a.scaled, stream);
   case Action::Collective: {
     if (!comm)
-      return "a collective in a plan run without a communicator";
+      return Error("a collective in a plan run without a communicator");
     comm::CommHandle h;
     if (a.collective == plan::Op::AllGatherStart)
       h = comm->startAllGather(a.src, a.dst, a.count, a.element);
@@ -96,45 +91,46 @@ std::string enqueue(const Action &a, Gemms &gemms,
     else
       h = comm->startAllReduce(a.src, a.dst, a.count, a.element, a.reduce);
     pending[a.resultId] = h;
-    return "";
+    return Error::success();
   }
   case Action::Wait: {
     auto it = pending.find(a.resultId);
     if (it == pending.end() || !comm)
-      return "waits for a collective that was not started";
+      return Error("waits for a collective that was not started");
     Error problem = comm->streamWait(it->second, stream);
     pending.erase(it);
-    return problem.takeMessage();
+    return problem;
   }
   }
-  return "";
+  return Error::success();
 }
 } // namespace
 
-std::string enqueueActions(const Plan &plan, const std::string &entry,
-                           const std::vector<Action> &actions, Gemms &gemms,
-                           comm::NcclCommunicator *comm, cudaStream_t stream,
-                           const std::vector<cudaEvent_t> *marks) {
+Error enqueueActions(const Plan &plan, const std::string &entry,
+                     const std::vector<Action> &actions, Gemms &gemms,
+                     comm::NcclCommunicator *comm, cudaStream_t stream,
+                     const std::vector<cudaEvent_t> *marks) {
   const PlanEntry *e = plan.entry(entry);
   std::map<int64_t, comm::CommHandle> pending;
   if (comm)
     comm->setProducerStream(stream);
-  auto mark = [&](size_t i) -> std::string {
+  auto mark = [&](size_t i) -> Error {
     if (!marks)
-      return "";
+      return Error::success();
     if (cudaError_t err = cudaEventRecord((*marks)[i], stream);
         err != cudaSuccess)
-      return cudaProblem("recording an event", err);
-    return "";
+      return Error(cudaProblem("recording an event", err));
+    return Error::success();
   };
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action &a = actions[i];
-    std::string problem = mark(i);
-    if (problem.empty())
+    Error problem = mark(i);
+    if (!problem)
       problem = enqueue(a, gemms, comm, stream, pending);
-    if (!problem.empty())
-      return "op " + std::to_string(a.step) + " of " + entry + ", " +
-             describeStep(plan, e->steps[a.step]) + ": " + problem;
+    if (problem)
+      return Error("op " + std::to_string(a.step) + " of " + entry + ", " +
+                   describeStep(plan, e->steps[a.step]) + ": " +
+                   problem.message());
   }
   return mark(actions.size());
 }

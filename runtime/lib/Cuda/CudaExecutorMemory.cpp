@@ -34,22 +34,25 @@ Error CudaExecutor::State::prepare() {
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       e != cudaSuccess)
     return Error(cudaProblem("creating a stream", e));
-  std::string error;
-  gemms = Gemms::create(error);
-  if (!gemms)
-    return Error(error);
-  scratchBytes = scratchBytesNeeded(plan, rankIndex, error);
-  if (scratchBytes < 0)
-    return Error(error);
+  Expected<std::unique_ptr<Gemms>> created = Gemms::create();
+  if (!created)
+    return created.takeError();
+  gemms = *std::move(created);
+  Expected<int64_t> needed = scratchBytesNeeded(plan, rankIndex);
+  if (!needed)
+    return needed.takeError();
+  scratchBytes = *needed;
   if (Error problem = allocate())
     return problem;
-  std::optional<CompiledKernel> cubin = compileKernel(
-      opKernelLibrarySource(), arch, defaultKernelCacheDir(), error);
+  Expected<CompiledKernel> cubin =
+      compileKernel(opKernelLibrarySource(), arch, defaultKernelCacheDir());
   if (!cubin)
-    return Error("NVRTC, compiling the op kernels: " + error);
-  ops = LoadedModule::load(cubin->cubin, error);
-  if (!ops)
-    return Error(error);
+    return Error("NVRTC, compiling the op kernels: " + cubin.error().message());
+  Expected<std::unique_ptr<LoadedModule>> loaded =
+      LoadedModule::load(cubin->cubin);
+  if (!loaded)
+    return loaded.takeError();
+  ops = *std::move(loaded);
   if (cudaError_t e = cudaMalloc(&numericsFlag, sizeof(uint64_t));
       e != cudaSuccess)
     return Error(cudaProblem("allocating the numerics flag", e));

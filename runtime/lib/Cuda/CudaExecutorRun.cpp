@@ -63,10 +63,9 @@ Error CudaExecutor::State::buildEntry(const std::string &name, Entry &entry) {
   ctx.scratch = scratch;
   ctx.scratchBytes = scratchBytes;
   ctx.numericsFlag = checkNumerics ? numericsFlag : nullptr;
-  std::string error;
-  std::optional<std::vector<Action>> body = buildActions(ctx, name, error);
+  Expected<std::vector<Action>> body = buildActions(ctx, name);
   if (!body)
-    return Error(error);
+    return body.takeError();
   const PlanEntry *e = plan.entry(name);
   if (checkNumerics) {
     Action clear;
@@ -121,8 +120,9 @@ Error CudaExecutor::State::launch(const std::string &name, Entry &entry) {
         e != cudaSuccess)
       problem = cudaProblem("starting a capture", e);
     if (problem.empty()) {
-      problem = enqueueActions(plan, name, entry.actions, *gemms, nccl.get(),
-                               stream);
+      problem =
+          enqueueActions(plan, name, entry.actions, *gemms, nccl.get(), stream)
+              .takeMessage();
       cudaError_t e = cudaStreamEndCapture(stream, &graph);
       if (problem.empty() && e != cudaSuccess)
         problem = cudaProblem("capturing " + name, e);
@@ -152,8 +152,8 @@ Error CudaExecutor::State::launch(const std::string &name, Entry &entry) {
         if (cudaError_t e = cudaEventCreate(&m); e != cudaSuccess)
           return Error(cudaProblem("creating an event", e));
     }
-    return Error(enqueueActions(plan, name, entry.actions, *gemms, nccl.get(),
-                                stream, trace ? &entry.marks : nullptr));
+    return enqueueActions(plan, name, entry.actions, *gemms, nccl.get(), stream,
+                          trace ? &entry.marks : nullptr);
   }
   if (cudaError_t e = cudaGraphLaunch(entry.graph, stream); e != cudaSuccess)
     return Error(cudaProblem("replaying the graph of " + name, e));

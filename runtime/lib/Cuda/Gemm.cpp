@@ -69,22 +69,22 @@ public:
     cublasLtDestroy(handle);
   }
 
-  std::string linear(DType t, const void *x, const void *w, void *y, int64_t m,
-                     int64_t k, int64_t n, cudaStream_t stream) override {
+  Error linear(DType t, const void *x, const void *w, void *y, int64_t m,
+               int64_t k, int64_t n, cudaStream_t stream) override {
     return plain(Kind::Linear, t, x, w, y, m, n, k, stream);
   }
-  std::string linearGradInput(DType t, const void *dy, const void *w, void *dx,
-                              int64_t m, int64_t n, int64_t k,
-                              cudaStream_t stream) override {
+  Error linearGradInput(DType t, const void *dy, const void *w, void *dx,
+                        int64_t m, int64_t n, int64_t k,
+                        cudaStream_t stream) override {
     return plain(Kind::GradInput, t, dy, w, dx, m, n, k, stream);
   }
-  std::string linearGradWeight(DType t, const void *dy, const void *x, void *dw,
-                               int64_t m, int64_t n, int64_t k,
-                               cudaStream_t stream) override {
+  Error linearGradWeight(DType t, const void *dy, const void *x, void *dw,
+                         int64_t m, int64_t n, int64_t k,
+                         cudaStream_t stream) override {
     return plain(Kind::GradWeight, t, dy, x, dw, m, n, k, stream);
   }
 
-  std::string scaledMatmul(const Scaled &g, cudaStream_t stream) override;
+  Error scaledMatmul(const Scaled &g, cudaStream_t stream) override;
 
   int64_t deviceBytes() const override {
     int64_t bytes = static_cast<int64_t>(kWorkspaceBytes + scratchBytes);
@@ -103,22 +103,21 @@ public:
   }
 
 private:
-  std::string plain(Kind kind, DType t, const void *first, const void *second,
-                    void *out, int64_t m, int64_t n, int64_t k,
-                    cudaStream_t stream);
+  Error plain(Kind kind, DType t, const void *first, const void *second,
+              void *out, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
   /// Empty sizes: nothing to do, or (no inner dimension) zeros. Sets
   /// `done` when it handled the call.
-  std::string degenerate(const Problem &p, void *out, cudaStream_t stream,
-                         bool &done);
+  Error degenerate(const Problem &p, void *out, cudaStream_t stream,
+                   bool &done);
   /// The cached entry of `p`, made on its first call.
-  Entry *find(const Problem &p, cudaStream_t stream, std::string &error);
+  Expected<Entry *> find(const Problem &p, cudaStream_t stream);
   /// cuBLASLt's first algorithm for `lt`, or why there is none.
-  std::string choose(const LtMatmul &lt, const std::string &arch,
-                     cublasLtMatmulAlgo_t &algo);
+  Error choose(const LtMatmul &lt, const std::string &arch,
+               cublasLtMatmulAlgo_t &algo);
   /// Builds `p`'s descriptors into `e` with cuBLASLt's first algorithm.
-  std::string chooseFor(Entry &e, const Problem &p, const std::string &arch);
-  std::string allocateScales(const Problem &p, Entry &e);
-  std::string growScratch(size_t bytes);
+  Error chooseFor(Entry &e, const Problem &p, const std::string &arch);
+  Error allocateScales(const Problem &p, Entry &e);
+  Error growScratch(size_t bytes);
 
   cublasLtHandle_t handle;
   void *workspace;
@@ -131,49 +130,49 @@ private:
   size_t scratchBytes = 0;
 };
 
-std::string LtGemms::degenerate(const Problem &p, void *out,
-                                cudaStream_t stream, bool &done) {
+Error LtGemms::degenerate(const Problem &p, void *out, cudaStream_t stream,
+                          bool &done) {
   LtDims dims = ltDims(p);
   done = dims.m == 0 || dims.n == 0 || dims.k == 0;
   if (dims.m == 0 || dims.n == 0 || dims.k != 0)
-    return "";
+    return Error::success();
   // A sum over nothing: zeros, whose bits are 0 in bf16 and f32 alike.
   if (cudaError_t e =
           cudaMemsetAsync(out, 0, dims.m * dims.n * dtypeBytes(p.out), stream);
       e != cudaSuccess)
-    return cudaText(std::string(kindName(p.kind)) + ": cudaMemsetAsync", e);
-  return "";
+    return Error(
+        cudaText(std::string(kindName(p.kind)) + ": cudaMemsetAsync", e));
+  return Error::success();
 }
 
-std::string LtGemms::choose(const LtMatmul &lt, const std::string &arch,
-                            cublasLtMatmulAlgo_t &algo) {
+Error LtGemms::choose(const LtMatmul &lt, const std::string &arch,
+                      cublasLtMatmulAlgo_t &algo) {
   std::vector<cublasLtMatmulHeuristicResult_t> results;
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  if (std::string error =
-          lt.heuristics(handle, kWorkspaceBytes, 1, results, &status);
-      !error.empty())
+  if (Error error = lt.heuristics(handle, kWorkspaceBytes, 1, results, &status))
     return error;
   if (results.empty())
-    return "cuBLASLt cublasLtMatmulAlgoGetHeuristic: " + statusName(status) +
-           ", no algorithm for " + describe(lt.problem()) + " on " + arch;
+    return Error(
+        "cuBLASLt cublasLtMatmulAlgoGetHeuristic: " + statusName(status) +
+        ", no algorithm for " + describe(lt.problem()) + " on " + arch);
   algo = results[0].algo;
-  return "";
+  return Error::success();
 }
 
-std::string LtGemms::growScratch(size_t bytes) {
+Error LtGemms::growScratch(size_t bytes) {
   if (bytes <= scratchBytes)
-    return "";
+    return Error::success();
   if (scratch)
     cudaFree(scratch);
   scratch = nullptr;
   scratchBytes = 0;
   if (cudaError_t e = cudaMalloc(&scratch, bytes); e != cudaSuccess)
-    return cudaText("allocating the scaled GEMMs' f32 scratch", e);
+    return Error(cudaText("allocating the scaled GEMMs' f32 scratch", e));
   scratchBytes = bytes;
-  return "";
+  return Error::success();
 }
 
-std::string LtGemms::allocateScales(const Problem &p, Entry &e) {
+Error LtGemms::allocateScales(const Problem &p, Entry &e) {
   // Tensorwise in cuBLASLt: one factor each. Otherwise vectors of m and n,
   // a tensorwise side broadcast, as the outer-vector mode and the epilogue
   // both index per row and per column.
@@ -183,52 +182,49 @@ std::string LtGemms::allocateScales(const Problem &p, Entry &e) {
   e.bytes = (roundUp(e.rbCount) + e.raCount) * int64_t(sizeof(float));
   void *buffer = nullptr;
   if (cudaError_t err = cudaMalloc(&buffer, e.bytes); err != cudaSuccess)
-    return cudaText("allocating scale reciprocals for " + describe(p), err);
+    return Error(
+        cudaText("allocating scale reciprocals for " + describe(p), err));
   e.buffer.reset(static_cast<float *>(buffer));
   e.rb = e.buffer.get();
   e.ra = e.rb + roundUp(e.rbCount);
-  return "";
+  return Error::success();
 }
 
-std::string LtGemms::chooseFor(Entry &e, const Problem &p,
-                               const std::string &arch) {
-  std::string error;
-  std::optional<LtMatmul> lt = LtMatmul::create(p, error);
+Error LtGemms::chooseFor(Entry &e, const Problem &p, const std::string &arch) {
+  Expected<LtMatmul> lt = LtMatmul::create(p);
   if (!lt)
-    return error;
+    return lt.takeError();
   // The heuristic sees the scale pointers (a vector scale mode without one
   // is refused). cuBLASLt's A is the plan's b (GemmInternal.h).
   if (p.scales != ScaleMode::None)
-    if (error = lt->setScales(e.rb, e.ra); !error.empty())
+    if (Error error = lt->setScales(e.rb, e.ra))
       return error;
-  if (error = choose(*lt, arch, e.algo); !error.empty())
+  if (Error error = choose(*lt, arch, e.algo))
     return error;
-  e.lt = std::move(lt);
-  return "";
+  e.lt = *std::move(lt);
+  return Error::success();
 }
 
-Entry *LtGemms::find(const Problem &p, cudaStream_t stream,
-                     std::string &error) {
+Expected<Entry *> LtGemms::find(const Problem &p, cudaStream_t stream) {
   if (auto it = cache.find(p); it != cache.end())
     return &it->second;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
-      capture != cudaStreamCaptureStatusNone) {
-    error = describe(p) +
-            ": first call inside a CUDA graph capture (choosing its "
-            "algorithm allocates); run every shape once before capturing";
-    return nullptr;
-  }
-  std::string arch = currentArch(error);
-  if (arch.empty())
-    return nullptr;
+      capture != cudaStreamCaptureStatusNone)
+    return Error(describe(p) +
+                 ": first call inside a CUDA graph capture (choosing its "
+                 "algorithm allocates); run every shape once before "
+                 "capturing");
+  Expected<std::string> arch = currentArch();
+  if (!arch)
+    return arch.takeError();
   Entry entry;
   bool scaled = p.kind == Kind::Scaled;
   if (scaled) {
-    if (error = kernels.load(); !error.empty())
-      return nullptr;
-    if (error = allocateScales(p, entry); !error.empty())
-      return nullptr;
+    if (Error error = kernels.load())
+      return error;
+    if (Error error = allocateScales(p, entry))
+      return error;
   }
 
   // Rowwise scales as outer vectors first; any refusal there (no kernel on
@@ -236,34 +232,33 @@ Entry *LtGemms::find(const Problem &p, cudaStream_t stream,
   // problem cuBLASLt refuses is an error.
   entry.epilogue = scaled && forceEpilogue;
   if (!entry.epilogue) {
-    error = chooseFor(entry, p, arch);
-    if (!error.empty() && p.scales != ScaleMode::OuterVector)
-      return nullptr;
-    entry.epilogue = !error.empty();
+    Error error = chooseFor(entry, p, *arch);
+    if (error && p.scales != ScaleMode::OuterVector)
+      return error;
+    entry.epilogue = static_cast<bool>(error);
   }
   if (entry.epilogue) {
     Problem unscaled = p;
     unscaled.scales = ScaleMode::None;
     unscaled.out = DType::F32;
-    error = chooseFor(entry, unscaled, arch);
-    if (error.empty())
+    Error error = chooseFor(entry, unscaled, *arch);
+    if (!error)
       error = growScratch(p.m * p.n * sizeof(float));
-    if (!error.empty()) {
-      error += " (the fallback of " + describe(p) + ")";
-      return nullptr;
-    }
+    if (error)
+      return Error(error.takeMessage() + " (the fallback of " + describe(p) +
+                   ")");
   }
   return &cache.emplace(p, std::move(entry)).first->second;
 }
 
-std::string LtGemms::plain(Kind kind, DType t, const void *first,
-                           const void *second, void *out, int64_t m, int64_t n,
-                           int64_t k, cudaStream_t stream) {
+Error LtGemms::plain(Kind kind, DType t, const void *first, const void *second,
+                     void *out, int64_t m, int64_t n, int64_t k,
+                     cudaStream_t stream) {
   if (t != DType::BF16 && t != DType::F32)
-    return std::string(kindName(kind)) + ": dtype " + dtypeName(t) +
-           " is not supported (bf16 or f32)";
+    return Error(std::string(kindName(kind)) + ": dtype " + dtypeName(t) +
+                 " is not supported (bf16 or f32)");
   if (m < 0 || n < 0 || k < 0)
-    return std::string(kindName(kind)) + ": negative size";
+    return Error(std::string(kindName(kind)) + ": negative size");
   Problem p;
   p.kind = kind;
   p.first = p.second = p.out = t;
@@ -272,29 +267,29 @@ std::string LtGemms::plain(Kind kind, DType t, const void *first,
   p.k = k;
   p.alignment = pointerAlignment({first, second, out});
   bool done = false;
-  if (std::string error = degenerate(p, out, stream, done); done)
+  if (Error error = degenerate(p, out, stream, done); done)
     return error;
-  std::string error;
-  Entry *e = find(p, stream, error);
-  if (!e)
-    return error;
+  Expected<Entry *> found = find(p, stream);
+  if (!found)
+    return found.takeError();
+  Entry *e = *found;
   if (cublasStatus_t s = e->lt->run(handle, e->algo, first, second, out,
                                     workspace, kWorkspaceBytes, stream);
       s != CUBLAS_STATUS_SUCCESS)
-    return "cuBLASLt cublasLtMatmul: " + statusName(s) + " (" + describe(p) +
-           ")";
-  return "";
+    return Error("cuBLASLt cublasLtMatmul: " + statusName(s) + " (" +
+                 describe(p) + ")");
+  return Error::success();
 }
 
-std::string LtGemms::scaledMatmul(const Scaled &g, cudaStream_t stream) {
+Error LtGemms::scaledMatmul(const Scaled &g, cudaStream_t stream) {
   if (!isFp8(g.aType) || !isFp8(g.bType))
-    return std::string("scaled_matmul: operands must be FP8, not ") +
-           dtypeName(g.aType) + " x " + dtypeName(g.bType);
+    return Error(std::string("scaled_matmul: operands must be FP8, not ") +
+                 dtypeName(g.aType) + " x " + dtypeName(g.bType));
   if (g.aType == DType::F8E5M2 && g.bType == DType::F8E5M2)
-    return "scaled_matmul: e5m2 x e5m2 has no cuBLASLt kernel (one operand "
-           "must be e4m3)";
+    return Error("scaled_matmul: e5m2 x e5m2 has no cuBLASLt kernel (one "
+                 "operand must be e4m3)");
   if (g.m < 0 || g.n < 0 || g.k < 0)
-    return "scaled_matmul: negative size";
+    return Error("scaled_matmul: negative size");
   Problem p;
   p.kind = Kind::Scaled;
   p.first = g.aType;
@@ -308,49 +303,44 @@ std::string LtGemms::scaledMatmul(const Scaled &g, cudaStream_t stream) {
       g.aRowwise || g.bRowwise ? ScaleMode::OuterVector : ScaleMode::Scalar;
   p.alignment = pointerAlignment({g.a, g.b, g.out});
   bool done = false;
-  if (std::string error = degenerate(p, g.out, stream, done); done)
+  if (Error error = degenerate(p, g.out, stream, done); done)
     return error;
   if (!g.a || !g.b || !g.out || !g.aScale || !g.bScale)
-    return "scaled_matmul: a null operand or scale";
-  std::string error;
-  Entry *e = find(p, stream, error);
-  if (!e)
-    return error;
+    return Error("scaled_matmul: a null operand or scale");
+  Expected<Entry *> found = find(p, stream);
+  if (!found)
+    return found.takeError();
+  Entry *e = *found;
 
-  if (error = kernels.reciprocals(g.aScale, g.aRowwise ? g.m : 1, g.bScale,
-                                  g.bRowwise ? g.n : 1, e->ra, e->raCount,
-                                  e->rb, e->rbCount, stream);
-      !error.empty())
+  if (Error error = kernels.reciprocals(g.aScale, g.aRowwise ? g.m : 1,
+                                        g.bScale, g.bRowwise ? g.n : 1, e->ra,
+                                        e->raCount, e->rb, e->rbCount, stream))
     return error;
   void *product = e->epilogue ? scratch : g.out;
   if (cublasStatus_t s = e->lt->run(handle, e->algo, g.a, g.b, product,
                                     workspace, kWorkspaceBytes, stream);
       s != CUBLAS_STATUS_SUCCESS)
-    return "cuBLASLt cublasLtMatmul: " + statusName(s) + " (" +
-           describe(e->lt->problem()) + ")";
+    return Error("cuBLASLt cublasLtMatmul: " + statusName(s) + " (" +
+                 describe(e->lt->problem()) + ")");
   if (e->epilogue)
     return kernels.scaleToBf16(static_cast<const float *>(scratch), e->ra,
                                e->rb, g.m, g.n, g.out, stream);
-  return "";
+  return Error::success();
 }
 
 } // namespace
 
-std::unique_ptr<Gemms> Gemms::create(std::string &error,
-                                     bool forceScaleEpilogue) {
+Expected<std::unique_ptr<Gemms>> Gemms::create(bool forceScaleEpilogue) {
   void *workspace = nullptr;
-  if (cudaError_t e = cudaMalloc(&workspace, kWorkspaceBytes);
-      e != cudaSuccess) {
-    error = cudaText("allocating the cuBLASLt workspace", e);
-    return nullptr;
-  }
+  if (cudaError_t e = cudaMalloc(&workspace, kWorkspaceBytes); e != cudaSuccess)
+    return Error(cudaText("allocating the cuBLASLt workspace", e));
   cublasLtHandle_t handle = nullptr;
   if (cublasStatus_t s = cublasLtCreate(&handle); s != CUBLAS_STATUS_SUCCESS) {
     cudaFree(workspace);
-    error = "cuBLASLt cublasLtCreate: " + statusName(s);
-    return nullptr;
+    return Error("cuBLASLt cublasLtCreate: " + statusName(s));
   }
-  return std::make_unique<LtGemms>(handle, workspace, forceScaleEpilogue);
+  return std::unique_ptr<Gemms>(
+      std::make_unique<LtGemms>(handle, workspace, forceScaleEpilogue));
 }
 
 } // namespace kiln::runtime::cuda

@@ -36,6 +36,7 @@
 #define KILN_RUNTIME_LIB_CUDA_GEMMINTERNAL_H
 
 #include "kiln/Runtime/DType.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -103,8 +104,8 @@ std::string statusName(cublasStatus_t status);
 /// C: beta is 0). Move-only.
 class LtMatmul {
 public:
-  /// Empty and `error` set when cuBLASLt refuses a descriptor.
-  static std::optional<LtMatmul> create(const Problem &p, std::string &error);
+  /// The error when cuBLASLt refuses a descriptor.
+  static Expected<LtMatmul> create(const Problem &p);
   LtMatmul(LtMatmul &&o) noexcept;
   LtMatmul &operator=(LtMatmul &&o) noexcept;
   LtMatmul(const LtMatmul &) = delete;
@@ -112,16 +113,15 @@ public:
 
   /// The device f32 scales cuBLASLt multiplies A's and B's products by
   /// (ScaleMode::Scalar or OuterVector); read when the GEMM runs.
-  std::string setScales(const float *aScale, const float *bScale);
+  Error setScales(const float *aScale, const float *bScale);
 
   /// Up to `count` algorithms, cuBLASLt's best first, that need no more than
   /// `workspaceBytes`. An empty list is no error (cuBLASLt has none); a
   /// CUBLAS_STATUS_NOT_SUPPORTED from the query is read the same way, and
   /// `status` (when given) tells which.
-  std::string heuristics(cublasLtHandle_t handle, size_t workspaceBytes,
-                         int count,
-                         std::vector<cublasLtMatmulHeuristicResult_t> &out,
-                         cublasStatus_t *status = nullptr) const;
+  Error heuristics(cublasLtHandle_t handle, size_t workspaceBytes, int count,
+                   std::vector<cublasLtMatmulHeuristicResult_t> &out,
+                   cublasStatus_t *status = nullptr) const;
 
   /// D = op(A) op(B) with the plan call's operands (`first`, `second` in the
   /// plan's order; mapped to B and A here).
@@ -163,23 +163,23 @@ public:
   ~ScaleKernels();
 
   /// Compiles (through the kernel cache) for the current device and loads.
-  std::string load();
+  Error load();
   bool loaded() const { return library != nullptr; }
 
-  std::string reciprocals(const float *sa, int64_t saCount, const float *sb,
-                          int64_t sbCount, float *ra, int64_t raCount,
-                          float *rb, int64_t rbCount, cudaStream_t stream);
+  Error reciprocals(const float *sa, int64_t saCount, const float *sb,
+                    int64_t sbCount, float *ra, int64_t raCount, float *rb,
+                    int64_t rbCount, cudaStream_t stream);
   /// acc and out are row-major [m, n].
-  std::string scaleToBf16(const float *acc, const float *ra, const float *rb,
-                          int64_t m, int64_t n, void *out, cudaStream_t stream);
+  Error scaleToBf16(const float *acc, const float *ra, const float *rb,
+                    int64_t m, int64_t n, void *out, cudaStream_t stream);
 
 private:
   cudaLibrary_t library = nullptr;
   cudaKernel_t reciprocalKernel = nullptr, scaleKernel = nullptr;
 };
 
-/// "sm_90" for the current device, or empty and `error` set.
-std::string currentArch(std::string &error);
+/// "sm_90" for the current device, or the error reading it.
+Expected<std::string> currentArch();
 
 } // namespace kiln::runtime::cuda::gemm
 

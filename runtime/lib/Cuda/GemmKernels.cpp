@@ -65,38 +65,38 @@ ScaleKernels::~ScaleKernels() {
     cudaLibraryUnload(library);
 }
 
-std::string ScaleKernels::load() {
+Error ScaleKernels::load() {
   if (library)
-    return "";
-  std::string error;
-  std::string arch = currentArch(error);
-  if (arch.empty())
-    return error;
-  std::optional<CompiledKernel> cubin =
-      compileKernel(scaleKernelSource(), arch, defaultKernelCacheDir(), error);
+    return Error::success();
+  Expected<std::string> arch = currentArch();
+  if (!arch)
+    return arch.takeError();
+  Expected<CompiledKernel> cubin =
+      compileKernel(scaleKernelSource(), *arch, defaultKernelCacheDir());
   if (!cubin)
-    return "compiling the GEMM scale kernels for " + arch + ": " + error;
+    return Error("compiling the GEMM scale kernels for " + *arch + ": " +
+                 cubin.error().message());
   cudaLibrary_t lib = nullptr;
   if (cudaError_t e = cudaLibraryLoadData(&lib, cubin->cubin.data(), nullptr,
                                           nullptr, 0, nullptr, nullptr, 0);
       e != cudaSuccess)
-    return cudaText("loading the GEMM scale kernels", e);
+    return Error(cudaText("loading the GEMM scale kernels", e));
   cudaError_t e =
       cudaLibraryGetKernel(&reciprocalKernel, lib, "kiln_gemm_reciprocals");
   if (e == cudaSuccess)
     e = cudaLibraryGetKernel(&scaleKernel, lib, "kiln_gemm_scale_bf16");
   if (e != cudaSuccess) {
     cudaLibraryUnload(lib);
-    return cudaText("finding the GEMM scale kernels", e);
+    return Error(cudaText("finding the GEMM scale kernels", e));
   }
   library = lib;
-  return "";
+  return Error::success();
 }
 
-std::string ScaleKernels::reciprocals(const float *sa, int64_t saCount,
-                                      const float *sb, int64_t sbCount,
-                                      float *ra, int64_t raCount, float *rb,
-                                      int64_t rbCount, cudaStream_t stream) {
+Error ScaleKernels::reciprocals(const float *sa, int64_t saCount,
+                                const float *sb, int64_t sbCount, float *ra,
+                                int64_t raCount, float *rb, int64_t rbCount,
+                                cudaStream_t stream) {
   long long args[] = {saCount, sbCount, raCount, rbCount};
   void *params[] = {&sa, &args[0], &sb, &args[1], &ra, &args[2], &rb, &args[3]};
   int64_t count = std::max(raCount, rbCount);
@@ -105,13 +105,13 @@ std::string ScaleKernels::reciprocals(const float *sa, int64_t saCount,
           cudaLaunchKernel(reinterpret_cast<const void *>(reciprocalKernel),
                            grid, dim3(kThreads), params, 0, stream);
       e != cudaSuccess)
-    return cudaText("launching kiln_gemm_reciprocals", e);
-  return "";
+    return Error(cudaText("launching kiln_gemm_reciprocals", e));
+  return Error::success();
 }
 
-std::string ScaleKernels::scaleToBf16(const float *acc, const float *ra,
-                                      const float *rb, int64_t m, int64_t n,
-                                      void *out, cudaStream_t stream) {
+Error ScaleKernels::scaleToBf16(const float *acc, const float *ra,
+                                const float *rb, int64_t m, int64_t n,
+                                void *out, cudaStream_t stream) {
   long long mm = m, nn = n;
   void *params[] = {&acc, &ra, &rb, &mm, &nn, &out};
   dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
@@ -120,8 +120,8 @@ std::string ScaleKernels::scaleToBf16(const float *acc, const float *ra,
           cudaLaunchKernel(reinterpret_cast<const void *>(scaleKernel), grid,
                            dim3(kThreads), params, 0, stream);
       e != cudaSuccess)
-    return cudaText("launching kiln_gemm_scale_bf16", e);
-  return "";
+    return Error(cudaText("launching kiln_gemm_scale_bf16", e));
+  return Error::success();
 }
 
 } // namespace kiln::runtime::cuda::gemm

@@ -129,12 +129,11 @@ std::string statusName(cublasStatus_t status) {
   return name ? name : "cuBLAS status " + std::to_string(status);
 }
 
-std::optional<LtMatmul> LtMatmul::create(const Problem &p, std::string &error) {
+Expected<LtMatmul> LtMatmul::create(const Problem &p) {
   LtMatmul lt;
   lt.p = p;
   auto fail = [&](const char *call, cublasStatus_t status) {
-    error = failed(call, status, p);
-    return std::nullopt;
+    return Error(failed(call, status, p));
   };
   if (cublasStatus_t s =
           cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -173,7 +172,7 @@ std::optional<LtMatmul> LtMatmul::create(const Problem &p, std::string &error) {
       (s = makeLayout(lt.b, bType, bRows, bCols)) != CUBLAS_STATUS_SUCCESS ||
       (s = makeLayout(lt.d, p.out, dims.m, dims.n)) != CUBLAS_STATUS_SUCCESS)
     return fail("cublasLtMatrixLayoutCreate", s);
-  return std::optional<LtMatmul>(std::move(lt));
+  return lt;
 }
 
 LtMatmul::LtMatmul(LtMatmul &&o) noexcept
@@ -208,26 +207,26 @@ void LtMatmul::release() {
   a = b = d = nullptr;
 }
 
-std::string LtMatmul::setScales(const float *aScale, const float *bScale) {
+Error LtMatmul::setScales(const float *aScale, const float *bScale) {
   cublasStatus_t s =
       setDesc<const void *>(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, aScale);
   if (s == CUBLAS_STATUS_SUCCESS)
     s = setDesc<const void *>(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                               bScale);
-  return s == CUBLAS_STATUS_SUCCESS
-             ? ""
-             : failed("cublasLtMatmulDescSetAttribute", s, p);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return Error(failed("cublasLtMatmulDescSetAttribute", s, p));
+  return Error::success();
 }
 
-std::string
-LtMatmul::heuristics(cublasLtHandle_t handle, size_t workspaceBytes, int count,
-                     std::vector<cublasLtMatmulHeuristicResult_t> &out,
-                     cublasStatus_t *status) const {
+Error LtMatmul::heuristics(cublasLtHandle_t handle, size_t workspaceBytes,
+                           int count,
+                           std::vector<cublasLtMatmulHeuristicResult_t> &out,
+                           cublasStatus_t *status) const {
   out.clear();
   cublasLtMatmulPreference_t pref = nullptr;
   if (cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
       s != CUBLAS_STATUS_SUCCESS)
-    return failed("cublasLtMatmulPreferenceCreate", s, p);
+    return Error(failed("cublasLtMatmulPreferenceCreate", s, p));
   uint64_t maxWorkspace = workspaceBytes;
   cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &maxWorkspace,
@@ -243,7 +242,7 @@ LtMatmul::heuristics(cublasLtHandle_t handle, size_t workspaceBytes, int count,
                                                sizeof p.alignment);
   if (s != CUBLAS_STATUS_SUCCESS) {
     cublasLtMatmulPreferenceDestroy(pref);
-    return failed("cublasLtMatmulPreferenceSetAttribute", s, p);
+    return Error(failed("cublasLtMatmulPreferenceSetAttribute", s, p));
   }
   std::vector<cublasLtMatmulHeuristicResult_t> results(std::max(count, 1));
   int returned = 0;
@@ -257,13 +256,13 @@ LtMatmul::heuristics(cublasLtHandle_t handle, size_t workspaceBytes, int count,
   // on another architecture, say) with NOT_SUPPORTED rather than with an
   // empty list.
   if (s == CUBLAS_STATUS_NOT_SUPPORTED)
-    return "";
+    return Error::success();
   if (s != CUBLAS_STATUS_SUCCESS)
-    return failed("cublasLtMatmulAlgoGetHeuristic", s, p);
+    return Error(failed("cublasLtMatmulAlgoGetHeuristic", s, p));
   for (int i = 0; i < returned; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS)
       out.push_back(results[i]);
-  return "";
+  return Error::success();
 }
 
 cublasStatus_t LtMatmul::run(cublasLtHandle_t handle,
@@ -278,7 +277,7 @@ cublasStatus_t LtMatmul::run(cublasLtHandle_t handle,
                         d, out, d, &algo, workspace, workspaceBytes, stream);
 }
 
-std::string currentArch(std::string &error) {
+Expected<std::string> currentArch() {
   int device = 0, major = 0, minor = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess)
@@ -287,11 +286,9 @@ std::string currentArch(std::string &error) {
   if (e == cudaSuccess)
     e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
                                device);
-  if (e != cudaSuccess) {
-    error = std::string("reading the device's compute capability: ") +
-            cudaGetErrorString(e);
-    return "";
-  }
+  if (e != cudaSuccess)
+    return Error(std::string("reading the device's compute capability: ") +
+                 cudaGetErrorString(e));
   return "sm_" + std::to_string(major * 10 + minor);
 }
 

@@ -59,25 +59,19 @@ __device__ __forceinline__ float kiln_warp_max(float x) {
 
 } // namespace
 
-bool Writer::write(std::string &error) {
+Error Writer::write() {
   for (DType t : in)
-    if (!supported(t)) {
-      error = std::string("a fused group cannot read ") + dtypeName(t);
-      return false;
-    }
+    if (!supported(t))
+      return Error(std::string("a fused group cannot read ") + dtypeName(t));
   for (DType t : out)
-    if (!supported(t)) {
-      error = std::string("a fused group cannot write ") + dtypeName(t);
-      return false;
-    }
+    if (!supported(t))
+      return Error(std::string("a fused group cannot write ") + dtypeName(t));
   std::vector<size_t> colSums;
   for (size_t o = 0; o < g.outputs.size(); ++o) {
     if (g.outputs[o].store == Store::ColSum)
       colSums.push_back(o);
-    if (g.outputs[o].store == Store::Amax && out[o] != DType::F32) {
-      error = "an amax store must be f32";
-      return false;
-    }
+    if (g.outputs[o].store == Store::Amax && out[o] != DType::F32)
+      return Error("an amax store must be f32");
   }
   hasColSum = !colSums.empty();
   tiled = pointwise(g);
@@ -89,11 +83,9 @@ bool Writer::write(std::string &error) {
                : o.store == Store::Transpose ? 4 * 33 * kKilnGroupBlockRows
                                              : 0;
     bytes += 4 * 32 * kKilnGroupBlockRows; // the amax reduction
-    if (bytes > 48 * 1024) {
-      error = "a fused group with these column sums and transposed stores "
-              "needs more shared memory than a block has";
-      return false;
-    }
+    if (bytes > 48 * 1024)
+      return Error("a fused group with these column sums and transposed "
+                   "stores needs more shared memory than a block has");
   }
 
   os << devicePrelude() << kGroupHelpers;
@@ -104,7 +96,7 @@ bool Writer::write(std::string &error) {
     writeTiles();
   else
     writeRows(colSums);
-  return true;
+  return Error::success();
 }
 
 void Writer::writeTiles() {

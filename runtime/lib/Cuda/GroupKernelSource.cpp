@@ -21,35 +21,30 @@ using group::pointwise;
 using group::Store;
 using group::Writer;
 
-GroupKernelSource groupKernelSource(const FusedGroup &group,
-                                    const std::vector<DType> &operands,
-                                    const std::vector<DType> &results,
-                                    std::string &error) {
+Expected<GroupKernelSource>
+groupKernelSource(const FusedGroup &group, const std::vector<DType> &operands,
+                  const std::vector<DType> &results) {
   GroupKernelSource k;
-  if (results.size() != group.outputs.size()) {
-    error = "the group has " + std::to_string(group.outputs.size()) +
-            " outputs but the step " + std::to_string(results.size()) +
-            " results";
-    return k;
-  }
+  if (results.size() != group.outputs.size())
+    return Error("the group has " + std::to_string(group.outputs.size()) +
+                 " outputs but the step " + std::to_string(results.size()) +
+                 " results");
   Writer w(group, operands, results);
-  if (!w.write(error))
-    return k;
+  if (Error error = w.write())
+    return error;
   k.source = w.text();
   k.tiled = w.tiled;
   k.hasColSum = w.hasColSum;
   return k;
 }
 
-std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
-                                       std::string &error) {
+Expected<GroupLaunch> groupLaunch(const FusedGroup &group) {
   auto parts = [](int64_t n, int64_t per) {
     return std::max<int64_t>(1, (n + per - 1) / per);
   };
   auto tooLarge = [&] {
-    error = "a fused group of " + std::to_string(group.rows) + " x " +
-            std::to_string(group.cols) + " is too large for one launch";
-    return std::nullopt;
+    return Error("a fused group of " + std::to_string(group.rows) + " x " +
+                 std::to_string(group.cols) + " is too large for one launch");
   };
   GroupLaunch l;
   if (pointwise(group)) {
@@ -84,19 +79,19 @@ std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
   return l;
 }
 
-GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,
-                                    std::string &error) {
+Expected<GroupKernelSource> groupKernelSource(const Plan &plan,
+                                              const PlanStep &step) {
   std::vector<DType> operands, results;
   for (int64_t id : step.operands)
     operands.push_back(plan.values[id].dtype);
   for (int64_t id : step.results)
     results.push_back(plan.values[id].dtype);
-  return groupKernelSource(*step.group, operands, results, error);
+  return groupKernelSource(*step.group, operands, results);
 }
 
-std::optional<std::vector<PlanGroupKernel>>
+Expected<std::vector<PlanGroupKernel>>
 distinctGroupKernels(const Plan &plan, std::set<std::string> &seen,
-                     int &groups, std::string &error) {
+                     int &groups) {
   std::vector<PlanGroupKernel> kernels;
   groups = 0;
   for (const auto &[name, entry] : plan.entries)
@@ -104,13 +99,11 @@ distinctGroupKernels(const Plan &plan, std::set<std::string> &seen,
       if (!step.group)
         continue;
       ++groups;
-      GroupKernelSource k = groupKernelSource(plan, step, error);
-      if (k.source.empty()) {
-        error = name + ", " + step.loc + ": " + error;
-        return std::nullopt;
-      }
-      if (seen.insert(k.source).second)
-        kernels.push_back({name, &step, std::move(k)});
+      Expected<GroupKernelSource> k = groupKernelSource(plan, step);
+      if (!k)
+        return Error(name + ", " + step.loc + ": " + k.error().message());
+      if (seen.insert(k->source).second)
+        kernels.push_back({name, &step, *std::move(k)});
     }
   return kernels;
 }

@@ -12,6 +12,7 @@
 #define KILN_RUNTIME_CUDA_GROUPKERNELWRITER_H
 
 #include "kiln/Runtime/FusedGroup.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <algorithm>
 #include <initializer_list>
@@ -52,7 +53,7 @@ public:
          const std::vector<DType> &out)
       : g(g), in(in), out(out) {}
 
-  bool write(std::string &error);
+  Error write();
   std::string text() const { return os.str(); }
   bool tiled = false;
   bool hasColSum = false;

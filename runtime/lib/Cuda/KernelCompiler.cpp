@@ -32,10 +32,9 @@ std::string readFile(const std::filesystem::path &path) {
 
 std::string defaultKernelCacheDir() { return kilnCacheDir() + "/kernels"; }
 
-std::optional<CompiledKernel> compileKernel(const std::string &source,
-                                            const std::string &arch,
-                                            const std::string &cacheDir,
-                                            std::string &error) {
+Expected<CompiledKernel> compileKernel(const std::string &source,
+                                       const std::string &arch,
+                                       const std::string &cacheDir) {
   std::vector<std::string> options = {"--gpu-architecture=" + arch,
                                       "-I" KILN_CUDA_INCLUDE_DIR,
                                       "--std=c++17", "--fmad=false"};
@@ -57,11 +56,9 @@ std::optional<CompiledKernel> compileKernel(const std::string &source,
   }
 
   nvrtcProgram program;
-  if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0,
-                         nullptr, nullptr) != NVRTC_SUCCESS) {
-    error = "nvrtcCreateProgram failed";
-    return std::nullopt;
-  }
+  if (nvrtcCreateProgram(&program, source.c_str(), "kiln_kernel.cu", 0, nullptr,
+                         nullptr) != NVRTC_SUCCESS)
+    return Error("nvrtcCreateProgram failed");
   std::vector<const char *> argv;
   for (const std::string &o : options)
     argv.push_back(o.c_str());
@@ -72,9 +69,8 @@ std::optional<CompiledKernel> compileKernel(const std::string &source,
     nvrtcGetProgramLogSize(program, &size);
     std::string log(size, '\0');
     nvrtcGetProgramLog(program, log.data());
-    error = std::string(nvrtcGetErrorString(result)) + ":\n" + log;
     nvrtcDestroyProgram(&program);
-    return std::nullopt;
+    return Error(std::string(nvrtcGetErrorString(result)) + ":\n" + log);
   }
   size_t size = 0;
   std::string cubin;
@@ -83,11 +79,9 @@ std::optional<CompiledKernel> compileKernel(const std::string &source,
     nvrtcGetCUBIN(program, cubin.data());
   }
   nvrtcDestroyProgram(&program);
-  if (cubin.empty()) {
-    error = "NVRTC produced no CUBIN for " + arch +
-            " (a real architecture such as sm_90a is needed)";
-    return std::nullopt;
-  }
+  if (cubin.empty())
+    return Error("NVRTC produced no CUBIN for " + arch +
+                 " (a real architecture such as sm_90a is needed)");
   if (!cached.empty()) {
     // A reader never sees half a file; a cache that cannot be written only
     // means compiling again next time.
@@ -102,22 +96,17 @@ std::string kernelArch(int major, int minor) {
   return "sm_" + std::to_string(major * 10 + minor) + (major == 9 ? "a" : "");
 }
 
-std::optional<std::string> deviceKernelArch(int device, std::string &why) {
+Expected<std::string> deviceKernelArch(int device) {
   int count = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    why = std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")";
-    return std::nullopt;
-  }
-  if (device >= count) {
-    why = count == 0 ? "no CUDA device"
-                     : "no CUDA device " + std::to_string(device);
-    return std::nullopt;
-  }
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
+    return Error(std::string("no usable CUDA device (") +
+                 cudaGetErrorString(e) + ")");
+  if (device >= count)
+    return Error(count == 0 ? "no CUDA device"
+                            : "no CUDA device " + std::to_string(device));
   cudaDeviceProp p;
-  if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) {
-    why = cudaGetErrorString(e);
-    return std::nullopt;
-  }
+  if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess)
+    return Error(cudaGetErrorString(e));
   return kernelArch(p.major, p.minor);
 }
 

@@ -226,12 +226,13 @@ std::string checkAction(const Plan &plan, const PlanStep &s,
 /// Checks every entry of `plan` on `rank`; 0, or 1 after printing why.
 int checkPlan(const std::string &path, const Plan &plan, int rank,
               bool numerics) {
-  std::string error;
-  int64_t scratchBytes = scratchBytesNeeded(plan, rank, error);
-  if (scratchBytes < 0) {
-    std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+  Expected<int64_t> needed = scratchBytesNeeded(plan, rank);
+  if (!needed) {
+    std::fprintf(stderr, "%s: %s\n", path.c_str(),
+                 needed.error().message().c_str());
     return 1;
   }
+  int64_t scratchBytes = *needed;
   FakeDevice device(plan, rank, scratchBytes);
   ActionContext ctx;
   ctx.plan = &plan;
@@ -243,9 +244,10 @@ int checkPlan(const std::string &path, const Plan &plan, int rank,
   for (const auto &[name, entry] : plan.entries) {
     if (name == "init") // run on the host (StateLayout.h), not as actions
       continue;
-    std::optional<std::vector<Action>> actions = buildActions(ctx, name, error);
+    Expected<std::vector<Action>> actions = buildActions(ctx, name);
     if (!actions) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      std::fprintf(stderr, "%s: %s\n", path.c_str(),
+                   actions.error().message().c_str());
       return 1;
     }
     Counts c;

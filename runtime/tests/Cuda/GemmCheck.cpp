@@ -354,7 +354,7 @@ std::string Checker::run(const Shape &shape, Case c, std::mt19937 &rng) {
   s.n = n;
   s.k = k;
 
-  auto call = [&]() -> std::string {
+  auto call = [&]() -> Error {
     switch (c.kind) {
     case Kind::Linear:
       return g.linear(c.type, dFirst.ptr, dSecond.ptr, dOut.ptr, m, k, n,
@@ -368,7 +368,7 @@ std::string Checker::run(const Shape &shape, Case c, std::mt19937 &rng) {
     case Kind::Scaled:
       return g.scaledMatmul(s, stream);
     }
-    return "";
+    return Error::success();
   };
   auto fetch = [&](std::vector<uint8_t> &host) -> std::string {
     if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
@@ -383,8 +383,8 @@ std::string Checker::run(const Shape &shape, Case c, std::mt19937 &rng) {
 
   // First call: chooses and caches the algorithm.
   std::vector<uint8_t> got;
-  if (std::string error = call(); !error.empty())
-    return error;
+  if (Error error = call())
+    return error.takeMessage();
   if (std::string error = fetch(got); !error.empty())
     return error;
   double worst = 0;
@@ -407,7 +407,7 @@ std::string Checker::run(const Shape &shape, Case c, std::mt19937 &rng) {
           cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
       e != cudaSuccess)
     return "cudaStreamBeginCapture: " + cudaText(e);
-  std::string captured = call();
+  std::string captured = call().takeMessage();
   cudaError_t endError = cudaStreamEndCapture(stream, &graph);
   if (!captured.empty())
     return "captured call: " + captured;
@@ -549,11 +549,9 @@ Stored storedOf(cublasLtMatrixLayout_t l) {
 
 /// Empty when `p`'s descriptors compute the plan's product.
 std::string checkLayout(const cuda::gemm::Problem &p) {
-  std::string error;
-  std::optional<cuda::gemm::LtMatmul> lt =
-      cuda::gemm::LtMatmul::create(p, error);
+  Expected<cuda::gemm::LtMatmul> lt = cuda::gemm::LtMatmul::create(p);
   if (!lt)
-    return error;
+    return lt.error().message();
   const int64_t m = p.m, n = p.n, k = p.k;
   // The plan's operands (row-major, in the call's order) and its product.
   int64_t firstRows = m, firstCols = k, secondRows = n, secondCols = k;
@@ -704,13 +702,13 @@ int main() {
   if (std::string why = openDevice(device); !why.empty()) {
     // What can be checked without a GPU: the wrapper's kernels compile.
     for (const char *arch : {"sm_89", "sm_90", "sm_100"}) {
-      std::string error;
-      if (!cuda::compileKernel(cuda::gemm::scaleKernelSource(), arch, "",
-                               error)) {
+      Expected<cuda::CompiledKernel> cubin =
+          cuda::compileKernel(cuda::gemm::scaleKernelSource(), arch, "");
+      if (!cubin) {
         std::fprintf(stderr,
                      "the GEMM scale kernels do not compile for %s: "
                      "%s\n",
-                     arch, error.c_str());
+                     arch, cubin.error().message().c_str());
         return 1;
       }
     }
@@ -721,13 +719,15 @@ int main() {
   }
   std::printf("GPU 0: %s\n", device.c_str());
 
-  std::string error;
-  std::unique_ptr<Gemms> gemms = Gemms::create(error);
+  Expected<std::unique_ptr<Gemms>> made = Gemms::create();
+  std::unique_ptr<Gemms> gemms = made ? *std::move(made) : nullptr;
   std::unique_ptr<Gemms> forced;
-  if (gemms)
-    forced = Gemms::create(error, /*forceScaleEpilogue=*/true);
+  if (gemms) {
+    made = Gemms::create(/*forceScaleEpilogue=*/true);
+    forced = made ? *std::move(made) : nullptr;
+  }
   if (!gemms || !forced) {
-    std::fprintf(stderr, "Gemms::create: %s\n", error.c_str());
+    std::fprintf(stderr, "Gemms::create: %s\n", made.error().message().c_str());
     return 1;
   }
   // A blocking stream: the check's synchronous copies and memsets on the
@@ -744,7 +744,8 @@ int main() {
     DeviceBuffer x(16 * 48 * 2), w(32 * 48 * 2), y(16 * 32 * 2);
     cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
     std::string refused =
-        gemms->linear(DType::BF16, x.ptr, w.ptr, y.ptr, 16, 48, 32, stream);
+        gemms->linear(DType::BF16, x.ptr, w.ptr, y.ptr, 16, 48, 32, stream)
+            .takeMessage();
     cudaGraph_t graph = nullptr;
     cudaStreamEndCapture(stream, &graph);
     if (graph)

@@ -141,9 +141,9 @@ public:
       inPtrs.push_back(b.data());
     for (auto &b : out)
       outPtrs.push_back(b.data());
-    std::optional<cuda::GroupLaunch> l = cuda::groupLaunch(g, error);
+    Expected<cuda::GroupLaunch> l = cuda::groupLaunch(g);
     if (!l)
-      return error;
+      return l.error().message();
     std::vector<double> partials(
         std::max<int64_t>(1, l->partialBytes / sizeof(double)));
     unsigned geometry[] = {l->grid[0],  l->grid[1],   l->block[0],
@@ -169,10 +169,9 @@ public:
 
   /// Empty when GPU 0 can run kernels, else why not.
   std::string open() {
-    std::string why;
-    std::optional<std::string> a = cuda::deviceKernelArch(0, why);
+    Expected<std::string> a = cuda::deviceKernelArch(0);
     if (!a)
-      return why;
+      return a.error().message();
     arch = *a;
     return "";
   }
@@ -180,12 +179,10 @@ public:
   std::string launch(const cuda::GroupKernelSource &k, const FusedGroup &g,
                      std::vector<std::vector<uint8_t>> &in,
                      std::vector<std::vector<uint8_t>> &out) override {
-    std::string error;
-    std::optional<cuda::CompiledKernel> cubin =
-        cuda::compileKernel(k.source, arch, cuda::defaultKernelCacheDir(),
-                            error);
+    Expected<cuda::CompiledKernel> cubin =
+        cuda::compileKernel(k.source, arch, cuda::defaultKernelCacheDir());
     if (!cubin)
-      return error;
+      return cubin.error().message();
     cudaLibrary_t lib;
     if (cudaError_t e = cudaLibraryLoadData(&lib, cubin->cubin.data(), nullptr,
                                             nullptr, 0, nullptr, nullptr, 0);
@@ -222,9 +219,9 @@ public:
       cudaMemset(p, 0, b.size()); // amax outputs start at 0
       args.push_back(reinterpret_cast<uint64_t>(p));
     }
-    std::optional<cuda::GroupLaunch> l = cuda::groupLaunch(g, error);
+    Expected<cuda::GroupLaunch> l = cuda::groupLaunch(g);
     if (!l)
-      return error;
+      return l.error().message();
     int blocks = l->partialBlocks;
     void *partials = nullptr;
     if (cudaError_t e =
@@ -400,16 +397,14 @@ int main(int argc, char **argv) {
   std::mt19937 rng(7);
   int kernels = 0, tiled = 0;
   for (const std::string &path : plans) {
-    std::string error;
     Expected<Plan> plan = loadPlan(path);
     int groups = 0;
-    std::optional<std::vector<cuda::PlanGroupKernel>> fresh;
-    if (plan)
-      fresh = cuda::distinctGroupKernels(*plan, checked, groups, error);
-    else
-      error = plan.error().message();
+    Expected<std::vector<cuda::PlanGroupKernel>> fresh =
+        plan ? cuda::distinctGroupKernels(*plan, checked, groups)
+             : plan.takeError();
     if (!fresh) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      std::fprintf(stderr, "%s: %s\n", path.c_str(),
+                   fresh.error().message().c_str());
       return 1;
     }
     for (const cuda::PlanGroupKernel &k : *fresh) {

@@ -304,11 +304,9 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
 /// result is within the op's tolerance, else the first difference.
 std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
                       Device &device, std::mt19937 &rng, Stats &stats) {
-  std::string error;
-  std::optional<cuda::OpLaunchPlan> p = cuda::opLaunchPlan(plan, step, error,
-                                                           rank);
+  Expected<cuda::OpLaunchPlan> p = cuda::opLaunchPlan(plan, step, rank);
   if (!p)
-    return "no launches: " + error;
+    return "no launches: " + p.error().message();
   for (const cuda::OpKernelLaunch &l : p->launches)
     if (l.args.size() > static_cast<size_t>(l.slots) || l.grid < 1 ||
         l.block < 1 || l.block > 1024 || l.sharedBytes > 48 * 1024)
@@ -358,11 +356,10 @@ std::string checkAdamWList(const Plan &plan,
                            const std::vector<const PlanStep *> &steps,
                            int perLaunch, Device &device, std::mt19937 &rng,
                            Stats &stats) {
-  std::string error;
-  std::optional<cuda::OpLaunchPlan> p =
-      cuda::adamwListLaunchPlan(plan, steps, error, perLaunch);
+  Expected<cuda::OpLaunchPlan> p =
+      cuda::adamwListLaunchPlan(plan, steps, perLaunch);
   if (!p)
-    return "no launches: " + error;
+    return "no launches: " + p.error().message();
   Buffers b;
   std::map<int64_t, int> byValue;
   for (const PlanStep *s : steps) {

@@ -114,17 +114,16 @@ class GpuDevice final : public Device {
 public:
   /// Empty when GPU 0 runs the compiled library, else why not.
   std::string open(bool &skip) {
-    std::string error;
-    std::optional<std::string> a = cuda::deviceKernelArch(0, error);
+    Expected<std::string> a = cuda::deviceKernelArch(0);
     skip = !a;
     if (!a)
-      return error;
+      return a.error().message();
     std::string arch = *a;
-    std::optional<cuda::CompiledKernel> cubin =
-        cuda::compileKernel(cuda::opKernelLibrarySource(), arch,
-                            cuda::defaultKernelCacheDir(), error);
+    Expected<cuda::CompiledKernel> cubin = cuda::compileKernel(
+        cuda::opKernelLibrarySource(), arch, cuda::defaultKernelCacheDir());
     if (!cubin)
-      return "the op kernels do not compile for " + arch + ": " + error;
+      return "the op kernels do not compile for " + arch + ": " +
+             cubin.error().message();
     if (cudaError_t e = cudaLibraryLoadData(&lib, cubin->cubin.data(), nullptr,
                                             nullptr, 0, nullptr, nullptr, 0);
         e != cudaSuccess)

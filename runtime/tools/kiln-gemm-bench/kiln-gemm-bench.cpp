@@ -259,7 +259,7 @@ void Bench::run(const Layer &layer, const Gemm &g, std::mt19937 &rng) {
   cudaDeviceSynchronize(); // the copies have landed before any timing
 
   // The wrapper.
-  std::string error;
+  Error error;
   Gemms::Scaled s;
   s.aType = p.first;
   s.bType = p.second;
@@ -291,11 +291,11 @@ void Bench::run(const Layer &layer, const Gemm &g, std::mt19937 &rng) {
       error = gemms.scaledMatmul(s, stream);
       break;
     }
-    return error.empty();
+    return !error;
   };
   double wrapperMs = timeMedian(wrapperCall, o, stream);
   if (wrapperMs < 0)
-    return fail(error.empty() ? "CUDA error while timing" : error);
+    return fail(!error ? "CUDA error while timing" : error.message());
   // Rowwise problems all take the same path on a device.
   bool epilogue =
       p.scales == ScaleMode::OuterVector && gemms.scaleEpilogueProblems() > 0;
@@ -309,21 +309,19 @@ void Bench::run(const Layer &layer, const Gemm &g, std::mt19937 &rng) {
     lt.scales = ScaleMode::None;
     lt.out = DType::F32;
   }
-  std::optional<LtMatmul> matmul = LtMatmul::create(lt, error);
+  Expected<LtMatmul> matmul = LtMatmul::create(lt);
   if (!matmul)
-    return fail(error);
+    return fail(matmul.error().message());
   if (lt.scales != ScaleMode::None) {
     // Reciprocal buffers of the right lengths (values only matter for
     // overflow; 1/64 keeps the products in range).
-    if (error = matmul->setScales(static_cast<const float *>(sb.ptr),
-                                  static_cast<const float *>(sa.ptr));
-        !error.empty())
-      return fail(error);
+    if (Error e = matmul->setScales(static_cast<const float *>(sb.ptr),
+                                    static_cast<const float *>(sa.ptr)))
+      return fail(e.message());
   }
   std::vector<cublasLtMatmulHeuristicResult_t> results;
-  if (error = matmul->heuristics(handle, kWorkspaceBytes, o.top, results);
-      !error.empty())
-    return fail(error);
+  if (Error e = matmul->heuristics(handle, kWorkspaceBytes, o.top, results))
+    return fail(e.message());
   double bestMs = -1;
   int bestIndex = -1;
   void *target = epilogue ? scratch.ptr : out.ptr;
@@ -419,14 +417,13 @@ int main(int argc, char **argv) {
   cudaSetDevice(0);
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
-  std::string error;
-  std::unique_ptr<Gemms> gemms = Gemms::create(error);
+  Expected<std::unique_ptr<Gemms>> gemms = Gemms::create();
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace(kWorkspaceBytes);
   cudaStream_t stream = nullptr;
   if (!gemms || cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS ||
       !workspace.ptr || cudaStreamCreate(&stream) != cudaSuccess) {
-    std::fprintf(stderr, "setup failed: %s\n", error.c_str());
+    std::fprintf(stderr, "setup failed: %s\n", gemms.error().message().c_str());
     return 1;
   }
   std::printf("GPU 0: %s (sm_%d%d), cuBLASLt %zu; median of %d runs after "
@@ -437,13 +434,13 @@ int main(int argc, char **argv) {
   std::printf("%-22s %-6s %-12s %-18s %10s %16s %6s %8s\n", "layer", "gemm",
               "dtype", "MxNxK", "kiln ms", "cuBLASLt best ms", "ratio",
               "TFLOP/s");
-  Bench bench(*gemms, handle, workspace.ptr, stream, o);
+  Bench bench(**gemms, handle, workspace.ptr, stream, o);
   std::mt19937 rng(1);
   for (const Layer &layer : layers)
     for (const std::string &dtype : dtypes)
       for (const Gemm &g : gemmsOf(layer, dtype, o.fastAccumulation))
         bench.run(layer, g, rng);
-  gemms.reset();
+  gemms->reset();
   cublasLtDestroy(handle);
   cudaStreamDestroy(stream);
   return 0;

@@ -50,7 +50,6 @@ int main(int argc, char **argv) {
     return usage();
   std::set<std::string> seen;
   for (const std::string &path : plans) {
-    std::string error;
     Expected<Plan> plan = loadPlan(path);
     if (!plan) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(),
@@ -58,21 +57,23 @@ int main(int argc, char **argv) {
       return 1;
     }
     int groups = 0, fresh = 0, cached = 0;
-    std::optional<std::vector<cuda::PlanGroupKernel>> kernels =
-        cuda::distinctGroupKernels(*plan, seen, groups, error);
+    Expected<std::vector<cuda::PlanGroupKernel>> kernels =
+        cuda::distinctGroupKernels(*plan, seen, groups);
     if (!kernels) {
-      std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
+      std::fprintf(stderr, "%s: %s\n", path.c_str(),
+                   kernels.error().message().c_str());
       return 1;
     }
     for (const cuda::PlanGroupKernel &k : *kernels) {
-      std::optional<cuda::CompiledKernel> compiled =
-          cuda::compileKernel(k.kernel.source, arch, cacheDir, error);
+      Expected<cuda::CompiledKernel> compiled =
+          cuda::compileKernel(k.kernel.source, arch, cacheDir);
       if (!compiled) {
         std::fprintf(stderr,
                      "%s: %s, %s: the group kernel does not compile for %s: "
                      "%s\n--- source ---\n%s",
                      path.c_str(), k.entry.c_str(), k.step->loc.c_str(),
-                     arch.c_str(), error.c_str(), k.kernel.source.c_str());
+                     arch.c_str(), compiled.error().message().c_str(),
+                     k.kernel.source.c_str());
         return 1;
       }
       ++(compiled->fromCache ? cached : fresh);
@@ -81,13 +82,11 @@ int main(int argc, char **argv) {
                 "from the cache\n",
                 path.c_str(), groups, fresh, arch.c_str(), cached);
   }
-  std::string error;
-  std::optional<cuda::CompiledKernel> ops = cuda::compileKernel(
-      cuda::opKernelLibrarySource(), arch, cacheDir, error);
+  Expected<cuda::CompiledKernel> ops =
+      cuda::compileKernel(cuda::opKernelLibrarySource(), arch, cacheDir);
   if (!ops) {
-    std::fprintf(stderr,
-                 "the op kernel library does not compile for %s: %s\n",
-                 arch.c_str(), error.c_str());
+    std::fprintf(stderr, "the op kernel library does not compile for %s: %s\n",
+                 arch.c_str(), ops.error().message().c_str());
     return 1;
   }
   std::printf("op kernel library: compiled for %s%s\n", arch.c_str(),

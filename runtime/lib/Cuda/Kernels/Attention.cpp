@@ -331,7 +331,7 @@ const char *attentionSource() { return kSource; }
 Result attention(StepReader &r) {
   if (!r.counts(3, 2) || !r.floats({0, 1, 2}, {0, 1}) ||
       !attentionShapes(r, r.in(0), r.in(1), r.in(2)))
-    return std::nullopt;
+    return r.takeError();
   const std::vector<int64_t> &qs = r.in(0).shape;
   int64_t b = qs[0], seq = qs[1], hq = qs[2], dim = qs[3];
   auto bytes = [&](int64_t t) {
@@ -340,7 +340,7 @@ Result attention(StepReader &r) {
   int tile = chooseTile(bytes);
   if (tile == 0) {
     r.fail("head dim " + std::to_string(dim) + " is too large");
-    return std::nullopt;
+    return r.takeError();
   }
   OpLaunchPlan p;
   if (b * hq * seq == 0)
@@ -361,7 +361,7 @@ Result attentionGrad(StepReader &r) {
   // Operands: dout, q, k, v, out, lse; results: dq, dk, dv.
   if (!r.counts(6, 3) || !r.floats({0, 1, 2, 3, 4, 5}, {0, 1, 2}) ||
       !attentionShapes(r, r.in(1), r.in(2), r.in(3)))
-    return std::nullopt;
+    return r.takeError();
   const std::vector<int64_t> &qs = r.in(1).shape;
   int64_t b = qs[0], seq = qs[1], hq = qs[2], hk = r.in(2).shape[2],
           dim = qs[3];
@@ -374,7 +374,7 @@ Result attentionGrad(StepReader &r) {
   int tile = chooseTile(dkdvBytes); // the larger of the two
   if (tile == 0) {
     r.fail("head dim " + std::to_string(dim) + " is too large");
-    return std::nullopt;
+    return r.takeError();
   }
   OpLaunchPlan p;
   int64_t rows = b * seq * hq;

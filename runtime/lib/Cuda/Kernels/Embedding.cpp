@@ -60,11 +60,11 @@ const char *embeddingSource() { return kSource; }
 Result embedding(StepReader &r) {
   if (!r.counts(2, 1) || !r.floats({0}, {0}) ||
       !r.is(r.in(1), DType::I32, "the token ids"))
-    return std::nullopt;
+    return r.takeError();
   const PlanValue &table = r.in(0);
   if (table.shape.size() != 2) {
     r.fail("needs a [vocab, dim] table");
-    return std::nullopt;
+    return r.takeError();
   }
   int64_t tokens = r.in(1).numElements(), dim = table.shape[1];
   OpLaunchPlan p;
@@ -79,11 +79,11 @@ Result embedding(StepReader &r) {
 Result embeddingGrad(StepReader &r) {
   if (!r.counts(2, 1) || !r.floats({0}, {0}) ||
       !r.is(r.in(1), DType::I32, "the token ids"))
-    return std::nullopt;
+    return r.takeError();
   const PlanValue &table = r.out(0);
   if (table.shape.size() != 2) {
     r.fail("needs a [vocab, dim] result");
-    return std::nullopt;
+    return r.takeError();
   }
   int64_t tokens = r.in(1).numElements(), vocab = table.shape[0],
           dim = table.shape[1];

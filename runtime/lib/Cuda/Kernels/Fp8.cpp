@@ -88,15 +88,12 @@ extern "C" __global__ void kiln_shard_quantize(KilnOpArgs a) {
 )";
 
 /// The weights of a shard op: (offset, size) in the flat buffer.
-std::optional<std::vector<std::pair<int64_t, int64_t>>>
-shardWeights(const Step &s) {
+Expected<std::vector<std::pair<int64_t, int64_t>>> shardWeights(const Step &s) {
   const auto &offsets =
       std::get<std::vector<int64_t>>(s.step.attrs.at("offsets"));
   const auto &sizes = std::get<std::vector<int64_t>>(s.step.attrs.at("sizes"));
-  if (offsets.size() != sizes.size()) {
-    s.fail("needs as many offsets as sizes");
-    return std::nullopt;
-  }
+  if (offsets.size() != sizes.size())
+    return s.fail("needs as many offsets as sizes");
   std::vector<std::pair<int64_t, int64_t>> weights;
   for (size_t i = 0; i < offsets.size(); ++i)
     weights.push_back({offsets[i], sizes[i]});
@@ -109,10 +106,10 @@ const char *fp8Source() { return kSource; }
 
 Result shardOp(const Step &s, int rank) {
   bool quantize = s.step.kind == plan::Op::ShardQuantize;
-  if (!s.shaped(quantize ? 2 : 1, quantize ? 2 : 1, 0, {},
-                quantize ? std::initializer_list<int>{1}
-                         : std::initializer_list<int>{0}))
-    return std::nullopt;
+  if (Error e = s.shaped(quantize ? 2 : 1, quantize ? 2 : 1, 0, {},
+                         quantize ? std::initializer_list<int>{1}
+                                  : std::initializer_list<int>{0}))
+    return e;
   if (!isFloat(s.in(0).dtype))
     return s.fail("needs a float shard");
   if (quantize && s.out(0).dtype != DType::F8E4M3)
@@ -121,7 +118,7 @@ Result shardOp(const Step &s, int rank) {
     return s.fail("writes f32 scales");
   auto weights = shardWeights(s);
   if (!weights)
-    return std::nullopt;
+    return weights.takeError();
   int64_t count = static_cast<int64_t>(weights->size());
   const PlanValue &amax = quantize ? s.in(1) : s.out(0);
   if (amax.numElements() != count ||
@@ -157,8 +154,8 @@ Result shardOp(const Step &s, int rank) {
 }
 
 Result delayedAmax(const Step &s) {
-  if (!s.shaped(1, 1, 2, {0}, {0}))
-    return std::nullopt;
+  if (Error e = s.shaped(1, 1, 2, {0}, {0}))
+    return e;
   if (s.step.operands.size() > 1 && s.in(1).dtype != DType::F32)
     return s.fail("needs an f32 current amax");
   OpLaunchPlan p;
@@ -171,8 +168,8 @@ Result delayedAmax(const Step &s) {
 }
 
 Result amaxHistoryUpdate(const Step &s) {
-  if (!s.shaped(2, 1, 0, {0, 1}, {0}))
-    return std::nullopt;
+  if (Error e = s.shaped(2, 1, 0, {0, 1}, {0}))
+    return e;
   int64_t n = s.in(0).numElements();
   if (n < 1 || s.out(0).numElements() != n)
     return s.fail("needs a non-empty history and a result of its size");

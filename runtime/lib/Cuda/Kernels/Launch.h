@@ -14,14 +14,13 @@
 
 #include <algorithm>
 #include <initializer_list>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace kiln::runtime::cuda::kernels {
 
 using Arg = OpKernelArg;
-using Result = std::optional<OpLaunchPlan>;
+using Result = Expected<OpLaunchPlan>;
 
 // One-line constructors of the argument slots (OpKernels.h).
 inline Arg operand(int64_t i) { return {Arg::Operand, i, 0, 0}; }
@@ -61,11 +60,11 @@ inline bool isFloat(DType t) {
   return t == DType::F32 || t == DType::BF16 || isFp8(t);
 }
 
-/// Reads one step's values and says what is wrong with them.
+/// Reads one step's values and says what is wrong with them: a check that
+/// fails keeps the error, for the launch code to return (takeError).
 class StepReader {
 public:
-  StepReader(const Plan &plan, const PlanStep &step, std::string &error)
-      : plan(plan), step(step), error(error) {}
+  StepReader(const Plan &plan, const PlanStep &step) : plan(plan), step(step) {}
 
   const PlanValue &in(size_t i) const {
     return plan.values[step.operands[i]];
@@ -104,13 +103,15 @@ public:
                 dtypeName(t));
   }
   bool fail(const std::string &why) {
-    error = step.op + ": " + why;
+    error = Error(step.op + ": " + why);
     return false;
   }
+  /// The error of the check that failed.
+  Error takeError() { return std::move(error); }
 
   const Plan &plan;
   const PlanStep &step;
-  std::string &error;
+  Error error;
 };
 
 /// The same reading for the loss, optimizer and FP8 launches, whose
@@ -118,37 +119,29 @@ public:
 struct Step {
   const Plan &plan;
   const PlanStep &step;
-  std::string &error;
   const PlanValue &in(size_t i) const { return plan.values[step.operands[i]]; }
   const PlanValue &out(size_t i) const { return plan.values[step.results[i]]; }
-  Result fail(const std::string &why) const {
-    error = step.op + ": " + why;
-    return std::nullopt;
+  Error fail(const std::string &why) const {
+    return Error(step.op + ": " + why);
   }
   /// Empty when the counts are these and the listed values are f32.
-  bool shaped(size_t operands, size_t results, size_t maxOperands,
-              std::initializer_list<int> f32Operands,
-              std::initializer_list<int> f32Results) const {
+  Error shaped(size_t operands, size_t results, size_t maxOperands,
+               std::initializer_list<int> f32Operands,
+               std::initializer_list<int> f32Results) const {
     size_t n = step.operands.size();
     if (n < operands || n > std::max(operands, maxOperands) ||
-        step.results.size() != results) {
-      fail("has " + std::to_string(n) + " operands and " +
-           std::to_string(step.results.size()) + " results");
-      return false;
-    }
+        step.results.size() != results)
+      return fail("has " + std::to_string(n) + " operands and " +
+                  std::to_string(step.results.size()) + " results");
     for (int i : f32Operands)
-      if (in(i).dtype != DType::F32) {
-        fail("operand " + std::to_string(i) + " is " + dtypeName(in(i).dtype) +
-             ", not f32");
-        return false;
-      }
+      if (in(i).dtype != DType::F32)
+        return fail("operand " + std::to_string(i) + " is " +
+                    dtypeName(in(i).dtype) + ", not f32");
     for (int i : f32Results)
-      if (out(i).dtype != DType::F32) {
-        fail("result " + std::to_string(i) + " is " +
-             dtypeName(out(i).dtype) + ", not f32");
-        return false;
-      }
-    return true;
+      if (out(i).dtype != DType::F32)
+        return fail("result " + std::to_string(i) + " is " +
+                    dtypeName(out(i).dtype) + ", not f32");
+    return Error::success();
   }
 };
 

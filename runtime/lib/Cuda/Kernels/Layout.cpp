@@ -49,11 +49,11 @@ const char *layoutSource() { return kSource; }
 
 Result copyLike(StepReader &r, int64_t srcOffset) {
   if (!r.counts(1, 1) || !r.floats({0}, {0}))
-    return std::nullopt;
+    return r.takeError();
   int64_t n = r.out(0).numElements();
   if (srcOffset < 0 || srcOffset + n > r.in(0).numElements()) {
     r.fail("reads past its operand");
-    return std::nullopt;
+    return r.takeError();
   }
   OpLaunchPlan p;
   p.launches.push_back(elementwise(
@@ -67,20 +67,20 @@ Result flatten(StepReader &r) {
   const auto &offsets =
       std::get<std::vector<int64_t>>(r.step.attrs.at("offsets"));
   if (!r.counts(1, 1, 1 << 20) || !r.floats({}, {0}))
-    return std::nullopt;
+    return r.takeError();
   if (offsets.size() != r.step.operands.size()) {
     r.fail("needs an offset per operand");
-    return std::nullopt;
+    return r.takeError();
   }
   OpLaunchPlan p;
   p.zeroResults = {0}; // the padding
   for (size_t i = 0; i < offsets.size(); ++i) {
     int64_t n = r.in(i).numElements();
     if (!r.floats({static_cast<int>(i)}, {}))
-      return std::nullopt;
+      return r.takeError();
     if (offsets[i] < 0 || offsets[i] + n > r.out(0).numElements()) {
       r.fail("operand " + std::to_string(i) + " does not fit the result");
-      return std::nullopt;
+      return r.takeError();
     }
     if (n > 0)
       p.launches.push_back(elementwise(
@@ -93,14 +93,14 @@ Result flatten(StepReader &r) {
 
 Result transpose(StepReader &r) {
   if (!r.counts(1, 1) || !r.floats({0}, {0}))
-    return std::nullopt;
+    return r.takeError();
   const auto &perm =
       std::get<std::vector<int64_t>>(r.step.attrs.at("permutation"));
   const std::vector<int64_t> &shape = r.in(0).shape;
   size_t rank = shape.size();
   if (perm.size() != rank || rank > 5 || r.out(0).shape.size() != rank) {
     r.fail("takes a permutation of rank at most 5 matching its operand");
-    return std::nullopt;
+    return r.takeError();
   }
   std::vector<int64_t> stride(rank, 1);
   for (size_t d = rank; d-- > 1;)
@@ -114,7 +114,7 @@ Result transpose(StepReader &r) {
   for (size_t d = 0; d < 5; ++d) {
     if (d < rank && (perm[d] < 0 || perm[d] >= static_cast<int64_t>(rank))) {
       r.fail("has a permutation entry out of range");
-      return std::nullopt;
+      return r.takeError();
     }
     args.push_back(integer(d < rank ? stride[perm[d]] : 0));
   }

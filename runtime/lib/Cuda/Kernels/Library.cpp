@@ -202,12 +202,11 @@ bool isKernelOp(plan::Op op) {
   return false;
 }
 
-std::optional<OpLaunchPlan> opLaunchPlan(const Plan &plan,
-                                         const PlanStep &step,
-                                         std::string &error, int rank) {
+Expected<OpLaunchPlan> opLaunchPlan(const Plan &plan, const PlanStep &step,
+                                    int rank) {
   using namespace kernels;
-  StepReader r(plan, step, error);
-  Step s{plan, step, error};
+  StepReader r(plan, step);
+  Step s{plan, step};
   switch (step.kind) {
   case plan::Op::Embedding:
     return embedding(r);
@@ -249,8 +248,7 @@ std::optional<OpLaunchPlan> opLaunchPlan(const Plan &plan,
   default:
     break;
   }
-  error = "the CUDA op kernels do not run '" + step.op + "'";
-  return std::nullopt;
+  return Error("the CUDA op kernels do not run '" + step.op + "'");
 }
 
 } // namespace kiln::runtime::cuda

@@ -94,8 +94,8 @@ const char *lossSource() { return kSource; }
 Result crossEntropy(const Step &s, bool grad) {
   // Operands: logits, targets (grad: dloss, logits, targets).
   int logits = grad ? 1 : 0;
-  if (!s.shaped(grad ? 3 : 2, 1, 0, {}, {}))
-    return std::nullopt;
+  if (Error e = s.shaped(grad ? 3 : 2, 1, 0, {}, {}))
+    return e;
   const PlanValue &x = s.in(logits), &targets = s.in(logits + 1);
   if (!isFloat(x.dtype) || !isFloat(s.out(0).dtype) ||
       (grad && !isFloat(s.in(0).dtype)))

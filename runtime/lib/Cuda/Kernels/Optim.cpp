@@ -197,8 +197,8 @@ const char *optimSource() { return kSource; }
 
 Result gradNorm(const Step &s) {
   size_t count = s.step.operands.size();
-  if (!s.shaped(1, 1, 1 << 20, {}, {0}))
-    return std::nullopt;
+  if (Error e = s.shaped(1, 1, 1 << 20, {}, {0}))
+    return e;
   OpLaunchPlan p;
   int64_t partials = 0;
   for (size_t first = 0; first < count; first += kSumSquaresTensors) {
@@ -229,8 +229,8 @@ Result gradNorm(const Step &s) {
 Result adamw(const Step &s) {
   // Operands: param, grad, exp_avg, exp_avg_sq, grad_norm, lr, step;
   // results: param, exp_avg, exp_avg_sq (maybe the operands' buffers).
-  if (!s.shaped(7, 3, 0, {0, 2, 3, 4, 5}, {0, 1, 2}))
-    return std::nullopt;
+  if (Error e = s.shaped(7, 3, 0, {0, 2, 3, 4, 5}, {0, 1, 2}))
+    return e;
   if (!isFloat(s.in(1).dtype) || s.in(6).dtype != DType::I64)
     return s.fail("needs a float gradient and an i64 step");
   int64_t n = s.in(0).numElements();
@@ -254,8 +254,8 @@ Result adamw(const Step &s) {
 }
 
 Result lrSchedule(const Step &s) {
-  if (!s.shaped(1, 1, 0, {}, {0}))
-    return std::nullopt;
+  if (Error e = s.shaped(1, 1, 0, {}, {0}))
+    return e;
   if (s.in(0).dtype != DType::I64)
     return s.fail("needs an i64 step");
   OpLaunchPlan p;
@@ -297,23 +297,19 @@ bool adamwJoins(const Plan &plan, const PlanStep &first,
   return inPlace(first) && inPlace(next);
 }
 
-std::optional<OpLaunchPlan>
-adamwListLaunchPlan(const Plan &plan, const std::vector<const PlanStep *> &steps,
-                    std::string &error, int perLaunch) {
-  if (steps.empty() || perLaunch < 1 || perLaunch > kMaxAdamWListTensors) {
-    error = "adamw: a list of no steps, or too many per launch";
-    return std::nullopt;
-  }
+Expected<OpLaunchPlan>
+adamwListLaunchPlan(const Plan &plan,
+                    const std::vector<const PlanStep *> &steps, int perLaunch) {
+  if (steps.empty() || perLaunch < 1 || perLaunch > kMaxAdamWListTensors)
+    return Error("adamw: a list of no steps, or too many per launch");
   OpLaunchPlan p;
   p.scratchBytes = 8 * 4; // the step's scalars
   for (const PlanStep *s : steps) {
-    if (!adamwJoins(plan, *steps.front(), *s)) {
-      error = "adamw: the steps cannot share one launch";
-      return std::nullopt;
-    }
+    if (!adamwJoins(plan, *steps.front(), *s))
+      return Error("adamw: the steps cannot share one launch");
     // The checks of the single-step launch (shapes, dtypes).
-    if (!opLaunchPlan(plan, *s, error))
-      return std::nullopt;
+    if (Expected<OpLaunchPlan> one = opLaunchPlan(plan, *s); !one)
+      return one.takeError();
   }
   p.launches.push_back(adamwScalars(*steps.front()));
   for (size_t first = 0; first < steps.size(); first += perLaunch) {

@@ -57,11 +57,11 @@ const char *ropeSource() { return kSource; }
 
 Result rope(StepReader &r, float sign) {
   if (!r.counts(1, 1) || !r.floats({0}, {0}))
-    return std::nullopt;
+    return r.takeError();
   const std::vector<int64_t> &s = r.in(0).shape;
   if (s.size() != 4 || s[3] % 2 != 0 || r.out(0).shape != s) {
     r.fail("needs [batch, seq, heads, dim] tensors with an even dim");
-    return std::nullopt;
+    return r.takeError();
   }
   int64_t seq = s[1], half = s[3] / 2;
   OpLaunchPlan p;

@@ -30,6 +30,7 @@
 #define KILN_RUNTIME_CUDA_GEMM_H
 
 #include "kiln/Runtime/DType.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cstdint>
 #include <memory>
@@ -45,20 +46,20 @@ public:
   /// `forceScaleEpilogue` every scaled_matmul takes the fallback path below
   /// (an unscaled FP8 GEMM into f32, then the wrapper's scaling epilogue),
   /// even where cuBLASLt could apply the scales itself: for tests.
-  static std::unique_ptr<Gemms> create(std::string &error,
-                                       bool forceScaleEpilogue = false);
+  static Expected<std::unique_ptr<Gemms>>
+  create(bool forceScaleEpilogue = false);
   virtual ~Gemms();
 
   /// x, w, y all of dtype `t` (bf16 or f32).
-  virtual std::string linear(DType t, const void *x, const void *w, void *y,
-                             int64_t m, int64_t k, int64_t n,
-                             cudaStream_t stream) = 0;
-  virtual std::string linearGradInput(DType t, const void *dy, const void *w,
-                                      void *dx, int64_t m, int64_t n, int64_t k,
-                                      cudaStream_t stream) = 0;
-  virtual std::string linearGradWeight(DType t, const void *dy, const void *x,
-                                       void *dw, int64_t m, int64_t n,
-                                       int64_t k, cudaStream_t stream) = 0;
+  virtual Error linear(DType t, const void *x, const void *w, void *y,
+                       int64_t m, int64_t k, int64_t n,
+                       cudaStream_t stream) = 0;
+  virtual Error linearGradInput(DType t, const void *dy, const void *w,
+                                void *dx, int64_t m, int64_t n, int64_t k,
+                                cudaStream_t stream) = 0;
+  virtual Error linearGradWeight(DType t, const void *dy, const void *x,
+                                 void *dw, int64_t m, int64_t n, int64_t k,
+                                 cudaStream_t stream) = 0;
 
   /// `fastAccumulation`: Hopper's FP8 fast accumulation (fewer promotions
   /// to fp32), which the executor asks for only where the recipe allows it.
@@ -76,7 +77,7 @@ public:
     int64_t m = 0, k = 0, n = 0;
     bool fastAccumulation = false;
   };
-  virtual std::string scaledMatmul(const Scaled &g, cudaStream_t stream) = 0;
+  virtual Error scaledMatmul(const Scaled &g, cudaStream_t stream) = 0;
 
   /// Device bytes held (workspace, scale buffers, the fallback's f32
   /// scratch): 32 MiB after create, growing at each new problem's first

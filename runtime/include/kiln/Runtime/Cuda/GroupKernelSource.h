@@ -38,8 +38,8 @@
 #include "kiln/Runtime/DType.h"
 #include "kiln/Runtime/FusedGroup.h"
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Support/Error.h"
 
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -74,22 +74,20 @@ struct GroupLaunch {
 };
 
 /// The launch of the kernels of `group` (its mapping follows from what it
-/// computes, as groupKernelSource chooses it). Nothing, with `error` saying
-/// why, if the group is too large for a grid.
-std::optional<GroupLaunch> groupLaunch(const FusedGroup &group,
-                                       std::string &error);
+/// computes, as groupKernelSource chooses it), or an error if the group is
+/// too large for a grid.
+Expected<GroupLaunch> groupLaunch(const FusedGroup &group);
 
-/// The kernels of `group`, whose operands and results have these dtypes.
-/// On an unsupported group returns an empty source and says why in `error`.
-GroupKernelSource groupKernelSource(const FusedGroup &group,
-                                    const std::vector<DType> &operands,
-                                    const std::vector<DType> &results,
-                                    std::string &error);
+/// The kernels of `group`, whose operands and results have these dtypes,
+/// or why the group is not supported.
+Expected<GroupKernelSource>
+groupKernelSource(const FusedGroup &group, const std::vector<DType> &operands,
+                  const std::vector<DType> &results);
 
 /// The kernels of a fused step of `plan` (its group, with the dtypes of the
 /// values it reads and writes).
-GroupKernelSource groupKernelSource(const Plan &plan, const PlanStep &step,
-                                    std::string &error);
+Expected<GroupKernelSource> groupKernelSource(const Plan &plan,
+                                              const PlanStep &step);
 
 /// A fused step of a plan with its kernels.
 struct PlanGroupKernel {
@@ -100,11 +98,10 @@ struct PlanGroupKernel {
 
 /// The fused steps of `plan` (their number in `groups`) and, in entry and
 /// step order, the kernels of those whose source is not in `seen` yet
-/// (which gains them). On an unsupported group returns nothing and says
-/// which step in `error`.
-std::optional<std::vector<PlanGroupKernel>>
+/// (which gains them). On an unsupported group, an error naming the step.
+Expected<std::vector<PlanGroupKernel>>
 distinctGroupKernels(const Plan &plan, std::set<std::string> &seen,
-                     int &groups, std::string &error);
+                     int &groups);
 
 } // namespace kiln::runtime::cuda
 

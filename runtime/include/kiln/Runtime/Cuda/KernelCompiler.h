@@ -11,7 +11,8 @@
 #ifndef KILN_RUNTIME_CUDA_KERNELCOMPILER_H
 #define KILN_RUNTIME_CUDA_KERNELCOMPILER_H
 
-#include <optional>
+#include "kiln/Runtime/Support/Error.h"
+
 #include <string>
 
 namespace kiln::runtime::cuda {
@@ -24,11 +25,10 @@ struct CompiledKernel {
 /// The CUBIN of `source` for `arch` (e.g. "sm_90a"), compiled with
 /// `--fmad=false` and the toolkit's headers, or read from `cacheDir` when
 /// an earlier call put it there (an empty `cacheDir`: no cache). On a
-/// compile error returns nothing and sets `error` to NVRTC's log.
-std::optional<CompiledKernel> compileKernel(const std::string &source,
-                                            const std::string &arch,
-                                            const std::string &cacheDir,
-                                            std::string &error);
+/// compile error, the error is NVRTC's log.
+Expected<CompiledKernel> compileKernel(const std::string &source,
+                                       const std::string &arch,
+                                       const std::string &cacheDir);
 
 /// The kernels' folder in Kiln's cache (Cache.h): <cache>/kernels.
 std::string defaultKernelCacheDir();
@@ -37,9 +37,9 @@ std::string defaultKernelCacheDir();
 /// on Hopper the arch-specific "sm_90a" (its wgmma and FP8 instructions).
 std::string kernelArch(int major, int minor);
 
-/// The target of GPU `device`; nothing, with `why` ("no usable CUDA device
-/// (...)", "no CUDA device", ...), when it cannot be used.
-std::optional<std::string> deviceKernelArch(int device, std::string &why);
+/// The target of GPU `device`, or why it cannot be used ("no usable CUDA
+/// device (...)", "no CUDA device", ...).
+Expected<std::string> deviceKernelArch(int device);
 
 } // namespace kiln::runtime::cuda
 

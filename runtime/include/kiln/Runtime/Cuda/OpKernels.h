@@ -33,6 +33,7 @@
 #define KILN_RUNTIME_CUDA_OPKERNELS_H
 
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cstdint>
 #include <optional>
@@ -95,15 +96,14 @@ const std::string &opKernelLibrarySource();
 /// every plan::Op with no default, so that -Wswitch names a new op.
 bool isKernelOp(plan::Op op);
 
-/// The launches of a library step of `plan` whose op isKernelOp. Nothing,
-/// with `error` saying why, for a shape or dtype the kernels do not take.
+/// The launches of a library step of `plan` whose op isKernelOp, or why
+/// not: a shape or dtype the kernels do not take.
 /// `rank` is the executor's rank index: shard_amax and shard_quantize read
 /// the part of each weight inside elements [rank * n, (rank + 1) * n) of
 /// the flat buffer (n: the shard's elements); other ops ignore it. The
 /// launches of those two ops differ per rank, the others' do not.
-std::optional<OpLaunchPlan> opLaunchPlan(const Plan &plan,
-                                         const PlanStep &step,
-                                         std::string &error, int rank = 0);
+Expected<OpLaunchPlan> opLaunchPlan(const Plan &plan, const PlanStep &step,
+                                    int rank = 0);
 
 /// Whether adamw step `next` can run in one launch with adamw step `first`:
 /// the same gradient norm, learning rate and step count, the same
@@ -116,9 +116,9 @@ bool adamwJoins(const Plan &plan, const PlanStep &first,
 /// kiln_adamw_list launch per `perLaunch` parameters (at most
 /// kMaxAdamWListTensors) updates them, each element as kiln_adamw does.
 /// Operand and Result arguments name a step by its index in `steps`.
-std::optional<OpLaunchPlan>
-adamwListLaunchPlan(const Plan &plan, const std::vector<const PlanStep *> &steps,
-                    std::string &error,
+Expected<OpLaunchPlan>
+adamwListLaunchPlan(const Plan &plan,
+                    const std::vector<const PlanStep *> &steps,
                     int perLaunch = kMaxAdamWListTensors);
 
 /// The division of a collective's sum by the rank count (reduction "mean"):
