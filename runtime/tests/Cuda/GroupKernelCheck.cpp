@@ -128,12 +128,13 @@ public:
                      std::vector<std::vector<uint8_t>> &in,
                      std::vector<std::vector<uint8_t>> &out) override {
     std::string base = dir + "/k" + std::to_string(count++);
-    std::string error;
-    std::unique_ptr<hostshim::HostLibrary> lib = hostshim::HostLibrary::compile(
-        (k.hasColSum ? "#define KILN_HAS_COL_SUM 1\n" : "") + k.source,
-        kLauncher, base, error);
-    if (!lib)
-      return error;
+    Expected<std::unique_ptr<hostshim::HostLibrary>> compiled =
+        hostshim::HostLibrary::compile(
+            (k.hasColSum ? "#define KILN_HAS_COL_SUM 1\n" : "") + k.source,
+            kLauncher, base);
+    if (!compiled)
+      return compiled.error().message();
+    std::unique_ptr<hostshim::HostLibrary> lib = std::move(*compiled);
     auto launchFn = reinterpret_cast<LaunchFn>(lib->symbol("kiln_host_launch"));
     std::vector<const void *> inPtrs;
     std::vector<void *> outPtrs;

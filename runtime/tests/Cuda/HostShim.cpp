@@ -134,17 +134,14 @@ using InitFn = void (*)(uint8_t (*)(float), uint8_t (*)(float),
 
 } // namespace
 
-std::unique_ptr<HostLibrary> HostLibrary::compile(const std::string &source,
-                                                  const std::string &epilogue,
-                                                  const std::string &base,
-                                                  std::string &error) {
+Expected<std::unique_ptr<HostLibrary>>
+HostLibrary::compile(const std::string &source, const std::string &epilogue,
+                     const std::string &base) {
   const std::string include = "#include <cuda_fp8.h>";
   std::string text = source;
   size_t at = text.find(include);
-  if (at == std::string::npos) {
-    error = "the source does not include <cuda_fp8.h>";
-    return nullptr;
-  }
+  if (at == std::string::npos)
+    return Error("the source does not include <cuda_fp8.h>");
   text.replace(at, include.size(), kShim);
   {
     std::ofstream f(base + ".cpp");
@@ -153,15 +150,11 @@ std::unique_ptr<HostLibrary> HostLibrary::compile(const std::string &source,
   std::string command = "c++ -std=c++20 -O1 -shared -fPIC -ffp-contract=off "
                         "-pthread -w -o " +
                         base + ".so " + base + ".cpp";
-  if (std::system(command.c_str()) != 0) {
-    error = "the host compiler rejects " + base + ".cpp";
-    return nullptr;
-  }
+  if (std::system(command.c_str()) != 0)
+    return Error("the host compiler rejects " + base + ".cpp");
   void *handle = dlopen((base + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    error = dlerror();
-    return nullptr;
-  }
+  if (!handle)
+    return Error(dlerror());
   std::unique_ptr<HostLibrary> lib(new HostLibrary(handle));
   auto init = reinterpret_cast<InitFn>(lib->symbol("kiln_host_init"));
   init(numerics::toE4m3, numerics::toE5m2, numerics::fromE4m3, numerics::fromE5m2);

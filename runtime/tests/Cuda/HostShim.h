@@ -25,6 +25,7 @@
 #define KILN_RUNTIME_TESTS_CUDA_HOSTSHIM_H
 
 #include "kiln/Runtime/DType.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cstdint>
 #include <memory>
@@ -38,12 +39,11 @@ class HostLibrary {
 public:
   /// Compiles `source`, its `#include <cuda_fp8.h>` replaced by the shim,
   /// followed by `epilogue` (the check's extern "C" entry points), into
-  /// `base`.so (keeping `base`.cpp) and opens it. Nothing, with `error`
-  /// saying why, when the compiler or dlopen fails.
-  static std::unique_ptr<HostLibrary> compile(const std::string &source,
-                                              const std::string &epilogue,
-                                              const std::string &base,
-                                              std::string &error);
+  /// `base`.so (keeping `base`.cpp) and opens it; the error says why not
+  /// when the compiler or dlopen fails.
+  static Expected<std::unique_ptr<HostLibrary>>
+  compile(const std::string &source, const std::string &epilogue,
+          const std::string &base);
   ~HostLibrary();
 
   /// The address of an extern "C" symbol, or nullptr.

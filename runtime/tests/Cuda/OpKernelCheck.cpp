@@ -338,8 +338,8 @@ std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
     }
     b.results[0].push_back(shared);
   }
-  if (std::string failure = device.run(*p, b); !failure.empty())
-    return failure;
+  if (Error failure = device.run(*p, b))
+    return failure.takeMessage();
 
   std::vector<std::vector<uint8_t>> want;
   if (std::string failure = cpuResults(plan, step, rank, in, want);
@@ -386,8 +386,8 @@ std::string checkAdamWList(const Plan &plan,
   for (size_t k = 0; k < steps.size(); ++k)
     for (int i : b.operands[k])
       in[k].push_back(b.storage[i]);
-  if (std::string failure = device.run(*p, b); !failure.empty())
-    return failure;
+  if (Error failure = device.run(*p, b))
+    return failure.takeMessage();
   for (size_t k = 0; k < steps.size(); ++k) {
     std::vector<std::vector<uint8_t>> want;
     if (std::string failure = cpuResults(plan, *steps[k], 0, in[k], want);
@@ -436,10 +436,8 @@ std::string checkMeanDivide(DType t, Device &device, std::mt19937 &rng) {
   std::vector<uint8_t> before = b.storage[0];
   b.operands = {{}};
   b.results = {{0}};
-  if (std::string failure =
-          device.run(cuda::meanDivideLaunch(t, n, divisor), b);
-      !failure.empty())
-    return failure;
+  if (Error failure = device.run(cuda::meanDivideLaunch(t, n, divisor), b))
+    return failure.takeMessage();
   for (int64_t i = 0; i < n; ++i) {
     std::vector<uint8_t> want(dtypeBytes(t));
     setValue(t, want, 0, valueAt(t, before, i) / static_cast<float>(divisor));
@@ -483,9 +481,9 @@ std::string checkNonFinite(DType t, Device &device, std::mt19937 &rng) {
     b.results = {{}};
     cuda::OpLaunchPlan p;
     p.launches.push_back(*cuda::nonFiniteCheckLaunch(t, n, step, result));
-    std::string failure = device.run(p, b);
+    Error failure = device.run(p, b);
     flag = b.storage[1];
-    return failure;
+    return failure.takeMessage();
   };
   auto flagOf = [](const std::vector<uint8_t> &flag) {
     uint64_t f;
@@ -575,12 +573,11 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "cannot make a temporary folder\n");
     return 1;
   }
-  std::string why;
   bool skip = false;
-  std::unique_ptr<Device> device = deviceName == "host"
-                                       ? openHostDevice(dir, why)
-                                       : openGpuDevice(skip, why);
-  if (!device) {
+  Expected<std::unique_ptr<Device>> opened =
+      deviceName == "host" ? openHostDevice(dir) : openGpuDevice(skip);
+  if (!opened) {
+    const std::string &why = opened.error().message();
     if (skip) {
       std::printf("skipped: %s\n", why.c_str());
       return 77;
@@ -588,6 +585,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "%s\n", why.c_str());
     return 1;
   }
+  std::unique_ptr<Device> device = std::move(*opened);
 
   std::set<std::string> checked;
   std::map<std::string, Stats> perOp;

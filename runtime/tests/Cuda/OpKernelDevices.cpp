@@ -71,17 +71,19 @@ extern "C" void kiln_host_launch_op(void *kernel, unsigned grid,
 
 class HostDevice final : public Device {
 public:
-  std::string open(const std::string &dir) {
-    std::string error;
-    lib = hostshim::HostLibrary::compile(cuda::opKernelLibrarySource(),
-                                         kHostLaunch, dir + "/ops", error);
-    if (lib)
-      launchFn = reinterpret_cast<HostLaunchFn>(
-          lib->symbol("kiln_host_launch_op"));
-    return error;
+  Error open(const std::string &dir) {
+    Expected<std::unique_ptr<hostshim::HostLibrary>> compiled =
+        hostshim::HostLibrary::compile(cuda::opKernelLibrarySource(),
+                                       kHostLaunch, dir + "/ops");
+    if (!compiled)
+      return compiled.takeError();
+    lib = std::move(*compiled);
+    launchFn =
+        reinterpret_cast<HostLaunchFn>(lib->symbol("kiln_host_launch_op"));
+    return Error::success();
   }
   bool onGpu() const override { return false; }
-  std::string run(const cuda::OpLaunchPlan &p, Buffers &b) override {
+  Error run(const cuda::OpLaunchPlan &p, Buffers &b) override {
     std::vector<char *> base;
     for (auto &s : b.storage)
       base.push_back(reinterpret_cast<char *>(s.data()));
@@ -92,14 +94,14 @@ public:
     for (const cuda::OpKernelLaunch &l : p.launches) {
       void *kernel = lib->symbol(l.kernel);
       if (!kernel)
-        return "no kernel '" + l.kernel + "' in the library";
+        return Error("no kernel '" + l.kernel + "' in the library");
       std::vector<uint64_t> slots =
           slotsOf(l, b, base, reinterpret_cast<char *>(scratch.data()));
       launchFn(kernel, static_cast<unsigned>(l.grid),
                static_cast<unsigned>(l.block), l.sharedBytes, slots.data(),
                l.slots == cuda::kMaxOpKernelListArgs);
     }
-    return "";
+    return Error::success();
   }
 
 private:
@@ -112,26 +114,26 @@ std::string cudaText(cudaError_t e) { return cudaGetErrorString(e); }
 
 class GpuDevice final : public Device {
 public:
-  /// Empty when GPU 0 runs the compiled library, else why not.
-  std::string open(bool &skip) {
+  /// Success when GPU 0 runs the compiled library, else why not.
+  Error open(bool &skip) {
     Expected<std::string> a = cuda::deviceKernelArch(0);
     skip = !a;
     if (!a)
-      return a.error().message();
+      return a.takeError();
     std::string arch = *a;
     Expected<cuda::CompiledKernel> cubin = cuda::compileKernel(
         cuda::opKernelLibrarySource(), arch, cuda::defaultKernelCacheDir());
     if (!cubin)
-      return "the op kernels do not compile for " + arch + ": " +
-             cubin.error().message();
+      return Error("the op kernels do not compile for " + arch + ": " +
+                   cubin.error().message());
     if (cudaError_t e = cudaLibraryLoadData(&lib, cubin->cubin.data(), nullptr,
                                             nullptr, 0, nullptr, nullptr, 0);
         e != cudaSuccess)
-      return "loading the CUBIN: " + cudaText(e);
-    return "";
+      return Error("loading the CUBIN: " + cudaText(e));
+    return Error::success();
   }
   bool onGpu() const override { return true; }
-  std::string run(const cuda::OpLaunchPlan &p, Buffers &b) override {
+  Error run(const cuda::OpLaunchPlan &p, Buffers &b) override {
     std::vector<void *> device(b.storage.size(), nullptr);
     void *scratch = nullptr;
     auto release = [&] {
@@ -141,7 +143,7 @@ public:
     };
     auto fail = [&](const std::string &what, cudaError_t e) {
       release();
-      return what + ": " + cudaText(e);
+      return Error(what + ": " + cudaText(e));
     };
     for (size_t i = 0; i < b.storage.size(); ++i) {
       if (cudaError_t e = cudaMalloc(&device[i], b.storage[i].size() + 1);
@@ -181,7 +183,7 @@ public:
       cudaMemcpy(b.storage[i].data(), device[i], b.storage[i].size(),
                  cudaMemcpyDeviceToHost);
     release();
-    return "";
+    return Error::success();
   }
 
 private:
@@ -191,26 +193,22 @@ private:
 
 } // namespace
 
-std::unique_ptr<Device> openHostDevice(const std::string &dir,
-                                       std::string &error) {
+Expected<std::unique_ptr<Device>> openHostDevice(const std::string &dir) {
   auto host = std::make_unique<HostDevice>();
-  error = host->open(dir);
-  if (!error.empty())
-    return nullptr;
-  return host;
+  if (Error e = host->open(dir))
+    return e;
+  return std::unique_ptr<Device>(std::move(host));
 }
 
-std::unique_ptr<Device> openGpuDevice(bool &skip, std::string &error) {
+Expected<std::unique_ptr<Device>> openGpuDevice(bool &skip) {
 #ifdef KILN_HAVE_CUDA
   auto gpu = std::make_unique<GpuDevice>();
-  error = gpu->open(skip);
-  if (!error.empty())
-    return nullptr;
-  return gpu;
+  if (Error e = gpu->open(skip))
+    return e;
+  return std::unique_ptr<Device>(std::move(gpu));
 #else
   skip = true;
-  error = "this build has no CUDA backend";
-  return nullptr;
+  return Error("this build has no CUDA backend");
 #endif
 }
 

@@ -33,18 +33,16 @@ class Device {
 public:
   virtual ~Device() = default;
   virtual bool onGpu() const = 0;
-  /// Empty on success, else why not.
-  virtual std::string run(const cuda::OpLaunchPlan &p, Buffers &b) = 0;
+  virtual Error run(const cuda::OpLaunchPlan &p, Buffers &b) = 0;
 };
 
-/// The op kernel library built for the host in folder `dir`; null with
-/// `error` when the host compiler or dlopen fails.
-std::unique_ptr<Device> openHostDevice(const std::string &dir,
-                                       std::string &error);
+/// The op kernel library built for the host in folder `dir`, or why the
+/// host compiler or dlopen failed.
+Expected<std::unique_ptr<Device>> openHostDevice(const std::string &dir);
 
-/// GPU 0 running the library compiled by NVRTC; null with `error`, and
-/// `skip` set when there is no usable GPU (or no CUDA in this build).
-std::unique_ptr<Device> openGpuDevice(bool &skip, std::string &error);
+/// GPU 0 running the library compiled by NVRTC, or why not, with `skip`
+/// set when there is no usable GPU (or no CUDA in this build).
+Expected<std::unique_ptr<Device>> openGpuDevice(bool &skip);
 
 } // namespace kiln::runtime::opcheck
 
