@@ -152,7 +152,9 @@ Error NcclCommunicatorImpl::setUp(ncclComm_t comm) {
   if (err == cudaSuccess)
     err = cudaMalloc(&barrierBuffer_, sizeof(float));
   if (err == cudaSuccess)
-    err = cudaMemset(barrierBuffer_, 0, sizeof(float));
+    err = cudaMemsetAsync(barrierBuffer_, 0, sizeof(float), stream_);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize(stream_);
   for (int i = 0; err == cudaSuccess && i < kInitialEvents; ++i) {
     cudaEvent_t event;
     err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);

@@ -91,24 +91,23 @@ Error CudaExecutor::State::allocate() {
                                   static_cast<int64_t>(freeBytes), deviceName))
     return why;
 
-  auto grab = [&](char *&p, int64_t bytes, const char *what) -> std::string {
+  auto grab = [&](char *&p, int64_t bytes, const char *what) -> Error {
     if (cudaError_t e = cudaMalloc(&p, std::max<int64_t>(bytes, 256));
         e != cudaSuccess)
-      return cudaProblem(std::string("allocating ") + what + " (" +
-                             formatBytes(bytes) + ")",
-                         e);
+      return Error(cudaProblem(std::string("allocating ") + what + " (" +
+                                   formatBytes(bytes) + ")",
+                               e));
     allocated += std::max<int64_t>(bytes, 256);
-    return "";
+    return Error::success();
   };
-  if (std::string p = grab(arena, plan.arenaBytes, "the arena"); !p.empty())
-    return Error(p);
-  if (std::string p = grab(states, stateBytes, "the state"); !p.empty())
-    return Error(p);
-  if (std::string p = grab(small, smallBytes, "inputs and constants");
-      !p.empty())
-    return Error(p);
-  if (std::string p = grab(scratch, scratchBytes, "scratch"); !p.empty())
-    return Error(p);
+  if (Error p = grab(arena, plan.arenaBytes, "the arena"))
+    return p;
+  if (Error p = grab(states, stateBytes, "the state"))
+    return p;
+  if (Error p = grab(small, smallBytes, "inputs and constants"))
+    return p;
+  if (Error p = grab(scratch, scratchBytes, "scratch"))
+    return p;
   allocated += gemms->deviceBytes();
   if (cudaError_t e = cudaMallocHost(&pinned, std::max<int64_t>(pinnedBytes, 256));
       e != cudaSuccess)
@@ -129,11 +128,10 @@ Error CudaExecutor::State::allocate() {
       } else {
         float x = static_cast<float>(v.constValue);
         std::vector<float> fill(std::max<int64_t>(v.numElements(), 1), x);
-        if (cudaError_t e = cudaMemcpy(at[v.id], fill.data(),
-                                       fill.size() * sizeof(float),
-                                       cudaMemcpyHostToDevice);
-            e != cudaSuccess)
-          return Error(cudaProblem("uploading a constant", e));
+        if (Error e = copyOnStream(at[v.id], fill.data(),
+                                   fill.size() * sizeof(float),
+                                   cudaMemcpyHostToDevice, "a constant"))
+          return e;
       }
     }
   }
@@ -146,25 +144,38 @@ Error CudaExecutor::State::allocate() {
   return Error::success();
 }
 
+Error CudaExecutor::State::copyOnStream(void *dst, const void *src,
+                                       int64_t bytes, cudaMemcpyKind kind,
+                                       const std::string &what) {
+  const char *verb =
+      kind == cudaMemcpyHostToDevice ? "uploading " : "downloading ";
+  cudaError_t e = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind,
+                                  stream);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess)
+    return Error(cudaProblem(verb + what, e));
+  return Error::success();
+}
+
 Error CudaExecutor::State::upload(const HostStates &host) {
   for (const auto &[id, data] : host)
-    if (cudaError_t e = cudaMemcpy(at.at(id), data.data(),
-                                   data.size() * sizeof(float),
-                                   cudaMemcpyHostToDevice);
-        e != cudaSuccess)
-      return Error(cudaProblem("uploading '" + plan.values[id].name + "'", e));
+    if (Error e = copyOnStream(at.at(id), data.data(),
+                               data.size() * sizeof(float),
+                               cudaMemcpyHostToDevice,
+                               "'" + plan.values[id].name + "'"))
+      return e;
   return Error::success();
 }
 
 Error CudaExecutor::State::download(HostStates &host) {
   host = zeroStates(plan);
   for (auto &[id, data] : host)
-    if (cudaError_t e = cudaMemcpy(data.data(), at.at(id),
-                                   data.size() * sizeof(float),
-                                   cudaMemcpyDeviceToHost);
-        e != cudaSuccess)
-      return Error(
-          cudaProblem("downloading '" + plan.values[id].name + "'", e));
+    if (Error e = copyOnStream(data.data(), at.at(id),
+                               data.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost,
+                               "'" + plan.values[id].name + "'"))
+      return e;
   return Error::success();
 }
 
@@ -178,10 +189,10 @@ Error CudaExecutor::initialize(uint64_t seed) {
 
 Expected<std::vector<FloatTensor>> CudaExecutor::unshardedState() {
   if (Error problem = s->prepare())
- return problem;
+    return problem;
   HostStates host;
   if (Error problem = s->download(host))
- return problem;
+    return problem;
   return unshardedStates(s->plan, host, s->host);
 }
 

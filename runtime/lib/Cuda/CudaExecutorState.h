@@ -82,6 +82,12 @@ struct CudaExecutor::State final : DeviceValues {
   Error allocate();
   Error upload(const HostStates &host);
   Error download(HostStates &host);
+  /// Copies `bytes` between host memory (pageable) and the device on
+  /// `stream`, then waits for it: ordered after every kernel and collective
+  /// enqueued before it, which a copy on the legacy stream is not (the
+  /// stream is non-blocking). `what` names the copy in the error.
+  Error copyOnStream(void *dst, const void *src, int64_t bytes,
+                     cudaMemcpyKind kind, const std::string &what);
   Error buildEntry(const std::string &name, Entry &entry);
   Error launch(const std::string &name, Entry &entry);
   void noteMemory();
