@@ -42,6 +42,17 @@ add_test(NAME comm-nccl-failure
   COMMAND kiln-comm-nccl-tests --failure-tests --expect-host=local)
 set_tests_properties(comm-nccl-1 comm-nccl-failure PROPERTIES
   ENVIRONMENT "${KILN_COMM_TEST_ENV}" TIMEOUT 90 SKIP_RETURN_CODE 77)
+# The watchdog times a CUDA graph replay that never completes: exit 1 with
+# its line (NcclReplayWatchdog.cpp), 77 without a GPU.
+add_executable(kiln-nccl-replay-watchdog
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests/Comm/NcclReplayWatchdog.cpp)
+target_link_libraries(kiln-nccl-replay-watchdog PRIVATE KilnComm
+  CUDA::cudart Threads::Threads)
+add_test(NAME comm-nccl-replay-watchdog
+  COMMAND kiln-nccl-replay-watchdog)
+set_tests_properties(comm-nccl-replay-watchdog PROPERTIES
+  ENVIRONMENT "${KILN_COMM_TEST_ENV}" TIMEOUT 20 SKIP_RETURN_CODE 77
+  PASS_REGULAR_EXPRESSION "error: NCCL: replay of probe \\(a CUDA graph\\), step 7 on rank 0: not complete after 0.5 s")
 add_test(NAME comm-nccl-mpi-1
   COMMAND ${KILN_MPIRUN} 1 $<TARGET_FILE:kiln-comm-nccl-tests>
     --expect-host=mpi --expect-size=1)

@@ -100,10 +100,22 @@ void NcclCommunicatorImpl::watchdogMain() {
         oldestSince_ = Clock::now();
         continue;
       }
-      if (why.empty())
+      if (why.empty()) {
         retireCompletedLocked();
+        retireReplaysLocked();
+      }
+      // The oldest collective outside a graph, else the oldest replay.
+      bool late = false;
       if (why.empty() && timed && !inFlight_.empty() &&
           Clock::now() - oldestSince_ > timeout) {
+        late = true;
+        what = inFlight_.front().what;
+      } else if (why.empty() && timed && !replays_.empty() &&
+                 Clock::now() - replays_.front().since > timeout) {
+        late = true;
+        what = replays_.front().what;
+      }
+      if (late) {
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%g", watchdogSeconds_);
         why = std::string("not complete after ") + seconds +
@@ -112,8 +124,10 @@ void NcclCommunicatorImpl::watchdogMain() {
       }
       if (why.empty())
         continue;
-      what = inFlight_.empty() ? "no collective in flight"
-                               : inFlight_.front().what;
+      if (what.empty())
+        what = !inFlight_.empty()  ? inFlight_.front().what
+               : !replays_.empty() ? replays_.front().what
+                                   : "no collective in flight";
     }
     fire(what, why);
   }

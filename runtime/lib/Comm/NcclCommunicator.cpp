@@ -134,6 +134,8 @@ NcclCommunicatorImpl::~NcclCommunicatorImpl() {
       pool_.push_back(p.done);
   for (auto &[id, event] : captureEvents_)
     pool_.push_back(event);
+  for (Replay &r : replays_)
+    pool_.push_back(r.done);
   for (cudaEvent_t event : pool_)
     cudaEventDestroy(event);
   if (joinEvent_)
@@ -334,6 +336,31 @@ bool NcclCommunicatorImpl::retireLocked(uint64_t target) {
 
 void NcclCommunicatorImpl::retireCompletedLocked() {
   while (!inFlight_.empty() && retireLocked(inFlight_.front().id)) {
+  }
+}
+
+Error NcclCommunicatorImpl::watchReplay(cudaStream_t stream,
+                                        const std::string &what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cudaEvent_t done = takeEventLocked();
+  if (!done)
+    return Error("nccl: cannot create an event to watch the " + what);
+  if (cudaError_t e = cudaEventRecord(done, stream); e != cudaSuccess) {
+    pool_.push_back(done);
+    return Error("nccl: watching the " + what + ": " + cudaText(e));
+  }
+  replays_.push_back({done, what, Clock::now()});
+  return Error::success();
+}
+
+void NcclCommunicatorImpl::retireReplaysLocked() {
+  while (!replays_.empty() &&
+         cudaEventQuery(replays_.front().done) == cudaSuccess) {
+    pool_.push_back(replays_.front().done);
+    replays_.pop_front();
+    // The next replay's time counts from now: it may have queued behind.
+    if (!replays_.empty())
+      replays_.front().since = Clock::now();
   }
 }
 

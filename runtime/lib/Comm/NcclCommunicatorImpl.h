@@ -99,6 +99,7 @@ public:
   }
   Error streamWait(CommHandle handle, cudaStream_t stream) override;
   cudaStream_t stream() const override { return stream_; }
+  Error watchReplay(cudaStream_t stream, const std::string &what) override;
 
 private:
   /// A collective issued outside a capture and not yet seen complete.
@@ -120,6 +121,8 @@ private:
   bool retireLocked(uint64_t target);
   /// Retires the oldest records while their events say complete.
   void retireCompletedLocked();
+  /// Forgets the oldest replays while their events say complete.
+  void retireReplaysLocked();
 
   // The watchdog thread (NcclBootstrap.cpp).
   void watchdogMain();
@@ -147,6 +150,13 @@ private:
   /// An NCCL or CUDA call failed: abort instead of finalising at the end.
   bool ncclBroken_ = false;
   std::deque<Pending> inFlight_; // issue order
+  /// A graph replay not yet seen complete (watchReplay).
+  struct Replay {
+    cudaEvent_t done;
+    std::string what;
+    Clock::time_point since; // when it became the oldest replay
+  };
+  std::deque<Replay> replays_; // launch order
   /// When inFlight_.front() became the oldest collective in flight.
   Clock::time_point oldestSince_ = Clock::now();
   std::vector<cudaEvent_t> pool_;

@@ -109,7 +109,8 @@ Error CudaExecutor::State::buildEntry(const std::string &name, Entry &entry) {
 
 /// Enqueues an entry: as its actions on the first run (or always, without
 /// graphs), else by replaying the graph captured on the second run.
-Error CudaExecutor::State::launch(const std::string &name, Entry &entry) {
+Error CudaExecutor::State::launch(const std::string &name, Entry &entry,
+                                  int64_t step) {
   // A traced run is eager, with events around each action (traceActions).
   bool replay = graphs && !entry.eagerOnly && entry.runs >= 1 && !trace;
   if (replay && !entry.graph) {
@@ -157,6 +158,13 @@ Error CudaExecutor::State::launch(const std::string &name, Entry &entry) {
   }
   if (cudaError_t e = cudaGraphLaunch(entry.graph, stream); e != cudaSuccess)
     return Error(cudaProblem("replaying the graph of " + name, e));
+  // The collectives inside the graph are not in the NCCL watchdog's list:
+  // the replay as a whole is timed instead, so a stuck peer ends the run
+  // with a line naming the rank and step rather than hanging the stream
+  // sync that follows.
+  if (nccl)
+    return nccl->watchReplay(stream, "replay of " + name + " (a CUDA graph), "
+                                     "step " + std::to_string(step));
   return Error::success();
 }
 
@@ -199,7 +207,7 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
     if (Error problem = s->buildEntry(name, entry))
  return problem;
   Trace::Clock::time_point began = Trace::Clock::now();
-  if (Error problem = s->launch(name, entry)) {
+  if (Error problem = s->launch(name, entry, step)) {
     cudaStreamSynchronize(s->stream);
     return problem;
   }

@@ -89,7 +89,9 @@ struct CudaExecutor::State final : DeviceValues {
   Error copyOnStream(void *dst, const void *src, int64_t bytes,
                      cudaMemcpyKind kind, const std::string &what);
   Error buildEntry(const std::string &name, Entry &entry);
-  Error launch(const std::string &name, Entry &entry);
+  /// Enqueues entry `name` for training step `step` (named in a watchdog
+  /// abort of a replay).
+  Error launch(const std::string &name, Entry &entry, int64_t step);
   void noteMemory();
   /// Forgets every entry's actions and graph (built again at next use).
   void dropEntries();

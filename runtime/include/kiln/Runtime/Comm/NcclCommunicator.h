@@ -40,8 +40,9 @@
 // ("error: NCCL: all-reduce #7 (...) on rank R: ..."), calls
 // ncclCommAbort and exits the process with code 1 (_exit), so the
 // launcher takes the other ranks down instead of hanging. Collectives
-// inside a graph are not timed (their events are not recorded when the
-// graph runs); asynchronous errors are still seen.
+// inside a graph are not seen one by one (their events are not recorded
+// when the graph runs): the caller hands each replay to watchReplay(), and
+// the watchdog times the whole replay the same way, naming it.
 //
 // NCCL refuses two ranks on one GPU, so more than one rank needs as many
 // GPUs; docs/communicator.md ("NCCL backend") and docs/cuda.md say which
@@ -76,6 +77,12 @@ public:
   virtual Error streamWait(CommHandle h, cudaStream_t stream) = 0;
   /// The communicator's own stream (for tests and traces).
   virtual cudaStream_t stream() const = 0;
+  /// Watches the graph replay just enqueued on `stream` (not capturing):
+  /// records an event after it, which the watchdog times as it times a
+  /// collective in flight. Past the deadline it aborts with `what` ("replay
+  /// of train_step, step 12") and the rank. An error line when the event
+  /// cannot be recorded.
+  virtual Error watchReplay(cudaStream_t stream, const std::string &what) = 0;
 };
 
 /// Sets the device (cudaSetDevice) and creates the NCCL communicator of the
