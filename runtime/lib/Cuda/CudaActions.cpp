@@ -421,6 +421,16 @@ Expected<int64_t> scratchBytesNeeded(const Plan &plan, int rank) {
   return most;
 }
 
+int64_t fallbackScratchBytes(const Plan &plan) {
+  int64_t most = 0;
+  for (const auto &[name, entry] : plan.entries)
+    for (const PlanStep &s : entry.steps)
+      if (!s.group && s.kind == plan::Op::ScaledMatmul)
+        most = std::max(most, plan.values[s.results[0]].numElements() *
+                                  int64_t(sizeof(float)));
+  return most;
+}
+
 Expected<std::vector<Action>> buildActions(const ActionContext &ctx,
                                            const std::string &entry) {
   const PlanEntry *e = ctx.plan->entry(entry);

@@ -122,6 +122,10 @@ bool isGemm(plan::Op op);
 /// building actions.
 Expected<int64_t> scratchBytesNeeded(const Plan &plan, int rank);
 
+/// The f32 bytes of `plan`'s largest scaled_matmul output: what the GEMMs'
+/// rowwise fallback may need (Gemms::reserveFallbackScratch).
+int64_t fallbackScratchBytes(const Plan &plan);
+
 /// The actions of `entry`. Compiles and loads group kernels it meets for
 /// the first time into ctx.groups. On failure, an error naming the step.
 Expected<std::vector<Action>> buildActions(const ActionContext &ctx,

@@ -38,6 +38,8 @@ Error CudaExecutor::State::prepare() {
   if (!created)
     return created.takeError();
   gemms = *std::move(created);
+  if (Error e = gemms->reserveFallbackScratch(fallbackScratchBytes(plan)))
+    return e;
   Expected<int64_t> needed = scratchBytesNeeded(plan, rankIndex);
   if (!needed)
     return needed.takeError();

@@ -118,6 +118,12 @@ private:
   Error chooseFor(Entry &e, const Problem &p, const std::string &arch);
   Error allocateScales(const Problem &p, Entry &e);
   Error growScratch(size_t bytes);
+  Error reserveFallbackScratch(int64_t bytes) override {
+    if (Error e = growScratch(static_cast<size_t>(bytes)))
+      return e;
+    reserved = true;
+    return Error::success();
+  }
 
   cublasLtHandle_t handle;
   void *workspace;
@@ -128,6 +134,8 @@ private:
   /// time) and as large as the largest.
   void *scratch = nullptr;
   size_t scratchBytes = 0;
+  /// Set by reserveFallbackScratch: the scratch never moves again.
+  bool reserved = false;
 };
 
 Error LtGemms::degenerate(const Problem &p, void *out, cudaStream_t stream,
@@ -162,6 +170,11 @@ Error LtGemms::choose(const LtMatmul &lt, const std::string &arch,
 Error LtGemms::growScratch(size_t bytes) {
   if (bytes <= scratchBytes)
     return Error::success();
+  if (reserved)
+    return Error("needs " + std::to_string(bytes) +
+                 " bytes of f32 scratch, more than the " +
+                 std::to_string(scratchBytes) +
+                 " reserved for the plan before any capture");
   if (scratch)
     cudaFree(scratch);
   scratch = nullptr;

@@ -233,6 +233,12 @@ int checkPlan(const std::string &path, const Plan &plan, int rank,
     return 1;
   }
   int64_t scratchBytes = *needed;
+  // Both scratch buffers are sized from the plan before any entry runs
+  // (so before any graph capture), and never move.
+  std::printf("%s rank %d: scratch %lld bytes, GEMM fallback scratch %lld "
+              "bytes\n",
+              path.c_str(), rank, static_cast<long long>(scratchBytes),
+              static_cast<long long>(fallbackScratchBytes(plan)));
   FakeDevice device(plan, rank, scratchBytes);
   ActionContext ctx;
   ctx.plan = &plan;

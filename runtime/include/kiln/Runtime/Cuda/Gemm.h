@@ -79,6 +79,14 @@ public:
   };
   virtual Error scaledMatmul(const Scaled &g, cudaStream_t stream) = 0;
 
+  /// Allocates the fallback's f32 product scratch once, `bytes` large (the
+  /// plan's largest scaled_matmul output, fallbackScratchBytes), before any
+  /// graph capture: a graph keeps the address it captured, so the scratch
+  /// never moves after this. A later problem needing more fails instead of
+  /// growing it. Without a reservation (tests, benchmarks) the scratch
+  /// grows as problems need.
+  virtual Error reserveFallbackScratch(int64_t bytes) = 0;
+
   /// Device bytes held (workspace, scale buffers, the fallback's f32
   /// scratch): 32 MiB after create, growing at each new problem's first
   /// call (a few KiB of scale reciprocals; for a fallback problem larger
