@@ -136,7 +136,8 @@ Error Builder::fused(const PlanStep &s) {
     std::unique_ptr<LoadedModule> &loaded = (*ctx.groups)[source->source];
     if (!loaded) {
       Expected<CompiledKernel> cubin =
-          compileKernel(source->source, ctx.arch, ctx.cacheDir);
+          compileKernel(source->source, ctx.arch, ctx.cacheDir,
+                        source->arithmetic);
       if (!cubin)
         return Error("NVRTC: " + cubin.error().message());
       Expected<std::unique_ptr<LoadedModule>> lib =

@@ -47,7 +47,8 @@ Error CudaExecutor::State::prepare() {
   if (Error problem = allocate())
     return problem;
   Expected<CompiledKernel> cubin =
-      compileKernel(opKernelLibrarySource(), arch, defaultKernelCacheDir());
+      compileKernel(opKernelLibrarySource(), arch, defaultKernelCacheDir(),
+                    Arithmetic::Exact);
   if (!cubin)
     return Error("NVRTC, compiling the op kernels: " + cubin.error().message());
   Expected<std::unique_ptr<LoadedModule>> loaded =

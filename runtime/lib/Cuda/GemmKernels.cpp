@@ -72,7 +72,8 @@ Error ScaleKernels::load() {
   if (!arch)
     return arch.takeError();
   Expected<CompiledKernel> cubin =
-      compileKernel(scaleKernelSource(), *arch, defaultKernelCacheDir());
+      compileKernel(scaleKernelSource(), *arch, defaultKernelCacheDir(),
+                    Arithmetic::Exact);
   if (!cubin)
     return Error("compiling the GEMM scale kernels for " + *arch + ": " +
                  cubin.error().message());

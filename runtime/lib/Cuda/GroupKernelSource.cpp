@@ -35,7 +35,22 @@ groupKernelSource(const FusedGroup &group, const std::vector<DType> &operands,
   k.source = w.text();
   k.tiled = w.tiled;
   k.hasColSum = w.hasColSum;
+  k.arithmetic = groupArithmetic(group);
   return k;
+}
+
+bool usesTranscendentals(const FusedGroup &group) {
+  return std::any_of(group.body.begin(), group.body.end(),
+                     [](const GroupInstr &in) {
+                       return in.op == GroupInstr::Op::Exp ||
+                              in.op == GroupInstr::Op::Log ||
+                              in.op == GroupInstr::Op::Sigmoid;
+                     });
+}
+
+Arithmetic groupArithmetic(const FusedGroup &group) {
+  return usesTranscendentals(group) ? Arithmetic::Contracted
+                                    : Arithmetic::Exact;
 }
 
 Expected<GroupLaunch> groupLaunch(const FusedGroup &group) {

@@ -34,10 +34,13 @@ std::string defaultKernelCacheDir() { return kilnCacheDir() + "/kernels"; }
 
 Expected<CompiledKernel> compileKernel(const std::string &source,
                                        const std::string &arch,
-                                       const std::string &cacheDir) {
+                                       const std::string &cacheDir,
+                                       Arithmetic arithmetic) {
   std::vector<std::string> options = {"--gpu-architecture=" + arch,
                                       "-I" KILN_CUDA_INCLUDE_DIR,
-                                      "--std=c++17", "--fmad=false"};
+                                      "--std=c++17"};
+  if (arithmetic == Arithmetic::Exact)
+    options.push_back("--fmad=false");
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
   std::string keyText =

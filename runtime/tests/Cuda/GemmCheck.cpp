@@ -703,7 +703,8 @@ int main() {
     // What can be checked without a GPU: the wrapper's kernels compile.
     for (const char *arch : {"sm_89", "sm_90", "sm_100"}) {
       Expected<cuda::CompiledKernel> cubin =
-          cuda::compileKernel(cuda::gemm::scaleKernelSource(), arch, "");
+          cuda::compileKernel(cuda::gemm::scaleKernelSource(), arch, "",
+                              cuda::Arithmetic::Exact);
       if (!cubin) {
         std::fprintf(stderr,
                      "the GEMM scale kernels do not compile for %s: "

@@ -181,7 +181,8 @@ public:
                      std::vector<std::vector<uint8_t>> &in,
                      std::vector<std::vector<uint8_t>> &out) override {
     Expected<cuda::CompiledKernel> cubin =
-        cuda::compileKernel(k.source, arch, cuda::defaultKernelCacheDir());
+        cuda::compileKernel(k.source, arch, cuda::defaultKernelCacheDir(),
+                            k.arithmetic);
     if (!cubin)
       return cubin.error().message();
     cudaLibrary_t lib;
@@ -304,13 +305,6 @@ bool matches(float got, float want, DType t, bool transcendental) {
   return diff <= 2 * ulp * std::fabs(want) || diff < smallest;
 }
 
-bool usesTranscendentals(const FusedGroup &g) {
-  return std::any_of(g.body.begin(), g.body.end(), [](const GroupInstr &in) {
-    return in.op == GroupInstr::Op::Exp || in.op == GroupInstr::Op::Log ||
-           in.op == GroupInstr::Op::Sigmoid;
-  });
-}
-
 /// Runs `k` through `launcher` and the CPU interpreter on the same random
 /// inputs; empty when every output matches, else the first difference.
 std::string checkKernel(const Plan &plan, const cuda::PlanGroupKernel &k,
@@ -330,7 +324,7 @@ std::string checkKernel(const Plan &plan, const cuda::PlanGroupKernel &k,
     outCpu.emplace_back(v.numElements() * dtypeBytes(v.dtype), 0);
     cpuViews.push_back(View{outCpu.back().data(), v.dtype, v.shape});
   }
-  bool inexact = !launcher.exact() && usesTranscendentals(g);
+  bool inexact = !launcher.exact() && cuda::usesTranscendentals(g);
   if (std::string failure = launcher.launch(k.kernel, g, in, outKernel);
       !failure.empty())
     return failure;
@@ -396,7 +390,7 @@ int main(int argc, char **argv) {
 
   std::set<std::string> checked;
   std::mt19937 rng(7);
-  int kernels = 0, tiled = 0;
+  int kernels = 0, tiled = 0, contracted = 0;
   for (const std::string &path : plans) {
     Expected<Plan> plan = loadPlan(path);
     int groups = 0;
@@ -411,6 +405,7 @@ int main(int argc, char **argv) {
     for (const cuda::PlanGroupKernel &k : *fresh) {
       ++kernels;
       tiled += k.kernel.tiled;
+      contracted += k.kernel.arithmetic == cuda::Arithmetic::Contracted;
       if (std::string failure = checkKernel(*plan, k, *launcher, rng);
           !failure.empty()) {
         std::fprintf(stderr, "%s, %s: %s\n", k.entry.c_str(),
@@ -425,6 +420,11 @@ int main(int argc, char **argv) {
               launcher->exact() ? "bit for bit"
                                 : "bit for bit, or within 2 ulp where exp/log "
                                   "are used");
+  // The compile policy (groupArithmetic): --fmad=false only where the bits
+  // are asserted.
+  std::printf("%d compiled exact (--fmad=false), %d with contracted "
+              "multiply-adds (exp or log)\n",
+              kernels - contracted, contracted);
   run(std::string("rm -rf ") + dir);
   return 0;
 }

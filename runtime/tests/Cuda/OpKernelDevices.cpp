@@ -122,7 +122,8 @@ public:
       return a.takeError();
     std::string arch = *a;
     Expected<cuda::CompiledKernel> cubin = cuda::compileKernel(
-        cuda::opKernelLibrarySource(), arch, cuda::defaultKernelCacheDir());
+        cuda::opKernelLibrarySource(), arch, cuda::defaultKernelCacheDir(),
+        cuda::Arithmetic::Exact);
     if (!cubin)
       return Error("the op kernels do not compile for " + arch + ": " +
                    cubin.error().message());

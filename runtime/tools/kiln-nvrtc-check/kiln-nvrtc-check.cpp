@@ -66,7 +66,8 @@ int main(int argc, char **argv) {
     }
     for (const cuda::PlanGroupKernel &k : *kernels) {
       Expected<cuda::CompiledKernel> compiled =
-          cuda::compileKernel(k.kernel.source, arch, cacheDir);
+          cuda::compileKernel(k.kernel.source, arch, cacheDir,
+                              k.kernel.arithmetic);
       if (!compiled) {
         std::fprintf(stderr,
                      "%s: %s, %s: the group kernel does not compile for %s: "
@@ -83,7 +84,8 @@ int main(int argc, char **argv) {
                 path.c_str(), groups, fresh, arch.c_str(), cached);
   }
   Expected<cuda::CompiledKernel> ops =
-      cuda::compileKernel(cuda::opKernelLibrarySource(), arch, cacheDir);
+      cuda::compileKernel(cuda::opKernelLibrarySource(), arch, cacheDir,
+                          cuda::Arithmetic::Exact);
   if (!ops) {
     std::fprintf(stderr, "the op kernel library does not compile for %s: %s\n",
                  arch.c_str(), ops.error().message().c_str());

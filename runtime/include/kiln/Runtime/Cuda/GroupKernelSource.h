@@ -35,6 +35,7 @@
 #ifndef KILN_RUNTIME_CUDA_GROUPKERNELSOURCE_H
 #define KILN_RUNTIME_CUDA_GROUPKERNELSOURCE_H
 
+#include "kiln/Runtime/Cuda/KernelCompiler.h"
 #include "kiln/Runtime/DType.h"
 #include "kiln/Runtime/FusedGroup.h"
 #include "kiln/Runtime/Plan.h"
@@ -60,7 +61,19 @@ struct GroupKernelSource {
   /// Whether the group has a `col_sum` output (a second kernel, and a
   /// scratch of blocks x cols doubles per such output).
   bool hasColSum = false;
+  /// How NVRTC compiles it (groupArithmetic).
+  Arithmetic arithmetic = Arithmetic::Exact;
 };
+
+/// Whether `group` computes exp or log (exp, log, sigmoid): CUDA's expf
+/// and logf are not the host's libm, so on a GPU such a group matches the
+/// CPU backend within 2 ulp, not bit for bit (sqrt is correctly rounded).
+bool usesTranscendentals(const FusedGroup &group);
+
+/// The one policy for a group kernel's arithmetic: Exact (`--fmad=false`)
+/// where its bits are asserted against the CPU backend, i.e. without exp
+/// or log; Contracted otherwise.
+Arithmetic groupArithmetic(const FusedGroup &group);
 
 /// How to launch a group's kernels.
 struct GroupLaunch {

@@ -22,13 +22,26 @@ struct CompiledKernel {
   bool fromCache = false;
 };
 
-/// The CUBIN of `source` for `arch` (e.g. "sm_90a"), compiled with
-/// `--fmad=false` and the toolkit's headers, or read from `cacheDir` when
-/// an earlier call put it there (an empty `cacheDir`: no cache). On a
-/// compile error, the error is NVRTC's log.
+/// How a kernel's floating-point arithmetic is compiled.
+enum class Arithmetic {
+  /// `--fmad=false`: every product and sum rounded to its type, as the CPU
+  /// backend computes it. For the kernels whose bits are asserted against
+  /// the CPU backend: the op kernel library, the GEMM scale kernels, and
+  /// the fused groups without exp or log (groupArithmetic).
+  Exact,
+  /// NVRTC's default, multiply-adds contracted into FMAs: faster, and
+  /// within the tolerance the checks state, not bit for bit.
+  Contracted,
+};
+
+/// The CUBIN of `source` for `arch` (e.g. "sm_90a"), compiled with the
+/// toolkit's headers and `arithmetic`, or read from `cacheDir` when an
+/// earlier call put it there (an empty `cacheDir`: no cache). On a compile
+/// error, the error is NVRTC's log.
 Expected<CompiledKernel> compileKernel(const std::string &source,
                                        const std::string &arch,
-                                       const std::string &cacheDir);
+                                       const std::string &cacheDir,
+                                       Arithmetic arithmetic);
 
 /// The kernels' folder in Kiln's cache (Cache.h): <cache>/kernels.
 std::string defaultKernelCacheDir();
