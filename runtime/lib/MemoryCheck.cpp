@@ -83,11 +83,11 @@ int64_t predictedDeviceBytes(const Plan &plan, int64_t backendBytes) {
 }
 
 Error memoryShortfall(const Plan &plan, int64_t backendBytes, int64_t freeBytes,
-                      const std::string &device,
-                      const std::string &backendWhat) {
+                      const std::string &device, const std::string &backendWhat,
+                      const MemoryReserve &reserve) {
   std::vector<MemoryConsumer> consumers =
       deviceMemoryConsumers(plan, backendBytes, backendWhat);
-  int64_t total = 0;
+  int64_t total = reserve.bytes;
   for (const MemoryConsumer &c : consumers)
     total += c.bytes;
   if (total <= freeBytes)
@@ -98,6 +98,9 @@ Error memoryShortfall(const Plan &plan, int64_t backendBytes, int64_t freeBytes,
   for (size_t i = 0; i < consumers.size() && i < 3; ++i)
     text += (i ? ", " : "") + consumers[i].what + " " +
             formatBytes(consumers[i].bytes);
+  if (reserve.bytes > 0)
+    text += "; with " + formatBytes(reserve.bytes) + " kept free for " +
+            reserve.what;
   // FSDP divides the state (parameters, moments, histories) by the ranks;
   // the rest stays. When the rest fits, say how many ranks would do.
   int64_t state = 0;

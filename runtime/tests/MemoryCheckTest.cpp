@@ -76,6 +76,25 @@ TEST(MemoryCheck, RefusesWithTheLargestConsumersNamed) {
       << why;
 }
 
+// The memory kept free for what a backend allocates after the check
+// counts, and the refusal says so.
+TEST(MemoryCheck, CountsAndNamesTheReserve) {
+  Plan plan = examplePlan();
+  int64_t need = predictedDeviceBytes(plan, 512);
+  MemoryReserve reserve{1 << 20, "kernel modules"};
+  EXPECT_FALSE(memoryShortfall(plan, 512, need + (1 << 20), "GPU 0",
+                               kDeviceBackendBuffers, reserve));
+  std::string why = memoryShortfall(plan, 512, need + (1 << 20) - 1, "GPU 0",
+                                    kDeviceBackendBuffers, reserve)
+                        .takeMessage();
+  EXPECT_NE(why.find("the plan needs 1.1 MiB of memory per rank"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("; with 1.0 MiB kept free for kernel modules ("),
+            std::string::npos)
+      << why;
+}
+
 // When everything but the state fits, the refusal says how many ranks
 // would shard the state small enough: 12 KiB + 64 B of state, 100.5 KiB of
 // the rest, 104 KiB free: 3.5 KiB of room, so 4 ranks.

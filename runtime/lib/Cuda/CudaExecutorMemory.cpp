@@ -67,6 +67,26 @@ Error CudaExecutor::State::prepare() {
   return Error::success();
 }
 
+namespace {
+/// What is allocated after the memory check, kept free at it. Estimates,
+/// until a GPU run measures them (docs/cuda.md, "The executor"): 256 MiB
+/// for the op kernel library, the group kernels' modules, the CUDA graphs'
+/// executable copies and cuDNN's plans; with more than one rank 1 GiB more
+/// for NCCL's channel buffers (its default 4 MiB Simple and LL128 buffers
+/// per channel and peer, over up to 32 channels on NVLink).
+MemoryReserve deviceReserve(const Plan &plan) {
+  MemoryReserve r;
+  r.bytes = int64_t(256) << 20;
+  r.what = "kernel modules and CUDA graphs";
+  if (plan.ranks > 1) {
+    r.bytes += int64_t(1) << 30;
+    r.what += ", and NCCL's buffers";
+  }
+  r.what += " (allocated after this check)";
+  return r;
+}
+} // namespace
+
 Error CudaExecutor::State::allocate() {
   // Constants and per-run inputs share one small buffer; so do their pinned
   // host copies, with every entry's outputs.
@@ -91,7 +111,8 @@ Error CudaExecutor::State::allocate() {
   std::string deviceName =
       "GPU " + std::to_string(device) + " (" + prop.name + ")";
   if (Error why = memoryShortfall(plan, backendBytes,
-                                  static_cast<int64_t>(freeBytes), deviceName))
+                                  static_cast<int64_t>(freeBytes), deviceName,
+                                  kDeviceBackendBuffers, deviceReserve(plan)))
     return why;
 
   auto grab = [&](char *&p, int64_t bytes, const char *what) -> Error {

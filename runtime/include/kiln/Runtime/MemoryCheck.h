@@ -46,14 +46,21 @@ std::vector<MemoryConsumer> deviceMemoryConsumers(
 /// The sum of deviceMemoryConsumers.
 int64_t predictedDeviceBytes(const Plan &plan, int64_t backendBytes);
 
-/// Success when the plan fits in `freeBytes`; else one line: what it needs,
-/// what is free on `device`, the three largest consumers and what would
-/// make it fit: how many ranks would shard the state small enough, when
-/// that alone would do, else activation checkpointing, FP8, a smaller batch
-/// or model.
+/// Memory kept free at the check for what is allocated after it.
+struct MemoryReserve {
+  int64_t bytes = 0;
+  std::string what; // "kernel modules, CUDA graphs, NCCL's buffers"
+};
+
+/// Success when the plan and `reserve` fit in `freeBytes`; else one line:
+/// what it needs, what is free on `device`, the three largest consumers,
+/// the reserve, and what would make it fit: how many ranks would shard the
+/// state small enough, when that alone would do, else activation
+/// checkpointing, FP8, a smaller batch or model.
 Error memoryShortfall(const Plan &plan, int64_t backendBytes, int64_t freeBytes,
                       const std::string &device,
-                      const std::string &backendWhat = kDeviceBackendBuffers);
+                      const std::string &backendWhat = kDeviceBackendBuffers,
+                      const MemoryReserve &reserve = {});
 
 /// Host memory this process may use: /proc/meminfo's MemAvailable, shared
 /// evenly among the ranks Open MPI started on this machine
