@@ -78,6 +78,9 @@ private:
   std::string collective(const PlanStep &s);
   std::string wait(const PlanStep &s);
   std::string layout(const PlanStep &s);
+  /// An attention step as cuDNN's fused SDPA, when ctx.attention has its
+  /// graph (CudnnAttention.h); false leaves it to the attention kernels.
+  bool cudnnAttention(const PlanStep &s);
 
   /// A Launch of kernel `name` of `module` (looked up unless a dry run).
   std::string launchAction(LoadedModule *module, const std::string &name,
@@ -118,6 +121,8 @@ std::string Builder::step(size_t index, const PlanStep &s) {
     return wait(s);
   if (isLayout(s.kind))
     return layout(s);
+  if (cudnnAttention(s))
+    return "";
   if (!isKernelOp(s.kind))
     return "the CUDA backend cannot run op '" + s.op + "'";
   std::string error;
@@ -189,6 +194,22 @@ std::string Builder::fused(const PlanStep &s) {
     sum->extra = geometry->partialBlocks;
   }
   return "";
+}
+
+bool Builder::cudnnAttention(const PlanStep &s) {
+  if (!ctx.attention || !isAttention(s.kind))
+    return false;
+  Expected<SdpaConfig> config = sdpaConfig(plan, s);
+  const SdpaGraph *graph = config ? ctx.attention->find(*config) : nullptr;
+  if (!graph)
+    return false;
+  Action &act = add(Action::Sdpa);
+  act.sdpa = graph;
+  act.kernelName = s.kind == plan::Op::Attention ? "cudnn_sdpa"
+                                                 : "cudnn_sdpa_backward";
+  for (int64_t id : sdpaTensorIds(s))
+    act.args.push_back(bitsOf(addr(id)));
+  return true;
 }
 
 std::string Builder::gemm(const PlanStep &s) {

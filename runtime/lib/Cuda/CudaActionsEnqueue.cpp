@@ -106,6 +106,8 @@ std::string enqueue(const Action &a, Gemms &gemms,
     pending.erase(it);
     return problem.takeMessage();
   }
+  case Action::Sdpa:
+    return runSdpa(*a.sdpa, a.args, stream).takeMessage();
   }
   return "";
 }
@@ -148,6 +150,8 @@ const char *actionCategory(const Action &a) {
   case Action::Collective:
   case Action::Wait:
     return "collectives";
+  case Action::Sdpa:
+    return "attention";
   case Action::Memset:
   case Action::Copy:
     return "copies and memsets";

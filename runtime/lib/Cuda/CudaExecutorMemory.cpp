@@ -41,6 +41,7 @@ Error CudaExecutor::State::prepare() {
   scratchBytes = scratchBytesNeeded(plan, rankIndex, error);
   if (scratchBytes < 0)
     return Error(error);
+  attention = prepareAttention(plan); // says which attention runs
   if (Error problem = allocate())
     return problem;
   std::optional<CompiledKernel> cubin = compileKernel(
@@ -76,7 +77,9 @@ Error CudaExecutor::State::allocate() {
   for (const auto &[name, entry] : plan.entries)
     for (const auto &[out, id] : entry.outputs)
       pinnedBytes += aligned(plan.values[id].bytes());
-  int64_t backendBytes = smallBytes + scratchBytes + gemms->deviceBytes();
+  int64_t attentionBytes = attention ? attention->deviceBytes() : 0;
+  int64_t backendBytes =
+      smallBytes + scratchBytes + gemms->deviceBytes() + attentionBytes;
   predicted = predictedDeviceBytes(plan, backendBytes);
 
   size_t freeBytes = 0, totalBytes = 0;
@@ -106,7 +109,7 @@ Error CudaExecutor::State::allocate() {
     return Error(p);
   if (std::string p = grab(scratch, scratchBytes, "scratch"); !p.empty())
     return Error(p);
-  allocated += gemms->deviceBytes();
+  allocated += gemms->deviceBytes() + attentionBytes;
   if (cudaError_t e = cudaMallocHost(&pinned, std::max<int64_t>(pinnedBytes, 256));
       e != cudaSuccess)
     return Error(cudaProblem("allocating pinned host memory", e));
