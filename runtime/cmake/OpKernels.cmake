@@ -20,9 +20,12 @@ target_sources(KilnRuntime PRIVATE
 target_sources(kiln-group-kernel-check PRIVATE tests/Cuda/HostShim.cpp)
 
 # The op kernels against the CPU backend's ops, on the host
-# (tests/Cuda/op-kernels-host.test) or on GPU 0 (ctest gpu-op-kernels).
+# (tests/Cuda/op-kernels-host.test) or on GPU 0 (ctest gpu-op-kernels),
+# where attention also runs through cuDNN's fused SDPA (with cuDNN:
+# runtime/cmake/Cudnn.cmake).
 add_executable(kiln-op-kernel-check tests/Cuda/OpKernelCheck.cpp
-  tests/Cuda/OpKernelDevices.cpp tests/Cuda/HostShim.cpp)
+  tests/Cuda/OpKernelDevices.cpp tests/Cuda/OpKernelCudnn.cpp
+  tests/Cuda/HostShim.cpp)
 target_link_libraries(kiln-op-kernel-check PRIVATE KilnRuntime
   ${CMAKE_DL_LIBS})
 if(KILN_HAVE_CUDA)

@@ -77,6 +77,9 @@ private:
   Error collective(const PlanStep &s);
   Error wait(const PlanStep &s);
   Error layout(const PlanStep &s);
+  /// An attention step as cuDNN's fused SDPA, when ctx.attention has its
+  /// graph (CudnnAttention.h); false leaves it to the attention kernels.
+  bool cudnnAttention(const PlanStep &s);
 
   /// A Launch of kernel `name` of `module` (looked up unless a dry run).
   Error launchAction(LoadedModule *module, const std::string &name,
@@ -119,6 +122,8 @@ Error Builder::step(size_t index, const PlanStep &s) {
     return wait(s);
   if (isLayout(s.kind))
     return layout(s);
+  if (cudnnAttention(s))
+    return Error::success();
   if (!isKernelOp(s.kind))
     return Error("the CUDA backend cannot run op '" + s.op + "'");
   Expected<OpLaunchPlan> launches = opLaunchPlan(plan, s, ctx.values->rank());
@@ -188,6 +193,22 @@ Error Builder::fused(const PlanStep &s) {
     sum->extra = geometry->partialBlocks;
   }
   return Error::success();
+}
+
+bool Builder::cudnnAttention(const PlanStep &s) {
+  if (!ctx.attention || !isAttention(s.kind))
+    return false;
+  Expected<SdpaConfig> config = sdpaConfig(plan, s);
+  const SdpaGraph *graph = config ? ctx.attention->find(*config) : nullptr;
+  if (!graph)
+    return false;
+  Action &act = add(Action::Sdpa);
+  act.sdpa = graph;
+  act.kernelName = s.kind == plan::Op::Attention ? "cudnn_sdpa"
+                                                 : "cudnn_sdpa_backward";
+  for (int64_t id : sdpaTensorIds(s))
+    act.args.push_back(bitsOf(addr(id)));
+  return true;
 }
 
 Error Builder::gemm(const PlanStep &s) {

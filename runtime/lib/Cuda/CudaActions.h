@@ -10,6 +10,8 @@
 #ifndef KILN_RUNTIME_CUDA_CUDAACTIONS_H
 #define KILN_RUNTIME_CUDA_CUDAACTIONS_H
 
+#include "CudnnAttention.h"
+
 #include "kiln/Runtime/Comm/NcclCommunicator.h"
 #include "kiln/Runtime/Cuda/Gemm.h"
 #include "kiln/Runtime/Plan.h"
@@ -48,6 +50,7 @@ struct Action {
     Scaled,     // scaled: an FP8 GEMM
     Collective, // start on the communication stream
     Wait,       // the compute stream waits for a collective
+    Sdpa,       // cuDNN's fused attention: `sdpa`, the tensors in `args`
   } kind = Launch;
   size_t step = 0; // the plan step it comes from (for messages)
 
@@ -74,6 +77,9 @@ struct Action {
 
   // Scaled
   Gemms::Scaled scaled;
+
+  // Sdpa: the graph; args holds the tensors' addresses in SdpaSlot order.
+  const SdpaGraph *sdpa = nullptr;
 
   // Collective / Wait: the collective is named by its result's value id.
   /// AllGatherStart, ReduceScatterStart or AllReduceStart.
@@ -105,6 +111,9 @@ struct ActionContext {
   std::string cacheDir;
   void *scratch = nullptr; // shared by every step (they run in order)
   int64_t scratchBytes = 0;
+  /// The attention steps cuDNN's fused SDPA runs (CudnnAttention.h, built
+  /// at load); null, or a step it has no graph for: the attention kernels.
+  const SdpaGraphs *attention = nullptr;
   /// The per-op numerics check (nonFiniteCheckLaunch): with a flag, every
   /// float result of every computing step is checked into it.
   void *numericsFlag = nullptr;
@@ -143,8 +152,9 @@ Error enqueueActions(const Plan &plan, const std::string &entry,
                      const std::vector<cudaEvent_t> *marks = nullptr);
 
 /// What an action's time counts as in a breakdown: "GEMM", "FP8 GEMM",
-/// "attention", "fused groups", "AdamW", "numerics check", "other op
-/// kernels", "copies and memsets", "collectives".
+/// "attention" (the kernels and cuDNN's SDPA), "fused groups", "AdamW",
+/// "numerics check", "other op kernels", "copies and memsets",
+/// "collectives".
 const char *actionCategory(const Action &a);
 
 /// "CUDA error: <what> (<name>)".

@@ -101,6 +101,8 @@ Error enqueue(const Action &a, Gemms &gemms, comm::NcclCommunicator *comm,
     pending.erase(it);
     return problem;
   }
+  case Action::Sdpa:
+    return runSdpa(*a.sdpa, a.args, stream);
   }
   return Error::success();
 }
@@ -144,6 +146,8 @@ const char *actionCategory(const Action &a) {
   case Action::Collective:
   case Action::Wait:
     return "collectives";
+  case Action::Sdpa:
+    return "attention";
   case Action::Memset:
   case Action::Copy:
     return "copies and memsets";

@@ -51,6 +51,7 @@ CudaExecutor::State::~State() {
   groups.clear();
   ops.reset();
   gemms.reset();
+  attention.reset();
   for (void *p : {static_cast<void *>(arena), static_cast<void *>(states),
                   static_cast<void *>(small), static_cast<void *>(scratch),
                   static_cast<void *>(numericsFlag)})

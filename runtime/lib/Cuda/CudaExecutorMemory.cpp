@@ -44,6 +44,7 @@ Error CudaExecutor::State::prepare() {
   if (!needed)
     return needed.takeError();
   scratchBytes = *needed;
+  attention = prepareAttention(plan, stream); // says which attention runs
   if (Error problem = allocate())
     return problem;
   Expected<CompiledKernel> cubin =
@@ -102,7 +103,9 @@ Error CudaExecutor::State::allocate() {
   for (const auto &[name, entry] : plan.entries)
     for (const auto &[out, id] : entry.outputs)
       pinnedBytes += aligned(plan.values[id].bytes());
-  int64_t backendBytes = smallBytes + scratchBytes + gemms->deviceBytes();
+  int64_t attentionBytes = attention ? attention->deviceBytes() : 0;
+  int64_t backendBytes =
+      smallBytes + scratchBytes + gemms->deviceBytes() + attentionBytes;
   predicted = predictedDeviceBytes(plan, backendBytes);
 
   size_t freeBytes = 0, totalBytes = 0;
@@ -132,7 +135,7 @@ Error CudaExecutor::State::allocate() {
     return p;
   if (Error p = grab(scratch, scratchBytes, "scratch"))
     return p;
-  allocated += gemms->deviceBytes();
+  allocated += gemms->deviceBytes() + attentionBytes;
   if (cudaError_t e = cudaMallocHost(&pinned, std::max<int64_t>(pinnedBytes, 256));
       e != cudaSuccess)
     return Error(cudaProblem("allocating pinned host memory", e));

@@ -62,6 +62,7 @@ Error CudaExecutor::State::buildEntry(const std::string &name, Entry &entry) {
   ctx.cacheDir = defaultKernelCacheDir();
   ctx.scratch = scratch;
   ctx.scratchBytes = scratchBytes;
+  ctx.attention = attention.get();
   ctx.numericsFlag = checkNumerics ? numericsFlag : nullptr;
   Expected<std::vector<Action>> body = buildActions(ctx, name);
   if (!body)

@@ -55,6 +55,8 @@ struct CudaExecutor::State final : DeviceValues {
   std::map<int64_t, char *> at;       // state, const and input values
   std::map<int64_t, char *> pinnedAt; // inputs and outputs, host side
   std::unique_ptr<Gemms> gemms;
+  /// cuDNN's fused SDPA for the attention steps it runs (null: none).
+  std::unique_ptr<CudnnAttention> attention;
   std::unique_ptr<LoadedModule> ops;
   std::map<std::string, std::unique_ptr<LoadedModule>> groups;
 

@@ -1,6 +1,7 @@
 //===- ActionsCheck.cpp - The CUDA executor's actions, built on the host --===//
 //
-//   kiln-cuda-actions-check [--check-numerics] [--rank R] PLAN...
+//   kiln-cuda-actions-check [--check-numerics] [--cudnn-attention]
+//                           [--rank R] PLAN...
 //
 // Builds every entry of each plan into the CUDA executor's device actions
 // (buildActions, CudaActions.h) as a dry run: no GPU, no kernel compiled
@@ -16,7 +17,11 @@
 // - every pointer a fused-group launch passes (KilnArgs) lies in a region;
 // - every launch fits a launch: at most 1024 threads a block, grid y and z
 //   at most 65535, an op kernel's slots those of its parameter type;
-// - every collective started is waited for, once, after it starts.
+// - every collective started is waited for, once, after it starts;
+// - with --cudnn-attention (as if cuDNN had built a graph for every
+//   attention step that SdpaConfig.h maps), every tensor of a cuDNN SDPA
+//   action is its step's value, whole: q, k, v, out and lse, then dout,
+//   dq, dk and dv, each spanning the bytes of its dims in the config.
 //
 // Prints per entry the count of each kind of action, and of the AdamW list
 // launches and the parameters they update, and the count per category of a
@@ -115,8 +120,57 @@ private:
 struct Counts {
   int launches = 0, groupLaunches = 0, memsets = 0, copies = 0, gemms = 0,
       scaled = 0, collectives = 0, adamwLists = 0, adamwParams = 0,
-      numericsChecks = 0;
+      numericsChecks = 0, sdpa = 0;
 };
+
+/// The dry run's cuDNN: a graph for every configuration (never run).
+class EverySdpa final : public SdpaGraphs {
+public:
+  const SdpaGraph *find(const SdpaConfig &) const override {
+    return reinterpret_cast<const SdpaGraph *>(&marker);
+  }
+
+private:
+  char marker = 0;
+};
+
+/// A cuDNN SDPA action's tensors against its step's values.
+std::string checkSdpa(const Plan &plan, const PlanStep &s, const FakeDevice &d,
+                      const Action &a) {
+  Expected<SdpaConfig> c = sdpaConfig(plan, s);
+  if (!c)
+    return "a cuDNN SDPA action for a step it does not map: " +
+           c.error().message();
+  bool fwd = s.kind == plan::Op::Attention;
+  // q k v out lse (dout dq dk dv), by the step's operand and result
+  // positions.
+  std::vector<int64_t> ids =
+      fwd ? std::vector<int64_t>{s.operands.at(0), s.operands.at(1),
+                                 s.operands.at(2), s.results.at(0),
+                                 s.results.at(1)}
+          : std::vector<int64_t>{s.operands.at(1), s.operands.at(2),
+                                 s.operands.at(3), s.operands.at(4),
+                                 s.operands.at(5), s.operands.at(0),
+                                 s.results.at(0),  s.results.at(1),
+                                 s.results.at(2)};
+  if (a.args.size() != ids.size() || !a.sdpa || c->backward == fwd)
+    return "a cuDNN SDPA action with " + std::to_string(a.args.size()) +
+           " tensors for " + s.op;
+  auto bytes = [](const SdpaTensor &t, int64_t element) {
+    return t.dim[0] * t.dim[1] * t.dim[2] * t.dim[3] * element;
+  };
+  int64_t q = bytes(c->query(), 2), kv = bytes(c->keyValue(), 2),
+          stats = bytes(c->stats(), 4);
+  const std::vector<int64_t> spans = {q, kv, kv, q, stats, q, q, kv, kv};
+  const char *names[] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (std::string p = d.isValue(ids[i], reinterpret_cast<void *>(a.args[i]),
+                                  spans[i],
+                                  std::string("cuDNN SDPA's ") + names[i]);
+        !p.empty())
+      return p;
+  return "";
+}
 
 /// Checks one action; empty when it is sound.
 std::string checkAction(const Plan &plan, const PlanStep &s,
@@ -219,13 +273,16 @@ std::string checkAction(const Plan &plan, const PlanStep &s,
   }
   case Action::Wait:
     return "";
+  case Action::Sdpa:
+    ++c.sdpa;
+    return checkSdpa(plan, s, d, a);
   }
   return "an action of no known kind";
 }
 
 /// Checks every entry of `plan` on `rank`; 0, or 1 after printing why.
 int checkPlan(const std::string &path, const Plan &plan, int rank,
-              bool numerics) {
+              bool numerics, bool cudnn) {
   Expected<int64_t> needed = scratchBytesNeeded(plan, rank);
   if (!needed) {
     std::fprintf(stderr, "%s: %s\n", path.c_str(),
@@ -247,6 +304,8 @@ int checkPlan(const std::string &path, const Plan &plan, int rank,
   ctx.scratchBytes = scratchBytes;
   ctx.numericsFlag = numerics ? device.flag : nullptr;
   ctx.dryRun = true;
+  EverySdpa everySdpa;
+  ctx.attention = cudnn ? &everySdpa : nullptr;
   for (const auto &[name, entry] : plan.entries) {
     if (name == "init") // run on the host (StateLayout.h), not as actions
       continue;
@@ -285,10 +344,11 @@ int checkPlan(const std::string &path, const Plan &plan, int rank,
     std::printf("%s rank %d %s: %zu actions: %d launches (%d of fused groups), "
                 "%d memsets, %d copies, %d GEMMs, %d FP8 GEMMs, %d "
                 "collectives; AdamW: %d list launches over %d parameters; %d "
-                "numerics checks\n",
+                "numerics checks; %d cuDNN SDPA\n",
                 path.c_str(), rank, name.c_str(), actions->size(), c.launches,
                 c.groupLaunches, c.memsets, c.copies, c.gemms, c.scaled,
-                c.collectives, c.adamwLists, c.adamwParams, c.numericsChecks);
+                c.collectives, c.adamwLists, c.adamwParams, c.numericsChecks,
+                c.sdpa);
     std::printf("%s rank %d %s categories:", path.c_str(), rank, name.c_str());
     for (const auto &[category, count] : categories)
       std::printf(" %s %d;", category.c_str(), count);
@@ -300,12 +360,14 @@ int checkPlan(const std::string &path, const Plan &plan, int rank,
 } // namespace
 
 int main(int argc, char **argv) {
-  bool numerics = false;
+  bool numerics = false, cudnn = false;
   int onlyRank = -1;
   std::vector<std::string> plans;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--check-numerics") == 0)
       numerics = true;
+    else if (std::strcmp(argv[i], "--cudnn-attention") == 0)
+      cudnn = true;
     else if (std::strcmp(argv[i], "--rank") == 0 && i + 1 < argc)
       onlyRank = std::atoi(argv[++i]);
     else
@@ -313,7 +375,7 @@ int main(int argc, char **argv) {
   }
   if (plans.empty()) {
     std::fprintf(stderr, "usage: kiln-cuda-actions-check [--check-numerics] "
-                         "[--rank R] PLAN...\n");
+                         "[--cudnn-attention] [--rank R] PLAN...\n");
     return 1;
   }
   for (const std::string &path : plans) {
@@ -329,7 +391,7 @@ int main(int argc, char **argv) {
     if (onlyRank >= 0)
       ranks = {onlyRank};
     for (int rank : ranks)
-      if (int rc = checkPlan(path, *plan, rank, numerics))
+      if (int rc = checkPlan(path, *plan, rank, numerics, cudnn))
         return rc;
   }
   return 0;

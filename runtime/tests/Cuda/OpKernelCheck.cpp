@@ -19,10 +19,16 @@
 // --device host: through the host shim (HostShim.h). --device gpu (builds
 // with the CUDA backend): NVRTC compiles the library for GPU 0 and cudart
 // launches it; with no usable GPU it prints why and exits 77. Both devices
-// are in OpKernelDevices.cpp.
+// are in OpKernelDevices.cpp. On the GPU every attention and
+// attention_grad step also runs through cuDNN's fused SDPA as the
+// executor runs it (OpKernelCudnn.cpp), as do three synthetic bf16 shapes
+// (head dims 64 and 128, sequences of 100, 128 and 200, GQA), each
+// compared with the CPU backend within cudnnToleranceOf; a preset step
+// cuDNN refuses is counted, a synthetic one fails the check.
 //
 //===----------------------------------------------------------------------===//
 
+#include "../../lib/Cuda/SdpaConfig.h"
 #include "HostShim.h"
 #include "OpKernelDevices.h"
 
@@ -49,6 +55,11 @@ namespace plan = kiln::plan;
 
 namespace {
 
+#ifdef KILN_HAVE_CUDNN
+constexpr bool kHaveCudnn = true;
+#else
+constexpr bool kHaveCudnn = false;
+#endif
 
 void setValue(DType t, std::vector<uint8_t> &b, int64_t i, float x) {
   if (t == DType::F32) {
@@ -108,18 +119,35 @@ Tolerance toleranceOf(plan::Op op, bool gpu) {
   }
 }
 
-std::string toleranceText(plan::Op op, bool gpu) {
-  Tolerance t = toleranceOf(op, gpu);
+/// cuDNN's fused SDPA against the CPU backend, per result: stated, to be
+/// measured on the first GPU run. Its tensor cores take P rounded to bf16
+/// into P V (and dS into the backward's products), so out, dq, dk and dv
+/// get a share of the result's largest magnitude; lse (f32) comes from
+/// f32 sums of the same bf16 products.
+Tolerance cudnnToleranceOf(plan::Op op, size_t result) {
+  if (op == plan::Op::Attention)
+    return result == 1 ? Tolerance{64, 1e-5} : Tolerance{2, 1e-2};
+  return {2, 2e-2};
+}
+
+std::string toleranceText(Tolerance t) {
   if (t.ulps == 0 && t.ofMax == 0)
     return "bit for bit";
   char text[96];
-  std::snprintf(text, sizeof text, "tolerance %g ulp%s", t.ulps,
-                t.ofMax > 0 ? " + 1e-6 of the largest magnitude" : "");
+  std::snprintf(text, sizeof text, "tolerance %g ulp", t.ulps);
+  if (t.ofMax > 0)
+    std::snprintf(text + std::strlen(text), sizeof text - std::strlen(text),
+                  " + %g of the largest magnitude", t.ofMax);
   return text;
+}
+
+std::string toleranceText(plan::Op op, bool gpu) {
+  return toleranceText(toleranceOf(op, gpu));
 }
 
 struct Stats {
   plan::Op op = plan::Op::Init; // whose tolerance applies
+  bool cudnn = false;           // cudnnToleranceOf's
   int steps = 0;
   double maxUlps = 0, maxOfLargest = 0;
 };
@@ -266,14 +294,15 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
 
 /// Compares the results of step `at` of a launch plan (in `b`) with the
 /// CPU backend's (`want`); empty when every result is within the op's
-/// tolerance, else the first difference.
+/// tolerance (cuDNN's SDPA: cudnnToleranceOf), else the first difference.
 std::string compareResults(const Plan &plan, const PlanStep &step,
                            const std::vector<std::vector<uint8_t>> &want,
                            const Buffers &b, size_t at, bool gpu,
-                           Stats &stats) {
-  Tolerance tol = toleranceOf(step.kind, gpu);
+                           Stats &stats, bool cudnn = false) {
   ++stats.steps;
   for (size_t k = 0; k < step.results.size(); ++k) {
+    Tolerance tol = cudnn ? cudnnToleranceOf(step.kind, k)
+                          : toleranceOf(step.kind, gpu);
     const PlanValue &v = plan.values[step.results[k]];
     const std::vector<uint8_t> &got = b.storage[b.results[at][k]];
     double largest = 0;
@@ -290,10 +319,10 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
         continue;
       char text[200];
       std::snprintf(text, sizeof text,
-                    "result %zu element %lld: kernel %.9g, CPU backend %.9g "
+                    "result %zu element %lld: %s %.9g, CPU backend %.9g "
                     "(%s)",
-                    k, static_cast<long long>(i), g, w,
-                    toleranceText(step.kind, gpu).c_str());
+                    k, static_cast<long long>(i), cudnn ? "cuDNN" : "kernel",
+                    g, w, toleranceText(tol).c_str());
       return step.op + " " + text;
     }
   }
@@ -346,6 +375,38 @@ std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
       !failure.empty())
     return failure;
   return compareResults(plan, step, want, b, 0, device.onGpu(), stats);
+}
+
+/// Runs attention step `step` through cuDNN's fused SDPA on GPU 0 on
+/// random inputs and compares it with the CPU backend; empty when within
+/// cudnnToleranceOf, or when cuDNN refuses the step (`refusal` says why).
+std::string checkCudnnStep(const Plan &plan, const PlanStep &step,
+                           std::mt19937 &rng, Stats &stats,
+                           std::string &refusal) {
+  std::vector<std::vector<uint8_t>> in, got, want;
+  for (size_t k = 0; k < step.operands.size(); ++k)
+    in.push_back(randomOperand(plan, step, k, rng));
+  if (step.kind == plan::Op::AttentionGrad)
+    if (std::string failure = consistentAttention(plan, step, in);
+        !failure.empty())
+      return "the CPU forward fails: " + failure;
+  bool refused = false;
+  std::string failure = runCudnnAttention(plan, step, in, got, refused);
+  if (refused) {
+    refusal = failure;
+    return "";
+  }
+  if (!failure.empty())
+    return "cuDNN: " + failure;
+  if (std::string failure = cpuResults(plan, step, 0, in, want);
+      !failure.empty())
+    return failure;
+  Buffers b;
+  b.storage = got;
+  b.results = {{}};
+  for (size_t k = 0; k < got.size(); ++k)
+    b.results[0].push_back(static_cast<int>(k));
+  return compareResults(plan, step, want, b, 0, true, stats, true);
 }
 
 /// Runs AdamW over `steps` at once (adamwListLaunchPlan, `perLaunch`
@@ -596,6 +657,24 @@ int main(int argc, char **argv) {
   };
   std::mt19937 rng(11);
   int count = 0;
+  // Attention through cuDNN (GPU only): steps compared, refused, the first
+  // refusal. `mustRun`: a refusal fails the check (with cuDNN built in).
+  int cudnnChecked = 0, cudnnRefused = 0;
+  std::string firstRefusal;
+  auto cudnnCheck = [&](const Plan &p, const PlanStep &step, bool mustRun) {
+    if (!device->onGpu() || !cuda::isAttention(step.kind))
+      return std::string();
+    Stats &s = statsOf(step.op + " (cuDNN)", step.kind);
+    s.cudnn = true;
+    std::string refusal, failure = checkCudnnStep(p, step, rng, s, refusal);
+    if (!failure.empty() || refusal.empty()) {
+      cudnnChecked += failure.empty() ? 1 : 0;
+      return failure;
+    }
+    ++cudnnRefused;
+    firstRefusal = firstRefusal.empty() ? refusal : firstRefusal;
+    return mustRun && kHaveCudnn ? "cuDNN refuses it: " + refusal : "";
+  };
   for (const std::string &path : plans) {
     std::string error;
     Expected<Plan> plan = loadPlan(path);
@@ -616,6 +695,8 @@ int main(int argc, char **argv) {
           ++count;
           std::string failure = checkStep(*plan, step, rank, *device, rng,
                                           statsOf(step.op, step.kind));
+          if (failure.empty())
+            failure = cudnnCheck(*plan, step, false);
           if (!failure.empty()) {
             std::fprintf(stderr, "%s: %s, %s (rank %d): %s\n", path.c_str(),
                          name.c_str(), step.loc.c_str(), rank,
@@ -651,6 +732,20 @@ int main(int argc, char **argv) {
         i += run.size() - 1;
       }
   }
+  // Shapes beyond the presets' for cuDNN: head dims 64 and 128, GQA,
+  // sequences that are not multiples of 64 or 128.
+  if (device->onGpu())
+    for (const Plan &p : {cudnnAttentionPlan(2, 128, 8, 2, 64, true),
+                          cudnnAttentionPlan(2, 100, 4, 1, 64, true),
+                          cudnnAttentionPlan(1, 200, 4, 4, 128, false)})
+      for (const PlanStep &step : p.entries.at("attention").steps)
+        if (std::string failure = cudnnCheck(p, step, true);
+            !failure.empty()) {
+          std::fprintf(stderr, "%s, %s: %s\n", step.op.c_str(),
+                       cuda::sdpaConfig(p, step)->describe().c_str(),
+                       failure.c_str());
+          return 1;
+        }
   for (DType t : {DType::F32, DType::BF16}) {
     Plan plan = transposePlan(t);
     ++count;
@@ -683,7 +778,13 @@ int main(int argc, char **argv) {
       std::printf("%-20s %3d steps, largest difference %.3g ulp, %.3g of the "
                   "largest magnitude (%s)\n",
                   op.c_str(), s.steps, s.maxUlps, s.maxOfLargest,
-                  toleranceText(s.op, device->onGpu()).c_str());
+                  s.cudnn ? "tolerance stated per result, to be measured"
+                          : toleranceText(s.op, device->onGpu()).c_str());
+  if (device->onGpu())
+    std::printf("attention through cuDNN's fused SDPA: %d steps match the CPU "
+                "backend, %d refused%s%s\n",
+                cudnnChecked, cudnnRefused,
+                firstRefusal.empty() ? "" : "; first: ", firstRefusal.c_str());
   std::printf("%d op kernels on the %s match the CPU backend\n", count,
               deviceName.c_str());
   std::system((std::string("rm -rf ") + dir).c_str());

@@ -4,7 +4,8 @@
 // CUDA executor does (the listed results and the scratch zeroed, each
 // argument slot resolved, the launches in order) on one of two devices:
 // the host, through the shim of HostShim.h, or GPU 0, the library compiled
-// by NVRTC and launched with cudart.
+// by NVRTC and launched with cudart. On GPU 0 attention also runs through
+// cuDNN's fused SDPA (OpKernelCudnn.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,6 +44,23 @@ Expected<std::unique_ptr<Device>> openHostDevice(const std::string &dir);
 /// GPU 0 running the library compiled by NVRTC, or why not, with `skip`
 /// set when there is no usable GPU (or no CUDA in this build).
 Expected<std::unique_ptr<Device>> openGpuDevice(bool &skip);
+
+/// Runs attention or attention_grad step `step` on GPU 0 through cuDNN's
+/// fused SDPA as the CUDA executor does (CudnnAttention.h), its operands
+/// `in` (in the plan's dtypes), its results into `out`. Empty on success,
+/// else why not, with `refused` set where the executor would run the
+/// hand-written kernels instead (no cuDNN in the build or on the machine,
+/// a step sdpaConfig does not map, a graph cuDNN does not build).
+std::string runCudnnAttention(const Plan &plan, const PlanStep &step,
+                              const std::vector<std::vector<uint8_t>> &in,
+                              std::vector<std::vector<uint8_t>> &out,
+                              bool &refused);
+
+/// A plan with an attention step and its attention_grad (entry
+/// "attention"), all bf16 but lse, scale 1/sqrt(dim): shapes the preset
+/// plans lack, for the cuDNN path.
+Plan cudnnAttentionPlan(int64_t batch, int64_t seq, int64_t heads,
+                        int64_t kvHeads, int64_t dim, bool causal);
 
 } // namespace kiln::runtime::opcheck
 
