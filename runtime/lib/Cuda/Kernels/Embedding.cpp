@@ -1,8 +1,10 @@
 //===- Embedding.cpp - The embedding kernels: CUDA C++ and launches -------===//
 //
-// The forward gathers rows; the backward accumulates each column in f32
-// over the tokens in order, one thread per column, so its sums are the CPU
-// backend's (no atomics).
+// The forward gathers rows; the backward accumulates each element in f32
+// over the tokens in order, so its sums are the CPU backend's (no
+// atomics). The backward's threads are (column, slice of the vocabulary)
+// pairs: enough of them to fill the GPU however narrow the model, each
+// summing only the tokens whose ids fall in its slice.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,21 +35,27 @@ extern "C" __global__ void kiln_embedding(KilnOpArgs a) {
   }
 }
 
-// acc[ids[t], c] += dout[t, c] for every token t in order, one thread per
-// column c, as the CPU kernel does: each sum has the CPU's order, and no
-// two threads touch one element. 0 dout, 1 dtype, 2 ids, 3 acc (f32,
-// zeroed), 4 tokens, 5 vocab, 6 dim.
+// acc[ids[t], c] += dout[t, c] for every token t in order, as the CPU
+// kernel does: each sum has the CPU's order, and no two threads touch one
+// element. Thread (c, part) owns column c of the ids in
+// [part * vocab / parts, (part + 1) * vocab / parts): it reads every id
+// (the warp's threads read the same one) but dout only for its own.
+// 0 dout, 1 dtype, 2 ids, 3 acc (f32, zeroed), 4 tokens, 5 vocab, 6 dim,
+// 7 parts.
 extern "C" __global__ void kiln_embedding_grad(KilnOpArgs a) {
   const int *ids = (const int *)a.s[2].p;
   float *acc = (float *)a.s[3].p;
   int gt = (int)a.s[1].i;
   kiln_i64 tokens = a.s[4].i, vocab = a.s[5].i, dim = a.s[6].i;
-  kiln_i64 c = kiln_thread();
-  if (c >= dim)
+  kiln_i64 parts = a.s[7].i;
+  kiln_i64 e = kiln_thread();
+  if (e >= dim * parts)
     return;
+  kiln_i64 c = e % dim, part = e / dim;
+  kiln_i64 lo = part * vocab / parts, hi = (part + 1) * vocab / parts;
   for (kiln_i64 t = 0; t < tokens; ++t) {
     int id = ids[t];
-    if (id >= 0 && id < vocab)
+    if (id >= lo && id < hi)
       acc[(kiln_i64)id * dim + c] += kiln_load(a.s[0].p, gt, t * dim + c);
   }
 }
@@ -96,10 +104,17 @@ Result embeddingGrad(StepReader &r) {
   else
     p.scratchBytes = vocab * dim * 4;
   Arg acc = direct ? result(0) : scratch(0);
+  // Enough (column, vocabulary slice) threads to fill an H100 (132 SMs of
+  // 2048 threads), no more slices than ids, at most 64: each thread reads
+  // every id, so more slices cost more id reads than they gain.
+  int64_t parts =
+      std::clamp<int64_t>(ceilDiv(int64_t(132) * 2048, dim), 1,
+                          std::min<int64_t>(64, std::max<int64_t>(vocab, 1)));
   p.launches.push_back({"kiln_embedding_grad",
-                        std::max<int64_t>(1, ceilDiv(dim, 128)), 128, 0,
+                        std::max<int64_t>(1, ceilDiv(dim * parts, 128)), 128, 0,
                         {operand(0), code(r.in(0).dtype), operand(1), acc,
-                         integer(tokens), integer(vocab), integer(dim)}});
+                         integer(tokens), integer(vocab), integer(dim),
+                         integer(parts)}});
   if (!direct)
     p.launches.push_back(elementwise(
         "kiln_copy", vocab * dim,
