@@ -1,7 +1,9 @@
 //===- Plan.cpp - Reading and checking a plan -----------------------------===//
 //
-// nlohmann::json throws on malformed input; every throw is caught here and
-// becomes one error line, so a bad plan never aborts the runtime.
+// Every reader returns an Error or an Expected<T>, so a bad plan is one
+// error line and never aborts the runtime. nlohmann::json throws only on
+// malformed text (json::parse, caught in parsePlan): the readers check a
+// value's type before they read it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,67 +22,10 @@ using plan::kMaxEvalSteps;
 using plan::kMaxTimeoutSeconds;
 using plan::kMaxTrainingSteps;
 
-int64_t dtypeBytes(DType type) {
-  switch (type) {
-  case DType::F8E4M3:
-  case DType::F8E5M2:
-    return 1;
-  case DType::BF16:
-  case DType::F16:
-    return 2;
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::F64:
-  case DType::I64:
-    return 8;
-  }
-  return 0;
-}
-
-const char *dtypeName(DType type) {
-  switch (type) {
-  case DType::F32:
-    return "f32";
-  case DType::BF16:
-    return "bf16";
-  case DType::F16:
-    return "f16";
-  case DType::F64:
-    return "f64";
-  case DType::I32:
-    return "i32";
-  case DType::I64:
-    return "i64";
-  case DType::F8E4M3:
-    return "f8e4m3";
-  case DType::F8E5M2:
-    return "f8e5m2";
-  }
-  return "?";
-}
-
-int64_t ShardPart::numElements() const {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
-int64_t PlanValue::numElements() const {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
 namespace {
-struct PlanError {
-  std::string message;
-};
-
-[[noreturn]] void fail(const std::string &what, const std::string &problem) {
-  throw PlanError{what + " " + problem};
+/// A problem with what the plan wrote: `what` names the field.
+Error fail(const std::string &what, const std::string &problem) {
+  return Error(what + " " + problem);
 }
 
 /// A short rendering of what the plan wrote, for messages.
@@ -90,38 +35,54 @@ std::string shown(const json &j) {
 }
 
 /// Member `key` of the object `j` (`what` names it in messages).
-const json &member(const json &j, const char *key, const std::string &what) {
+Expected<const json *> member(const json &j, const char *key,
+                              const std::string &what) {
   if (!j.is_object())
-    fail(what, "must be an object, not " + shown(j));
+    return fail(what, "must be an object, not " + shown(j));
   auto it = j.find(key);
   if (it == j.end())
-    fail(what, std::string("has no '") + key + "'");
-  return *it;
+    return fail(what, std::string("has no '") + key + "'");
+  return &*it;
 }
 
 /// A JSON integer in [min, max]: 3.0, -0.5, 1e3, true and "3" are not one.
-int64_t integer(const json &j, int64_t min, int64_t max,
-                const std::string &what) {
+Expected<int64_t> integer(const json &j, int64_t min, int64_t max,
+                          const std::string &what) {
   if (j.is_number_unsigned() &&
       j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    fail(what, "is " + shown(j) + ", past " + std::to_string(max));
+    return fail(what, "is " + shown(j) + ", past " + std::to_string(max));
   if (!j.is_number_integer())
-    fail(what, "must be an integer, not " + shown(j));
+    return fail(what, "must be an integer, not " + shown(j));
   int64_t v = j.get<int64_t>();
   if (v < min || v > max)
-    fail(what, "is " + std::to_string(v) + ", outside [" +
-                   std::to_string(min) + ", " + std::to_string(max) + "]");
+    return fail(what, "is " + std::to_string(v) + ", outside [" +
+                          std::to_string(min) + ", " + std::to_string(max) +
+                          "]");
   return v;
 }
 
-int64_t integerMember(const json &j, const char *key, int64_t min,
-                      int64_t max, const std::string &what) {
-  return integer(member(j, key, what), min, max, what + " " + key);
+Expected<int64_t> integerMember(const json &j, const char *key, int64_t min,
+                                int64_t max, const std::string &what) {
+  Expected<const json *> m = member(j, key, what);
+  if (!m)
+    return m.takeError();
+  return integer(**m, min, max, what + " " + key);
 }
 
-double number(const json &j, const std::string &what) {
+/// Member `key` of the object `j`, read by `read` (text, number, shapeOf,
+/// ...) and named "`what` `key`" in its messages.
+template <typename Read>
+auto readMember(const json &j, const char *key, const std::string &what,
+                Read read) -> decltype(read(j, what)) {
+  Expected<const json *> m = member(j, key, what);
+  if (!m)
+    return m.takeError();
+  return read(**m, what + " " + key);
+}
+
+Expected<double> number(const json &j, const std::string &what) {
   if (!j.is_number())
-    fail(what, "must be a number, not " + shown(j));
+    return fail(what, "must be a number, not " + shown(j));
   return j.get<double>();
 }
 
@@ -129,163 +90,287 @@ double number(const json &j, const std::string &what) {
 /// the keys that name entries, outputs and attributes) ends up in one-line
 /// messages: none may hold a control character (a line break, a tab, an
 /// escape sequence).
-const std::string &plain(const std::string &s, const std::string &what) {
+Error plain(const std::string &s, const std::string &what) {
   for (char c : s)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      fail(what, json(s).dump().size() > 40
-                     ? "holds a control character"
-                     : json(s).dump() + " holds a control character");
+      return fail(what, json(s).dump().size() > 40
+                            ? "holds a control character"
+                            : json(s).dump() + " holds a control character");
+  return Error::success();
+}
+
+Expected<std::string> text(const json &j, const std::string &what) {
+  if (!j.is_string())
+    return fail(what, "must be a string, not " + shown(j));
+  const std::string &s = j.get_ref<const std::string &>();
+  if (Error e = plain(s, what))
+    return e;
   return s;
 }
 
-const std::string &text(const json &j, const std::string &what) {
-  if (!j.is_string())
-    fail(what, "must be a string, not " + shown(j));
-  return plain(j.get_ref<const std::string &>(), what);
-}
-
-const json &array(const json &j, const std::string &what) {
+Error array(const json &j, const std::string &what) {
   if (!j.is_array())
-    fail(what, "must be a list, not " + shown(j));
-  return j;
+    return fail(what, "must be a list, not " + shown(j));
+  return Error::success();
 }
 
-std::vector<int64_t> integers(const json &j, int64_t min, int64_t max,
-                              const std::string &what) {
+/// The list member `key` of the object `j`, named `what key`.
+Expected<const json *> arrayMember(const json &j, const char *key,
+                                   const std::string &what) {
+  Expected<const json *> m = member(j, key, what);
+  if (!m)
+    return m;
+  if (Error e = array(**m, what + " " + key))
+    return e;
+  return m;
+}
+
+Expected<std::vector<int64_t>> integers(const json &j, int64_t min, int64_t max,
+                                        const std::string &what) {
+  if (Error e = array(j, what))
+    return e;
   std::vector<int64_t> out;
-  for (const json &e : array(j, what))
-    out.push_back(integer(e, min, max, what + " element"));
+  for (const json &e : j) {
+    Expected<int64_t> v = integer(e, min, max, what + " element");
+    if (!v)
+      return v.takeError();
+    out.push_back(*v);
+  }
   return out;
 }
 
 /// A tensor shape: dimensions of at most kMaxElements, and so many
 /// elements at most (checked without overflow).
-std::vector<int64_t> shapeOf(const json &j, const std::string &what) {
-  std::vector<int64_t> shape = integers(j, 0, plan::kMaxElements, what);
-  if (shape.size() > 8)
-    fail(what, "has " + std::to_string(shape.size()) +
-                   " dimensions; plan tensors have at most 8");
+Expected<std::vector<int64_t>> shapeOf(const json &j, const std::string &what) {
+  Expected<std::vector<int64_t>> shape =
+      integers(j, 0, plan::kMaxElements, what);
+  if (!shape)
+    return shape;
+  if (shape->size() > 8)
+    return fail(what, "has " + std::to_string(shape->size()) +
+                          " dimensions; plan tensors have at most 8");
   int64_t n = 1;
-  for (int64_t d : shape) {
+  for (int64_t d : *shape) {
     if (d != 0 && n > plan::kMaxElements / d)
-      fail(what, "has more than 2^48 elements");
+      return fail(what, "has more than 2^48 elements");
     n *= d;
   }
   return shape;
 }
 
-DType parseDType(const json &j, const std::string &what) {
+Expected<DType> parseDType(const json &j, const std::string &what) {
   static const std::map<std::string, DType> names = {
-      {"f32", DType::F32}, {"bf16", DType::BF16}, {"f16", DType::F16},
-      {"f64", DType::F64}, {"i32", DType::I32},   {"i64", DType::I64},
+      {"f32", DType::F32},       {"bf16", DType::BF16},    {"f16", DType::F16},
+      {"f64", DType::F64},       {"i32", DType::I32},      {"i64", DType::I64},
       {"f8e4m3", DType::F8E4M3}, {"f8e5m2", DType::F8E5M2}};
-  auto it = names.find(text(j, what));
+  Expected<std::string> name = text(j, what);
+  if (!name)
+    return name.takeError();
+  auto it = names.find(*name);
   if (it == names.end())
-    fail(what, "is an unknown dtype " + shown(j));
+    return fail(what, "is an unknown dtype " + shown(j));
   return it->second;
 }
 
-InitSpec parseInit(const json &j, const std::string &what) {
+/// A value of `names`, named by the string member `key` of `j` (an
+/// unknown one is "`what` has an unknown `noun` ...").
+template <typename T>
+Expected<T> enumMember(const std::map<std::string, T> &names, const json &j,
+                       const char *key, const std::string &what,
+                       const char *noun) {
+  Expected<const json *> m = member(j, key, what);
+  if (!m)
+    return m.takeError();
+  Expected<std::string> name = text(**m, what + " " + key);
+  if (!name)
+    return name.takeError();
+  auto it = names.find(*name);
+  if (it == names.end())
+    return fail(what, std::string("has an unknown ") + noun + " " + shown(**m));
+  return it->second;
+}
+
+Expected<InitSpec> parseInit(const json &j, const std::string &what) {
   static const std::map<std::string, InitSpec::Kind> kinds = {
       {"zeros", InitSpec::Zeros},
       {"ones", InitSpec::Ones},
       {"normal", InitSpec::Normal},
       {"trunc_normal", InitSpec::TruncNormal}};
   InitSpec init;
-  const json &kind = member(j, "kind", what);
-  auto it = kinds.find(text(kind, what + " kind"));
-  if (it == kinds.end())
-    fail(what, "has an unknown initialiser " + shown(kind));
-  init.kind = it->second;
-  auto finite = [&](const char *key) {
-    double v = number(member(j, key, what), what + " " + key);
-    if (!std::isfinite(v))
-      fail(what + " " + key, "must be finite");
+  Expected<InitSpec::Kind> kind =
+      enumMember(kinds, j, "kind", what, "initialiser");
+  if (!kind)
+    return kind.takeError();
+  init.kind = *kind;
+  // Number `key`, which must be finite.
+  auto finite = [&](const char *key) -> Expected<double> {
+    Expected<double> v = readMember(j, key, what, number);
+    if (v && !std::isfinite(*v))
+      return fail(what + " " + key, "must be finite");
     return v;
   };
-  if (init.kind == InitSpec::Normal || init.kind == InitSpec::TruncNormal)
-    init.std = finite("std");
+  if (init.kind == InitSpec::Normal || init.kind == InitSpec::TruncNormal) {
+    Expected<double> deviation = finite("std");
+    if (!deviation)
+      return deviation.takeError();
+    init.std = *deviation;
+  }
   if (init.kind == InitSpec::TruncNormal) {
-    init.a = finite("a");
-    init.b = finite("b");
+    Expected<double> a = finite("a");
+    if (!a)
+      return a.takeError();
+    Expected<double> b = finite("b");
+    if (!b)
+      return b.takeError();
+    init.a = *a;
+    init.b = *b;
     // Values are drawn until one lies in [a, b], then clamped to it: an
     // empty interval has no values.
     if (init.a > init.b)
-      fail(what, "has an empty truncation interval: a (" +
-                     std::to_string(init.a) + ") is greater than b (" +
-                     std::to_string(init.b) + ")");
+      return fail(what, "has an empty truncation interval: a (" +
+                            std::to_string(init.a) + ") is greater than b (" +
+                            std::to_string(init.b) + ")");
   }
   return init;
 }
 
-AttrValue parseAttr(const json &j, const std::string &what) {
+Expected<AttrValue> parseAttr(const json &j, const std::string &what) {
   if (j.is_boolean())
-    return j.get<bool>();
-  if (j.is_number_integer())
-    return integer(j, INT64_MIN, INT64_MAX, what);
+    return AttrValue(j.get<bool>());
+  if (j.is_number_integer()) {
+    Expected<int64_t> v = integer(j, INT64_MIN, INT64_MAX, what);
+    if (!v)
+      return v.takeError();
+    return AttrValue(*v);
+  }
   if (j.is_number())
-    return j.get<double>();
-  if (j.is_string())
-    return text(j, what);
-  if (j.is_array())
-    return integers(j, INT64_MIN, INT64_MAX, what);
-  fail(what, "has an unsupported value " + shown(j));
+    return AttrValue(j.get<double>());
+  if (j.is_string()) {
+    Expected<std::string> v = text(j, what);
+    if (!v)
+      return v.takeError();
+    return AttrValue(std::move(*v));
+  }
+  if (j.is_array()) {
+    Expected<std::vector<int64_t>> v = integers(j, INT64_MIN, INT64_MAX, what);
+    if (!v)
+      return v.takeError();
+    return AttrValue(std::move(*v));
+  }
+  return fail(what, "has an unsupported value " + shown(j));
+}
+
+/// Instruction `at` of a fused group's body.
+Expected<GroupInstr> parseInstr(const json &ji, const std::string &at) {
+  GroupInstr in;
+  Expected<std::string> op = readMember(ji, "op", at, text);
+  if (!op)
+    return op.takeError();
+  std::optional<plan::GroupOp> parsed =
+      plan::parseGroupName<plan::GroupOp>(*op);
+  if (!parsed)
+    return fail(at, "is an unknown group instruction '" + *op + "'");
+  in.op = *parsed;
+  if (ji.contains("type")) {
+    Expected<DType> type = parseDType(ji["type"], at + " type");
+    if (!type)
+      return type.takeError();
+    in.type = *type;
+  }
+  if (ji.contains("args")) {
+    Expected<std::vector<int64_t>> args =
+        integers(ji["args"], 0, INT32_MAX, at + " args");
+    if (!args)
+      return args.takeError();
+    for (int64_t a : *args)
+      in.args.push_back(static_cast<int32_t>(a));
+  }
+  if (in.op == GroupInstr::Op::Load) {
+    Expected<int64_t> operand = integerMember(ji, "operand", 0, INT32_MAX, at);
+    if (!operand)
+      return operand.takeError();
+    in.operand = static_cast<int32_t>(*operand);
+    Expected<const json *> kind = member(ji, "kind", at);
+    if (!kind)
+      return kind.takeError();
+    Expected<std::string> name = text(**kind, at + " kind");
+    if (!name)
+      return name.takeError();
+    std::optional<GroupKind> parsedKind =
+        plan::parseGroupName<GroupKind>(*name);
+    if (!parsedKind)
+      return fail(at, "has an unknown load kind " + shown(**kind));
+    in.kind = *parsedKind;
+  }
+  if (in.op == GroupInstr::Op::Const) {
+    Expected<double> value = readMember(ji, "value", at, number);
+    if (!value)
+      return value.takeError();
+    in.value = *value;
+  }
+  return in;
+}
+
+/// Output `at` of a fused group.
+Expected<GroupOutput> parseOutput(const json &jo, const std::string &at) {
+  GroupOutput out;
+  Expected<int64_t> value = integerMember(jo, "value", 0, INT32_MAX, at);
+  if (!value)
+    return value.takeError();
+  out.value = static_cast<int32_t>(*value);
+  std::string store = "elem";
+  if (jo.contains("store")) {
+    Expected<std::string> written = text(jo["store"], at + " store");
+    if (!written)
+      return written.takeError();
+    store = *written;
+  }
+  std::optional<GroupOutput::Store> parsedStore =
+      plan::parseGroupName<plan::GroupStore>(store);
+  if (!parsedStore)
+    return fail(at, "has an unknown store '" + store + "'");
+  out.store = *parsedStore;
+  return out;
 }
 
 /// The `group` of a `fused` step, checked against the values it reads and
 /// writes (checkFusedGroup; ids are checked here first).
-std::shared_ptr<const FusedGroup> parseGroup(const json &j,
-                                             const PlanStep &step,
-                                             const Plan &plan,
-                                             const std::string &where) {
+Expected<std::shared_ptr<const FusedGroup>>
+parseGroup(const json &j, const PlanStep &step, const Plan &plan,
+           const std::string &where) {
   std::string what = where + " group";
   auto group = std::make_shared<FusedGroup>();
-  group->rows = integerMember(j, "rows", 1, plan::kMaxElements, what);
-  group->cols = integerMember(j, "cols", 1, plan::kMaxElements, what);
+  Expected<int64_t> rows =
+      integerMember(j, "rows", 1, plan::kMaxElements, what);
+  if (!rows)
+    return rows.takeError();
+  Expected<int64_t> cols =
+      integerMember(j, "cols", 1, plan::kMaxElements, what);
+  if (!cols)
+    return cols.takeError();
+  group->rows = *rows;
+  group->cols = *cols;
   if (group->rows > plan::kMaxElements / group->cols)
-    fail(what, "has more than 2^48 points");
-  const json &body = array(member(j, "body", what), what + " body");
-  for (const json &ji : body) {
-    std::string at =
-        what + " instruction " + std::to_string(group->body.size());
-    GroupInstr in;
-    const std::string &op = text(member(ji, "op", at), at + " op");
-    std::optional<plan::GroupOp> parsed = plan::parseGroupName<plan::GroupOp>(op);
-    if (!parsed)
-      fail(at, "is an unknown group instruction '" + op + "'");
-    in.op = *parsed;
-    in.type = ji.contains("type") ? parseDType(ji["type"], at + " type")
-                                  : DType::F32;
-    if (ji.contains("args"))
-      for (int64_t a : integers(ji["args"], 0, INT32_MAX, at + " args"))
-        in.args.push_back(static_cast<int32_t>(a));
-    if (in.op == GroupInstr::Op::Load) {
-      in.operand =
-          static_cast<int32_t>(integerMember(ji, "operand", 0, INT32_MAX, at));
-      const json &kind = member(ji, "kind", at);
-      std::optional<GroupKind> parsedKind =
-          plan::parseGroupName<GroupKind>(text(kind, at + " kind"));
-      if (!parsedKind)
-        fail(at, "has an unknown load kind " + shown(kind));
-      in.kind = *parsedKind;
-    }
-    if (in.op == GroupInstr::Op::Const)
-      in.value = number(member(ji, "value", at), at + " value");
-    group->body.push_back(std::move(in));
+    return fail(what, "has more than 2^48 points");
+  Expected<const json *> body = arrayMember(j, "body", what);
+  if (!body)
+    return body.takeError();
+  for (const json &ji : **body) {
+    Expected<GroupInstr> in = parseInstr(
+        ji, what + " instruction " + std::to_string(group->body.size()));
+    if (!in)
+      return in.takeError();
+    group->body.push_back(std::move(*in));
   }
-  for (const json &jo : array(member(j, "outputs", what), what + " outputs")) {
-    std::string at = what + " output " + std::to_string(group->outputs.size());
-    GroupOutput out;
-    out.value =
-        static_cast<int32_t>(integerMember(jo, "value", 0, INT32_MAX, at));
-    std::string store =
-        jo.contains("store") ? text(jo["store"], at + " store") : "elem";
-    std::optional<GroupOutput::Store> parsedStore =
-        plan::parseGroupName<plan::GroupStore>(store);
-    if (!parsedStore)
-      fail(at, "has an unknown store '" + store + "'");
-    out.store = *parsedStore;
-    group->outputs.push_back(out);
+  Expected<const json *> outputs = arrayMember(j, "outputs", what);
+  if (!outputs)
+    return outputs.takeError();
+  for (const json &jo : **outputs) {
+    Expected<GroupOutput> out = parseOutput(
+        jo, what + " output " + std::to_string(group->outputs.size()));
+    if (!out)
+      return out.takeError();
+    group->outputs.push_back(*out);
   }
   auto values = [&](const std::vector<int64_t> &ids) {
     std::vector<const PlanValue *> out;
@@ -295,11 +380,34 @@ std::shared_ptr<const FusedGroup> parseGroup(const json &j,
   };
   if (Error e =
           checkFusedGroup(*group, values(step.operands), values(step.results)))
-    throw PlanError{what + ": " + e.message()};
-  return group;
+    return Error(what + ": " + e.message());
+  return std::shared_ptr<const FusedGroup>(std::move(group));
 }
 
-PlanValue parseValue(const json &jv, const Plan &plan) {
+/// One part of a sharded state's `shard_of`.
+Expected<ShardPart> parseShardPart(const json &jp, const std::string &at) {
+  ShardPart part;
+  Expected<std::string> name = readMember(jp, "name", at, text);
+  if (!name)
+    return name.takeError();
+  part.name = std::move(*name);
+  Expected<int64_t> offset =
+      integerMember(jp, "offset", 0, plan::kMaxElements, at);
+  if (!offset)
+    return offset.takeError();
+  part.offset = *offset;
+  Expected<std::vector<int64_t>> shape = readMember(jp, "shape", at, shapeOf);
+  if (!shape)
+    return shape.takeError();
+  part.shape = std::move(*shape);
+  Expected<InitSpec> init = readMember(jp, "init", at, parseInit);
+  if (!init)
+    return init.takeError();
+  part.init = *init;
+  return part;
+}
+
+Expected<PlanValue> parseValue(const json &jv, const Plan &plan) {
   static const std::map<std::string, PlanValue::Kind> kinds = {
       {"state", PlanValue::State},
       {"input", PlanValue::Input},
@@ -307,212 +415,301 @@ PlanValue parseValue(const json &jv, const Plan &plan) {
       {"arena", PlanValue::Arena}};
   PlanValue v;
   std::string what = "value " + std::to_string(plan.values.size());
-  v.id = integerMember(jv, "id", 0, INT64_MAX, what);
+  Expected<int64_t> id = integerMember(jv, "id", 0, INT64_MAX, what);
+  if (!id)
+    return id.takeError();
+  v.id = *id;
   if (v.id != static_cast<int64_t>(plan.values.size()))
-    fail(what, "has id " + std::to_string(v.id) +
-                   "; value ids are 0, 1, 2, ... in order");
-  const json &kind = member(jv, "kind", what);
-  auto it = kinds.find(text(kind, what + " kind"));
-  if (it == kinds.end())
-    fail(what, "has an unknown kind " + shown(kind));
-  v.kind = it->second;
-  v.shape = shapeOf(member(jv, "shape", what), what + " shape");
-  v.dtype = parseDType(member(jv, "dtype", what), what + " dtype");
-  if (v.kind == PlanValue::State || v.kind == PlanValue::Input)
-    v.name = text(member(jv, "name", what), what + " name");
-  if (v.kind == PlanValue::State)
-    v.init = parseInit(member(jv, "init", what), what + " init");
-  if (v.kind == PlanValue::State && jv.contains("shard_of"))
-    for (const json &jp : array(jv["shard_of"], what + " shard_of")) {
-      std::string at =
-          what + " shard_of part " + std::to_string(v.shardOf.size());
-      ShardPart part;
-      part.name = text(member(jp, "name", at), at + " name");
-      part.offset = integerMember(jp, "offset", 0, plan::kMaxElements, at);
-      part.shape = shapeOf(member(jp, "shape", at), at + " shape");
-      part.init = parseInit(member(jp, "init", at), at + " init");
-      v.shardOf.push_back(std::move(part));
-    }
-  if (v.kind == PlanValue::Const) {
-    v.constValue = number(member(jv, "value", what), what + " value");
+    return fail(what, "has id " + std::to_string(v.id) +
+                          "; value ids are 0, 1, 2, ... in order");
+  Expected<PlanValue::Kind> kind = enumMember(kinds, jv, "kind", what, "kind");
+  if (!kind)
+    return kind.takeError();
+  v.kind = *kind;
+  Expected<std::vector<int64_t>> shape = readMember(jv, "shape", what, shapeOf);
+  if (!shape)
+    return shape.takeError();
+  v.shape = std::move(*shape);
+  Expected<DType> dtype = readMember(jv, "dtype", what, parseDType);
+  if (!dtype)
+    return dtype.takeError();
+  v.dtype = *dtype;
+  if (v.kind == PlanValue::State || v.kind == PlanValue::Input) {
+    Expected<std::string> name = readMember(jv, "name", what, text);
+    if (!name)
+      return name.takeError();
+    v.name = std::move(*name);
   }
-  if (v.kind == PlanValue::Arena)
-    v.offset = integerMember(jv, "offset", 0, kMaxBytes, what);
+  if (v.kind == PlanValue::State) {
+    Expected<InitSpec> init = readMember(jv, "init", what, parseInit);
+    if (!init)
+      return init.takeError();
+    v.init = *init;
+  }
+  if (v.kind == PlanValue::State && jv.contains("shard_of")) {
+    const json &parts = jv["shard_of"];
+    if (Error e = array(parts, what + " shard_of"))
+      return e;
+    for (const json &jp : parts) {
+      Expected<ShardPart> part = parseShardPart(
+          jp, what + " shard_of part " + std::to_string(v.shardOf.size()));
+      if (!part)
+        return part.takeError();
+      v.shardOf.push_back(std::move(*part));
+    }
+  }
+  if (v.kind == PlanValue::Const) {
+    Expected<double> value = readMember(jv, "value", what, number);
+    if (!value)
+      return value.takeError();
+    v.constValue = *value;
+  }
+  if (v.kind == PlanValue::Arena) {
+    Expected<int64_t> offset = integerMember(jv, "offset", 0, kMaxBytes, what);
+    if (!offset)
+      return offset.takeError();
+    v.offset = *offset;
+  }
   return v;
 }
 
-PlanStep parseStep(const json &js, const Plan &plan,
-                   const std::string &where) {
+Expected<PlanStep> parseStep(const json &js, const Plan &plan,
+                             const std::string &where) {
   PlanStep step;
-  step.op = text(member(js, "op", where), where + " op");
+  Expected<std::string> op = readMember(js, "op", where, text);
+  if (!op)
+    return op.takeError();
+  step.op = std::move(*op);
   const plan::OpInfo *info = plan::findOp(step.op);
   if (!info)
-    fail(where, "has an unknown op '" + step.op + "'");
+    return fail(where, "has an unknown op '" + step.op + "'");
   std::string what = where + " (" + step.op + ")";
   if (info->category == plan::Category::GroupOnly)
-    fail(what, "is an op that only appears inside fused groups (as a "
-               "\"fused\" step)");
+    return fail(what, "is an op that only appears inside fused groups (as a "
+                      "\"fused\" step)");
   step.kind = info->op;
   int64_t last = static_cast<int64_t>(plan.values.size()) - 1;
-  step.operands =
-      integers(member(js, "operands", what), 0, last, what + " operands");
-  step.results =
-      integers(member(js, "results", what), 0, last, what + " results");
-  if (js.contains("loc"))
-    step.loc = text(js["loc"], what + " loc");
-  const json &attrs = member(js, "attrs", what);
-  if (!attrs.is_object())
-    fail(what + " attrs", "must be an object");
-  for (const auto &[key, value] : attrs.items()) {
-    plain(key, what + " attribute name");
-    step.attrs[key] = parseAttr(value, what + " attribute '" + key + "'");
+  auto ids = [&](const json &list, const std::string &name) {
+    return integers(list, 0, last, name);
+  };
+  Expected<std::vector<int64_t>> operands =
+      readMember(js, "operands", what, ids);
+  if (!operands)
+    return operands.takeError();
+  step.operands = std::move(*operands);
+  Expected<std::vector<int64_t>> results = readMember(js, "results", what, ids);
+  if (!results)
+    return results.takeError();
+  step.results = std::move(*results);
+  if (js.contains("loc")) {
+    Expected<std::string> loc = text(js["loc"], what + " loc");
+    if (!loc)
+      return loc.takeError();
+    step.loc = std::move(*loc);
   }
-  if (step.kind == plan::Op::Fused)
-    step.group = parseGroup(member(js, "group", what), step, plan, what);
-  else if (js.contains("group"))
-    fail(what, "has a group, but only \"fused\" steps have one");
+  Expected<const json *> attrs = member(js, "attrs", what);
+  if (!attrs)
+    return attrs.takeError();
+  if (!(*attrs)->is_object())
+    return fail(what + " attrs", "must be an object");
+  for (const auto &[key, value] : (*attrs)->items()) {
+    if (Error e = plain(key, what + " attribute name"))
+      return e;
+    Expected<AttrValue> attr =
+        parseAttr(value, what + " attribute '" + key + "'");
+    if (!attr)
+      return attr.takeError();
+    step.attrs[key] = std::move(*attr);
+  }
+  if (step.kind == plan::Op::Fused) {
+    Expected<const json *> group = member(js, "group", what);
+    if (!group)
+      return group.takeError();
+    Expected<std::shared_ptr<const FusedGroup>> parsed =
+        parseGroup(**group, step, plan, what);
+    if (!parsed)
+      return parsed.takeError();
+    step.group = std::move(*parsed);
+  } else if (js.contains("group")) {
+    return fail(what, "has a group, but only \"fused\" steps have one");
+  }
   return step;
 }
 
-Plan parse(const std::string &source) {
-  json j = json::parse(source);
-  if (!j.is_object() || !j.contains("format") || j["format"] != "kiln-plan")
-    throw PlanError{"not a Kiln plan (no \"format\": \"kiln-plan\")"};
-  Plan plan;
-  plan.version = static_cast<int>(
-      integerMember(j, "version", 0, INT32_MAX, "the plan"));
-  if (plan.version != plan::kVersion)
-    throw PlanError{"plan version " + std::to_string(plan.version) +
-                    " is not supported by this runtime (it reads version " +
-                    std::to_string(plan::kVersion) + ")"};
-  plan.vocabSize = integerMember(j, "vocab_size", 1, INT32_MAX, "the plan");
-  plan.ranks = j.contains("ranks")
-                   ? integer(j["ranks"], 1, plan::kMaxRanks, "the plan ranks")
-                   : 1;
-  plan.arenaBytes = integerMember(j, "arena_bytes", 0, kMaxBytes, "the plan");
-  plan.stateBytes = integerMember(j, "state_bytes", 0, kMaxBytes, "the plan");
-  const json &jt = member(j, "training", "the plan");
-  TrainingSpec &t = plan.training;
+/// Entry `name`: its arena, what is live at its peak, its outputs and steps.
+Expected<PlanEntry> parseEntry(const json &je, const std::string &name,
+                               const Plan &plan) {
+  std::string what = "entry " + name;
+  PlanEntry entry;
+  Expected<int64_t> arena =
+      integerMember(je, "arena_bytes", 0, kMaxBytes, what);
+  if (!arena)
+    return arena.takeError();
+  entry.arenaBytes = *arena;
+  if (je.contains("live_at_peak")) {
+    const json &jl = je["live_at_peak"];
+    std::string at = what + " live_at_peak";
+    LiveAtPeak &peak = entry.liveAtPeak;
+    const std::tuple<const char *, int64_t, int64_t *> fields[] = {
+        {"peak_step", INT64_MAX, &peak.step},
+        {"parameter_copies", kMaxBytes, &peak.parameterCopies},
+        {"gradients", kMaxBytes, &peak.gradients},
+        {"activations", kMaxBytes, &peak.activations}};
+    for (const auto &[key, max, field] : fields) {
+      Expected<int64_t> v = integerMember(jl, key, 0, max, at);
+      if (!v)
+        return v.takeError();
+      *field = *v;
+    }
+  }
+  Expected<const json *> outputs = member(je, "outputs", what);
+  if (!outputs)
+    return outputs.takeError();
+  if (!(*outputs)->is_object())
+    return fail(what + " outputs", "must be an object");
+  for (const auto &[out, id] : (*outputs)->items()) {
+    if (Error e = plain(out, what + " output name"))
+      return e;
+    Expected<int64_t> value =
+        integer(id, 0, static_cast<int64_t>(plan.values.size()) - 1,
+                what + " output '" + out + "'");
+    if (!value)
+      return value.takeError();
+    entry.outputs[out] = *value;
+  }
+  Expected<const json *> steps = arrayMember(je, "steps", what);
+  if (!steps)
+    return steps.takeError();
+  for (const json &js : **steps) {
+    Expected<PlanStep> step = parseStep(
+        js, plan, name + " step " + std::to_string(entry.steps.size()));
+    if (!step)
+      return step.takeError();
+    entry.steps.push_back(std::move(*step));
+  }
+  return entry;
+}
+
+/// The training section.
+Expected<TrainingSpec> parseTraining(const json &jt) {
+  TrainingSpec t;
   const std::string training = "the training section";
-  t.steps = integerMember(jt, "steps", 0, kMaxTrainingSteps, training);
-  t.seed = integerMember(jt, "seed", 0, INT64_MAX, training);
-  t.evalInterval =
-      integerMember(jt, "eval_interval", 0, kMaxTrainingSteps, training);
-  t.evalSteps = integerMember(jt, "eval_steps", 1, kMaxEvalSteps, training);
-  t.checkpointInterval =
-      integerMember(jt, "checkpoint_interval", 0, kMaxTrainingSteps, training);
-  t.data = text(member(jt, "data", training), training + " data");
-  t.checkpointFolder = text(member(jt, "checkpoint_folder", training),
-                            training + " checkpoint_folder");
+  const std::tuple<const char *, int64_t, int64_t, int64_t *> integers[] = {
+      {"steps", 0, kMaxTrainingSteps, &t.steps},
+      {"seed", 0, INT64_MAX, &t.seed},
+      {"eval_interval", 0, kMaxTrainingSteps, &t.evalInterval},
+      {"eval_steps", 1, kMaxEvalSteps, &t.evalSteps},
+      {"checkpoint_interval", 0, kMaxTrainingSteps, &t.checkpointInterval}};
+  for (const auto &[key, min, max, field] : integers) {
+    Expected<int64_t> v = integerMember(jt, key, min, max, training);
+    if (!v)
+      return v.takeError();
+    *field = *v;
+  }
+  Expected<std::string> data = readMember(jt, "data", training, text);
+  if (!data)
+    return data.takeError();
+  t.data = std::move(*data);
+  Expected<std::string> folder =
+      readMember(jt, "checkpoint_folder", training, text);
+  if (!folder)
+    return folder.takeError();
+  t.checkpointFolder = std::move(*folder);
   // Optional: plans written before the collective deadline existed.
-  if (jt.contains("comm_timeout_seconds"))
-    t.commTimeoutSeconds =
+  if (jt.contains("comm_timeout_seconds")) {
+    Expected<int64_t> timeout =
         integer(jt["comm_timeout_seconds"], 0, kMaxTimeoutSeconds,
                 training + " comm_timeout_seconds");
-  for (const json &jv : array(member(j, "values", "the plan"), "values"))
-    plan.values.push_back(parseValue(jv, plan));
-  const json &entries = member(j, "entries", "the plan");
-  if (!entries.is_object())
-    throw PlanError{"the plan's entries must be an object"};
-  for (const auto &[name, je] : entries.items()) {
-    std::string what = "entry " + plain(name, "an entry name");
-    PlanEntry entry;
-    entry.arenaBytes = integerMember(je, "arena_bytes", 0, kMaxBytes, what);
-    if (je.contains("live_at_peak")) {
-      const json &jl = je["live_at_peak"];
-      std::string at = what + " live_at_peak";
-      entry.liveAtPeak = {
-          integerMember(jl, "peak_step", 0, INT64_MAX, at),
-          integerMember(jl, "parameter_copies", 0, kMaxBytes, at),
-          integerMember(jl, "gradients", 0, kMaxBytes, at),
-          integerMember(jl, "activations", 0, kMaxBytes, at)};
-    }
-    const json &outputs = member(je, "outputs", what);
-    if (!outputs.is_object())
-      fail(what + " outputs", "must be an object");
-    for (const auto &[out, id] : outputs.items()) {
-      plain(out, what + " output name");
-      entry.outputs[out] =
-          integer(id, 0, static_cast<int64_t>(plan.values.size()) - 1,
-                  what + " output '" + out + "'");
-    }
-    for (const json &js : array(member(je, "steps", what), what + " steps"))
-      entry.steps.push_back(parseStep(
-          js, plan, name + " step " + std::to_string(entry.steps.size())));
-    plan.entries[name] = std::move(entry);
+    if (!timeout)
+      return timeout.takeError();
+    t.commTimeoutSeconds = *timeout;
+  }
+  return t;
+}
+
+/// The plan's JSON, read into a Plan (verifyPlan checks it next).
+Expected<Plan> parse(const json &j) {
+  auto format = j.find("format");
+  if (format == j.end() || *format != "kiln-plan")
+    return Error("not a Kiln plan (no \"format\": \"kiln-plan\")");
+  Plan plan;
+  const std::string top = "the plan";
+  Expected<int64_t> version = integerMember(j, "version", 0, INT32_MAX, top);
+  if (!version)
+    return version.takeError();
+  plan.version = static_cast<int>(*version);
+  if (plan.version != plan::kVersion)
+    return Error("plan version " + std::to_string(plan.version) +
+                 " is not supported by this runtime (it reads version " +
+                 std::to_string(plan::kVersion) + ")");
+  Expected<int64_t> vocab = integerMember(j, "vocab_size", 1, INT32_MAX, top);
+  if (!vocab)
+    return vocab.takeError();
+  plan.vocabSize = *vocab;
+  if (j.contains("ranks")) {
+    Expected<int64_t> ranks =
+        integer(j["ranks"], 1, plan::kMaxRanks, "the plan ranks");
+    if (!ranks)
+      return ranks.takeError();
+    plan.ranks = *ranks;
+  }
+  Expected<int64_t> arena = integerMember(j, "arena_bytes", 0, kMaxBytes, top);
+  if (!arena)
+    return arena.takeError();
+  plan.arenaBytes = *arena;
+  Expected<int64_t> state = integerMember(j, "state_bytes", 0, kMaxBytes, top);
+  if (!state)
+    return state.takeError();
+  plan.stateBytes = *state;
+  Expected<const json *> jt = member(j, "training", top);
+  if (!jt)
+    return jt.takeError();
+  Expected<TrainingSpec> training = parseTraining(**jt);
+  if (!training)
+    return training.takeError();
+  plan.training = std::move(*training);
+
+  Expected<const json *> values = member(j, "values", top);
+  if (!values)
+    return values.takeError();
+  if (Error e = array(**values, "values"))
+    return e;
+  for (const json &jv : **values) {
+    Expected<PlanValue> v = parseValue(jv, plan);
+    if (!v)
+      return v.takeError();
+    plan.values.push_back(std::move(*v));
+  }
+  Expected<const json *> entries = member(j, "entries", top);
+  if (!entries)
+    return entries.takeError();
+  if (!(*entries)->is_object())
+    return Error("the plan's entries must be an object");
+  for (const auto &[name, je] : (*entries)->items()) {
+    if (Error e = plain(name, "an entry name"))
+      return e;
+    Expected<PlanEntry> entry = parseEntry(je, name, plan);
+    if (!entry)
+      return entry.takeError();
+    plan.entries[name] = std::move(*entry);
   }
   return plan;
 }
 } // namespace
 
-namespace {
-template <typename T>
-const T &attr(const PlanStep &step, const std::string &name) {
-  return std::get<T>(step.attrs.at(name));
-}
-} // namespace
-
-double PlanStep::f64(const std::string &name) const {
-  const AttrValue &v = attrs.at(name);
-  if (auto *i = std::get_if<int64_t>(&v))
-    return static_cast<double>(*i);
-  return std::get<double>(v);
-}
-int64_t PlanStep::i64(const std::string &name) const {
-  return attr<int64_t>(*this, name);
-}
-bool PlanStep::flag(const std::string &name) const {
-  auto it = attrs.find(name);
-  return it != attrs.end() && std::get<bool>(it->second);
-}
-const std::string &PlanStep::str(const std::string &name) const {
-  return attr<std::string>(*this, name);
-}
-
-bool isOptimizerState(const std::string &name) {
-  return name.rfind("exp_avg.", 0) == 0 || name.rfind("exp_avg_sq.", 0) == 0 ||
-         name.rfind("fp8_amax_history.", 0) == 0;
-}
-
-void unshardedShapes(const Plan &plan,
-                     std::map<std::string, std::vector<int64_t>> &model,
-                     std::map<std::string, std::vector<int64_t>> &optimizer) {
-  for (const PlanValue &v : plan.values) {
-    if (v.kind != PlanValue::State)
-      continue;
-    if (v.shardOf.empty())
-      (isOptimizerState(v.name) ? optimizer : model)[v.name] = v.shape;
-    for (const ShardPart &p : v.shardOf)
-      (isOptimizerState(p.name) ? optimizer : model)[p.name] = p.shape;
-  }
-}
-
-const PlanEntry *Plan::entry(const std::string &name) const {
-  auto it = entries.find(name);
-  return it == entries.end() ? nullptr : &it->second;
-}
-
-const PlanValue *Plan::named(PlanValue::Kind kind,
-                             const std::string &name) const {
-  for (const PlanValue &v : values)
-    if (v.kind == kind && v.name == name)
-      return &v;
-  return nullptr;
-}
-
 Expected<Plan> parsePlan(const std::string &text) {
+  json j;
   try {
-    Plan plan = parse(text);
-    if (Error problem = verifyPlan(plan))
-      return problem;
-    return plan;
-  } catch (const PlanError &e) {
-    return Error(e.message);
-  } catch (const json::exception &e) {
-    return Error(std::string("malformed plan: ") + e.what());
-  } catch (const std::exception &e) {
+    j = json::parse(text);
+  } catch (const std::exception &e) { // json::exception, or std::bad_alloc
     return Error(std::string("malformed plan: ") + e.what());
   }
+  Expected<Plan> plan = parse(j);
+  if (!plan)
+    return plan.takeError();
+  if (Error problem = verifyPlan(*plan))
+    return problem;
+  return plan;
 }
 
 Expected<Plan> loadPlan(const std::string &path) {
@@ -524,26 +721,6 @@ Expected<Plan> loadPlan(const std::string &path) {
   if (!plan)
     return Error(path + ": " + plan.error().message());
   return plan;
-}
-
-bool sameStorage(const PlanValue &a, const PlanValue &b) {
-  return a.id == b.id || (a.kind == PlanValue::Arena &&
-                          b.kind == PlanValue::Arena && a.offset == b.offset &&
-                          a.bytes() == b.bytes());
-}
-
-std::string describeStep(const Plan &plan, const PlanStep &step) {
-  std::string text = step.op;
-  if (step.group && step.attrs.count("ops"))
-    text = "fused group (" + step.str("ops") + ")";
-  for (int64_t id : step.operands)
-    if (plan.values[id].kind == PlanValue::State) {
-      text += " of " + plan.values[id].name;
-      break;
-    }
-  if (!step.loc.empty())
-    text += " at " + step.loc;
-  return text;
 }
 
 } // namespace kiln::runtime

@@ -31,12 +31,9 @@ namespace kiln::runtime {
 
 namespace {
 
-struct Problem {
-  std::string message;
-};
-
-[[noreturn]] void fail(const std::string &where, const std::string &what) {
-  throw Problem{where + ": " + what};
+/// A problem with `where` (an entry, a step, a value or a field).
+Error fail(const std::string &where, const std::string &what) {
+  return Error(where + ": " + what);
 }
 
 std::string stepName(const std::string &entry, size_t i, const PlanStep &s) {
@@ -49,7 +46,7 @@ std::string stepName(const std::string &entry, size_t i, const PlanStep &s) {
 /// Inputs as the trainer and the sampler feed them; constants as one f32;
 /// states in f32 (every backend keeps state in f32); arena values inside
 /// the arena; the state bytes the plan states.
-void checkValues(const Plan &plan) {
+Error checkValues(const Plan &plan) {
   const PlanValue *tokens = plan.named(PlanValue::Input, "tokens");
   int64_t stateBytes = 0;
   std::set<std::pair<int, std::string>> names;
@@ -57,53 +54,53 @@ void checkValues(const Plan &plan) {
     std::string where = "value " + std::to_string(v.id);
     if ((v.kind == PlanValue::State || v.kind == PlanValue::Input) &&
         !names.insert({v.kind, v.name}).second)
-      fail(where, "'" + v.name + "' is declared twice");
+      return fail(where, "'" + v.name + "' is declared twice");
     switch (v.kind) {
     case PlanValue::Input: {
       const auto &known = plan::kInputs;
       if (std::find_if(std::begin(known), std::end(known), [&](const char *n) {
             return v.name == n;
           }) == std::end(known))
-        fail(where, "is an unknown input '" + v.name +
-                        "' (inputs are tokens, targets, step and seed)");
+        return fail(where, "is an unknown input '" + v.name +
+                               "' (inputs are tokens, targets, step and seed)");
       bool ids = v.name == "tokens" || v.name == "targets";
       DType want = ids ? DType::I32 : DType::I64;
       if (v.dtype != want)
-        fail(where, "input '" + v.name + "' must be " + dtypeName(want));
+        return fail(where, "input '" + v.name + "' must be " + dtypeName(want));
       if (!ids && !v.shape.empty())
-        fail(where, "input '" + v.name + "' must be a scalar");
+        return fail(where, "input '" + v.name + "' must be a scalar");
       if (ids && (v.shape.size() != 2 || v.numElements() == 0))
-        fail(where, "input '" + v.name +
-                        "' must be a non-empty [batch, seq] tensor");
+        return fail(where, "input '" + v.name +
+                               "' must be a non-empty [batch, seq] tensor");
       if (v.name == "targets" && tokens && v.shape != tokens->shape)
-        fail(where, "input 'targets' must have the shape of 'tokens'");
+        return fail(where, "input 'targets' must have the shape of 'tokens'");
       break;
     }
     case PlanValue::Const:
       if (!v.shape.empty() || v.dtype != DType::F32)
-        fail(where, "a constant must be an f32 scalar");
+        return fail(where, "a constant must be an f32 scalar");
       break;
     case PlanValue::State:
       if (v.dtype != DType::F32)
-        fail(where, "state '" + v.name + "' is " + dtypeName(v.dtype) +
-                        "; state is kept in f32");
+        return fail(where, "state '" + v.name + "' is " + dtypeName(v.dtype) +
+                               "; state is kept in f32");
       // Each state is at most 2^51 bytes: the sum cannot overflow before
       // it passes 2^62.
       stateBytes += v.bytes();
       if (stateBytes > plan::kMaxBytes)
-        fail(where, "the states hold more than 2^62 bytes");
+        return fail(where, "the states hold more than 2^62 bytes");
       if (!v.shardOf.empty()) {
         if (v.shape.size() != 1)
-          fail(where, "a sharded state must be a flat [numel] shard");
+          return fail(where, "a sharded state must be a flat [numel] shard");
         for (const ShardPart &p : v.shardOf) {
           int64_t n = p.numElements();
           // offset and n are at most 2^48; the flat buffer holds ranks
           // shards: compare without forming ranks x shard.
           int64_t end = p.offset + n, shard = v.shape[0];
           if (shard == 0 ? end > 0 : (end + shard - 1) / shard > plan.ranks)
-            fail(where, "part '" + p.name +
-                            "' lies outside the flat buffer of " +
-                            std::to_string(plan.ranks) + " shards");
+            return fail(where, "part '" + p.name +
+                                   "' lies outside the flat buffer of " +
+                                   std::to_string(plan.ranks) + " shards");
         }
       }
       break;
@@ -111,40 +108,42 @@ void checkValues(const Plan &plan) {
       // Buffers are 64-byte aligned (docs/plan.md), so that every backend's
       // loads of any dtype are aligned.
       if (v.offset % 64 != 0)
-        fail(where, "arena offset " + std::to_string(v.offset) +
-                        " is not a multiple of 64");
+        return fail(where, "arena offset " + std::to_string(v.offset) +
+                               " is not a multiple of 64");
       // offset <= 2^62 and bytes <= 2^51: the sum cannot overflow.
       if (v.offset + v.bytes() > plan.arenaBytes)
-        fail(where, "bytes [" + std::to_string(v.offset) + ", " +
-                        std::to_string(v.offset + v.bytes()) +
-                        ") lie outside the arena of " +
-                        std::to_string(plan.arenaBytes) + " bytes");
+        return fail(where, "bytes [" + std::to_string(v.offset) + ", " +
+                               std::to_string(v.offset + v.bytes()) +
+                               ") lie outside the arena of " +
+                               std::to_string(plan.arenaBytes) + " bytes");
       break;
     }
   }
   if (stateBytes != plan.stateBytes)
-    fail("the plan", "state_bytes is " + std::to_string(plan.stateBytes) +
-                         " but its states hold " + std::to_string(stateBytes));
+    return fail("the plan",
+                "state_bytes is " + std::to_string(plan.stateBytes) +
+                    " but its states hold " + std::to_string(stateBytes));
   // What one rank holds, summed by the memory check (MemoryCheck.h) with
   // the backend's own buffers: at most 2^62 bytes, so that never overflows.
   if (plan.stateBytes > plan::kMaxBytes - plan.arenaBytes)
-    fail("the plan", "state_bytes and arena_bytes together pass 2^62");
+    return fail("the plan", "state_bytes and arena_bytes together pass 2^62");
+  return Error::success();
 }
 
 /// Every attribute known to the op's table entry, of its type and in its
 /// range; every required one present.
-void checkAttributes(const PlanStep &s, const std::string &where) {
+Error checkAttributes(const PlanStep &s, const std::string &where) {
   for (const auto &[name, value] : s.attrs) {
     std::string what = "attribute '" + name + "'";
     if (name.rfind(plan::kAnnotationPrefix.data(), 0) == 0) {
       if (!std::holds_alternative<bool>(value) &&
           !std::holds_alternative<std::string>(value))
-        fail(where, what + " is an annotation: a boolean or a string");
+        return fail(where, what + " is an annotation: a boolean or a string");
       continue;
     }
     const plan::AttrSpec *spec = plan::findAttr(s.kind, name);
     if (!spec)
-      fail(where, what + " is not one " + s.op + " takes");
+      return fail(where, what + " is not one " + s.op + " takes");
     bool typed = false;
     std::vector<double> numbers;
     switch (spec->type) {
@@ -170,8 +169,8 @@ void checkAttributes(const PlanStep &s, const std::string &where) {
       if (auto *text = std::get_if<std::string>(&value)) {
         typed = true;
         if (!plan::allowedString(*spec, *text))
-          fail(where, what + " is '" + *text + "'; it must be one of " +
-                          spec->oneOf);
+          return fail(where, what + " is '" + *text + "'; it must be one of " +
+                                 spec->oneOf);
       }
       break;
     case plan::AttrType::IntList:
@@ -183,41 +182,45 @@ void checkAttributes(const PlanStep &s, const std::string &where) {
       break;
     }
     if (!typed)
-      fail(where, what + " must be " + plan::attrTypeName(spec->type));
+      return fail(where, what + " must be " + plan::attrTypeName(spec->type));
     for (double x : numbers)
       if (!(x >= spec->min && x <= spec->max))
-        fail(where, what + " holds " + std::to_string(x) + ", outside [" +
-                        std::to_string(spec->min) + ", " +
-                        std::to_string(spec->max) + "]");
+        return fail(where, what + " holds " + std::to_string(x) +
+                               ", outside [" + std::to_string(spec->min) +
+                               ", " + std::to_string(spec->max) + "]");
   }
   for (const plan::AttrSpec &spec : plan::kAttrs)
     if (spec.op == s.kind && spec.required && !s.attrs.count(spec.name))
-      fail(where, std::string("attribute '") + spec.name + "' is missing");
+      return fail(where,
+                  std::string("attribute '") + spec.name + "' is missing");
+  return Error::success();
 }
 
 /// Arity from the table, then the op's own rules.
-void checkStep(const Plan &plan, const PlanStep &s, const std::string &where) {
+Error checkStep(const Plan &plan, const PlanStep &s, const std::string &where) {
   const plan::OpInfo &info = plan::info(s.kind);
   int operands = static_cast<int>(s.operands.size());
   int results = static_cast<int>(s.results.size());
   if (operands < info.minOperands ||
       (info.maxOperands >= 0 && operands > info.maxOperands))
-    fail(where, "has " + std::to_string(operands) + " operands; " + s.op +
-                    " takes " +
-                    (info.maxOperands == info.minOperands
-                         ? std::to_string(info.minOperands)
-                     : info.maxOperands < 0
-                         ? "at least " + std::to_string(info.minOperands)
-                         : std::to_string(info.minOperands) + " to " +
-                               std::to_string(info.maxOperands)));
+    return fail(where, "has " + std::to_string(operands) + " operands; " +
+                           s.op + " takes " +
+                           (info.maxOperands == info.minOperands
+                                ? std::to_string(info.minOperands)
+                            : info.maxOperands < 0
+                                ? "at least " + std::to_string(info.minOperands)
+                                : std::to_string(info.minOperands) + " to " +
+                                      std::to_string(info.maxOperands)));
   if (s.kind == plan::Op::Fused ? results < 1 : results != info.results)
-    fail(where, "has " + std::to_string(results) + " results; " + s.op +
-                    " gives " + std::to_string(info.results));
+    return fail(where, "has " + std::to_string(results) + " results; " + s.op +
+                           " gives " + std::to_string(info.results));
   if ((s.kind == plan::Op::Fused) != static_cast<bool>(s.group))
-    fail(where, "a fused step needs its group");
-  checkAttributes(s, where);
+    return fail(where, "a fused step needs its group");
+  if (Error e = checkAttributes(s, where))
+    return e;
   if (Error e = checkStepShapes(plan, s))
-    fail(where, e.message());
+    return fail(where, e.message());
+  return Error::success();
 }
 
 /// Whether two values' storage overlaps: the same value, or arena values
@@ -234,8 +237,8 @@ bool overlaps(const PlanValue &a, const PlanValue &b) {
 /// Results are the step's to write: arena buffers (states only for the ops
 /// that update state in place), never sharing storage with each other or
 /// with an operand (but for the in-place updates).
-void checkResults(const Plan &plan, const PlanStep &s,
-                  const std::string &where) {
+Error checkResults(const Plan &plan, const PlanStep &s,
+                   const std::string &where) {
   bool updatesState = s.kind == plan::Op::Init || s.kind == plan::Op::AdamW ||
                       s.kind == plan::Op::AmaxHistoryUpdate;
   for (size_t r = 0; r < s.results.size(); ++r) {
@@ -244,17 +247,17 @@ void checkResults(const Plan &plan, const PlanStep &s,
                        std::to_string(v.id) + ")";
     if (v.kind == PlanValue::Input || v.kind == PlanValue::Const ||
         (v.kind == PlanValue::State && !updatesState))
-      fail(where, what + " is " +
-                      (v.kind == PlanValue::Input   ? "an input"
-                       : v.kind == PlanValue::Const ? "a constant"
-                                                    : "a state") +
-                      ", which " + s.op + " cannot write");
+      return fail(where, what + " is " +
+                             (v.kind == PlanValue::Input   ? "an input"
+                              : v.kind == PlanValue::Const ? "a constant"
+                                                           : "a state") +
+                             ", which " + s.op + " cannot write");
     if (s.kind == plan::Op::Wait)
       continue; // the collective's own buffer (checkStepShapes)
     for (size_t o = r + 1; o < s.results.size(); ++o)
       if (overlaps(v, plan.values[s.results[o]]))
-        fail(where, what + " shares storage with result " +
-                        std::to_string(o));
+        return fail(where,
+                    what + " shares storage with result " + std::to_string(o));
     for (size_t o = 0; o < s.operands.size(); ++o) {
       // AdamW's results are its operands 0, 2, 3; a history update may
       // write over its history.
@@ -265,11 +268,12 @@ void checkResults(const Plan &plan, const PlanStep &s,
       if (inPlace && s.results[r] == s.operands[o])
         continue;
       if (overlaps(v, plan.values[s.operands[o]]))
-        fail(where, what + " shares storage with operand " +
-                        std::to_string(o) + " (value " +
-                        std::to_string(s.operands[o]) + ")");
+        return fail(where, what + " shares storage with operand " +
+                               std::to_string(o) + " (value " +
+                               std::to_string(s.operands[o]) + ")");
     }
   }
+  return Error::success();
 }
 
 /// When an arena value is live in one entry: from the step that first
@@ -282,8 +286,8 @@ struct Live {
 /// Dataflow and memory of one entry: arena values written before they are
 /// read; collectives waited for once, their buffers untouched until then;
 /// no two values live at once sharing arena bytes.
-void checkEntry(const Plan &plan, const std::string &name,
-                const PlanEntry &entry) {
+Error checkEntry(const Plan &plan, const std::string &name,
+                 const PlanEntry &entry) {
   std::map<int64_t, Live> live;
   // Collectives in flight: the started result -> (its step, its operand).
   std::map<int64_t, std::pair<size_t, int64_t>> inFlight;
@@ -310,7 +314,8 @@ void checkEntry(const Plan &plan, const std::string &name,
       if (wait) {
         auto it = inFlight.find(id);
         if (it == inFlight.end())
-          fail(where, "operand 0 (value " + std::to_string(id) +
+          return fail(where,
+                      "operand 0 (value " + std::to_string(id) +
                           ") is not the result of a collective in flight");
         live[it->second.second].last = static_cast<int64_t>(i);
         live[id].last = static_cast<int64_t>(i);
@@ -321,21 +326,23 @@ void checkEntry(const Plan &plan, const std::string &name,
       if (v.kind == PlanValue::Input &&
           ((v.name == "seed") != (s.kind == plan::Op::Init) ||
            (v.name == "targets" && name == "logits")))
-        fail(where, "operand " + std::to_string(o) + " is the input '" +
-                        v.name + "', which " + name + " does not feed " +
-                        s.op);
+        return fail(where, "operand " + std::to_string(o) + " is the input '" +
+                               v.name + "', which " + name + " does not feed " +
+                               s.op);
       if (!isArena(id))
         continue;
       auto it = live.find(id);
       if (it == live.end())
-        fail(where, "operand " + std::to_string(o) + " (value " +
-                        std::to_string(id) + ") is read before any step of " +
-                        name + " writes it");
+        return fail(where, "operand " + std::to_string(o) + " (value " +
+                               std::to_string(id) +
+                               ") is read before any step of " + name +
+                               " writes it");
       if (int64_t started = inFlightOn(id, false); started >= 0)
-        fail(where, "operand " + std::to_string(o) + " (value " +
-                        std::to_string(id) + ") is read before the wait of " +
-                        "the collective of step " + std::to_string(started) +
-                        " that writes it");
+        return fail(where, "operand " + std::to_string(o) + " (value " +
+                               std::to_string(id) +
+                               ") is read before the wait of " +
+                               "the collective of step " +
+                               std::to_string(started) + " that writes it");
       it->second.last = static_cast<int64_t>(i);
     }
     if (wait)
@@ -343,10 +350,11 @@ void checkEntry(const Plan &plan, const std::string &name,
     for (size_t r = 0; r < s.results.size(); ++r) {
       int64_t id = s.results[r];
       if (int64_t started = inFlightOn(id, true); started >= 0)
-        fail(where, "result " + std::to_string(r) + " (value " +
-                        std::to_string(id) + ") overwrites a buffer of the " +
-                        "collective of step " + std::to_string(started) +
-                        " before its wait");
+        return fail(where, "result " + std::to_string(r) + " (value " +
+                               std::to_string(id) +
+                               ") overwrites a buffer of the " +
+                               "collective of step " + std::to_string(started) +
+                               " before its wait");
       if (!isArena(id))
         continue;
       Live &l = live[id];
@@ -358,16 +366,17 @@ void checkEntry(const Plan &plan, const std::string &name,
       inFlight[s.results[0]] = {i, s.operands[0]};
   }
   if (!inFlight.empty())
-    fail(stepName(name, inFlight.begin()->second.first,
-                  entry.steps[inFlight.begin()->second.first]),
-         "the collective is never waited for");
+    return fail(stepName(name, inFlight.begin()->second.first,
+                         entry.steps[inFlight.begin()->second.first]),
+                "the collective is never waited for");
   for (const auto &[out, id] : entry.outputs) {
     if (!isArena(id))
       continue;
     auto it = live.find(id);
     if (it == live.end())
-      fail(name + " output '" + out + "'",
-           "value " + std::to_string(id) + " is never written by " + name);
+      return fail(name + " output '" + out + "'",
+                  "value " + std::to_string(id) + " is never written by " +
+                      name);
     it->second.last = end;
   }
 
@@ -395,35 +404,38 @@ void checkEntry(const Plan &plan, const std::string &name,
     auto next = byOffset.lower_bound(v.offset);
     auto clash = [&](std::map<int64_t, int64_t>::iterator it) {
       if (it == byOffset.end() || !overlaps(v, plan.values[it->second]))
-        return;
+        return Error::success();
       const Live &other = live.at(it->second);
-      fail(stepName(name, l.first, entry.steps[l.first]),
-           "value " + std::to_string(id) + " (arena bytes " +
-               std::to_string(v.offset) + " to " +
-               std::to_string(v.offset + v.bytes()) + ") overlaps value " +
-               std::to_string(it->second) + ", live from step " +
-               std::to_string(other.first) + " to " +
-               std::to_string(other.last));
+      return fail(stepName(name, l.first, entry.steps[l.first]),
+                  "value " + std::to_string(id) + " (arena bytes " +
+                      std::to_string(v.offset) + " to " +
+                      std::to_string(v.offset + v.bytes()) +
+                      ") overlaps value " + std::to_string(it->second) +
+                      ", live from step " + std::to_string(other.first) +
+                      " to " + std::to_string(other.last));
     };
-    clash(next);
+    if (Error e = clash(next))
+      return e;
     if (next != byOffset.begin())
-      clash(std::prev(next));
+      if (Error e = clash(std::prev(next)))
+        return e;
     byOffset[v.offset] = id;
     endsAt.insert({l.last, id});
   }
+  return Error::success();
 }
 
 /// The entries the runtime runs, each with the outputs it reads; `init`
 /// setting every state once from the seed; the vocabulary everything that
 /// indexes by token agrees on.
-void checkEntries(const Plan &plan) {
+Error checkEntries(const Plan &plan) {
   for (const auto &[name, entry] : plan.entries) {
     const plan::EntryInfo *info = nullptr;
     for (const plan::EntryInfo &e : plan::kEntries)
       if (name == e.name)
         info = &e;
     if (!info)
-      fail("entry " + name, "is not an entry the runtime knows");
+      return fail("entry " + name, "is not an entry the runtime knows");
     std::string outputs = info->outputs;
     while (!outputs.empty()) {
       size_t bar = outputs.find('|');
@@ -431,19 +443,19 @@ void checkEntries(const Plan &plan) {
       outputs = bar == std::string::npos ? "" : outputs.substr(bar + 1);
       auto it = entry.outputs.find(out);
       if (it == entry.outputs.end())
-        fail("entry " + name, "has no output '" + out + "'");
+        return fail("entry " + name, "has no output '" + out + "'");
       const PlanValue &v = plan.values[it->second];
       if (v.dtype != DType::F32 && v.dtype != DType::BF16)
-        fail("entry " + name + " output '" + out + "'",
-             "must be an f32 or bf16 tensor");
+        return fail("entry " + name + " output '" + out + "'",
+                    "must be an f32 or bf16 tensor");
       if (v.numElements() < 1)
-        fail("entry " + name + " output '" + out + "'", "is empty");
+        return fail("entry " + name + " output '" + out + "'", "is empty");
     }
     if (entry.arenaBytes > plan.arenaBytes)
-      fail("entry " + name, "needs an arena of " +
-                                std::to_string(entry.arenaBytes) +
-                                " bytes, more than the plan's " +
-                                std::to_string(plan.arenaBytes));
+      return fail("entry " + name, "needs an arena of " +
+                                       std::to_string(entry.arenaBytes) +
+                                       " bytes, more than the plan's " +
+                                       std::to_string(plan.arenaBytes));
     // What is live at the entry's fullest step lies in its arena (the
     // memory check sums these; each is at most 2^62, so compare by
     // subtraction).
@@ -452,32 +464,33 @@ void checkEntries(const Plan &plan) {
     for (int64_t part : {peak.parameterCopies, peak.gradients,
                          peak.activations}) {
       if (part > room)
-        fail("entry " + name + " live_at_peak",
-             "holds more bytes than the entry's arena of " +
-                 std::to_string(entry.arenaBytes));
+        return fail("entry " + name + " live_at_peak",
+                    "holds more bytes than the entry's arena of " +
+                        std::to_string(entry.arenaBytes));
       room -= part;
     }
   }
   for (const plan::EntryInfo &e : plan::kEntries)
     if (e.required && !plan.entry(e.name))
-      fail("the plan", std::string("has no '") + e.name + "' entry");
+      return fail("the plan", std::string("has no '") + e.name + "' entry");
   for (const char *input : {"tokens", "targets", "step", "seed"})
     if (!plan.named(PlanValue::Input, input))
-      fail("the plan", std::string("has no input '") + input + "'");
+      return fail("the plan", std::string("has no input '") + input + "'");
 
   std::vector<int> inits(plan.values.size(), 0);
   for (size_t i = 0; i < plan.entry("init")->steps.size(); ++i) {
     const PlanStep &s = plan.entry("init")->steps[i];
     if (s.kind != plan::Op::Init)
-      fail(stepName("init", i, s), "the init entry holds only init steps");
+      return fail(stepName("init", i, s),
+                  "the init entry holds only init steps");
     if (++inits[s.results[0]] > 1)
-      fail(stepName("init", i, s), "state '" +
-                                       plan.values[s.results[0]].name +
-                                       "' is initialised twice");
+      return fail(stepName("init", i, s), "state '" +
+                                              plan.values[s.results[0]].name +
+                                              "' is initialised twice");
   }
   for (const PlanValue &v : plan.values)
     if (v.kind == PlanValue::State && inits[v.id] == 0)
-      fail("entry init", "never initialises state '" + v.name + "'");
+      return fail("entry init", "never initialises state '" + v.name + "'");
 
   // Token ids index the embedding's rows and the logits' columns; the
   // loader checks data against vocab_size, so all must agree.
@@ -495,38 +508,40 @@ void checkEntries(const Plan &plan) {
         rows = plan.values[s.operands[s.kind == plan::Op::CrossEntropy ? 0 : 1]]
                    .shape.back();
       if (rows >= 0 && rows != plan.vocabSize)
-        fail(stepName(name, i, s),
-             "has a vocabulary of " + std::to_string(rows) +
-                 " but the plan's vocab_size is " +
-                 std::to_string(plan.vocabSize));
+        return fail(stepName(name, i, s), "has a vocabulary of " +
+                                              std::to_string(rows) +
+                                              " but the plan's vocab_size is " +
+                                              std::to_string(plan.vocabSize));
     }
   if (const PlanEntry *logits = plan.entry("logits")) {
     const PlanValue &v = plan.values[logits->outputs.at("logits")];
     if (v.numElements() / plan.vocabSize != tokens.numElements() ||
         v.numElements() % plan.vocabSize != 0)
-      fail("entry logits output 'logits'",
-           "must hold vocab_size logits for each of the " +
-               std::to_string(tokens.numElements()) + " tokens");
+      return fail("entry logits output 'logits'",
+                  "must hold vocab_size logits for each of the " +
+                      std::to_string(tokens.numElements()) + " tokens");
   }
+  return Error::success();
 }
 
 } // namespace
 
 Error verifyPlan(const Plan &plan) {
-  try {
-    checkValues(plan);
-    for (const auto &[name, entry] : plan.entries)
-      for (size_t i = 0; i < entry.steps.size(); ++i) {
-        std::string where = stepName(name, i, entry.steps[i]);
-        checkResults(plan, entry.steps[i], where);
-        checkStep(plan, entry.steps[i], where);
-      }
-    checkEntries(plan);
-    for (const auto &[name, entry] : plan.entries)
-      checkEntry(plan, name, entry);
-  } catch (const Problem &p) {
-    return Error(p.message);
-  }
+  if (Error e = checkValues(plan))
+    return e;
+  for (const auto &[name, entry] : plan.entries)
+    for (size_t i = 0; i < entry.steps.size(); ++i) {
+      std::string where = stepName(name, i, entry.steps[i]);
+      if (Error e = checkResults(plan, entry.steps[i], where))
+        return e;
+      if (Error e = checkStep(plan, entry.steps[i], where))
+        return e;
+    }
+  if (Error e = checkEntries(plan))
+    return e;
+  for (const auto &[name, entry] : plan.entries)
+    if (Error e = checkEntry(plan, name, entry))
+      return e;
   return Error::success();
 }
 
