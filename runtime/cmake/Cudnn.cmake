@@ -29,18 +29,8 @@ set(KILN_CUDNN_ROOT "" CACHE PATH
 set(KILN_CUDNN_FRONTEND_INCLUDE_DIR "" CACHE PATH
   "cudnn-frontend include folder (cudnn_frontend.h); searched first")
 
-# Python's site-packages folders, of python3 on the PATH and the system's.
-set(KILN_SITE_PACKAGES "")
-find_program(KILN_PYTHON3 python3)
-foreach(python ${KILN_PYTHON3} /usr/bin/python3)
-  if(EXISTS "${python}")
-    execute_process(COMMAND "${python}" -c
-      "import site, sysconfig; p = getattr(site, 'getsitepackages', list)(); p += [site.getusersitepackages(), sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']]; print(';'.join(p))"
-      OUTPUT_VARIABLE sites OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-    list(APPEND KILN_SITE_PACKAGES ${sites})
-  endif()
-endforeach()
-list(REMOVE_DUPLICATES KILN_SITE_PACKAGES)
+# Python's site-packages folders (KILN_SITE_PACKAGES).
+include(${CMAKE_CURRENT_LIST_DIR}/SitePackages.cmake)
 
 set(roots ${KILN_CUDNN_ROOT} $ENV{CUDNN_ROOT} $ENV{CUDNN_PATH})
 set(include_hints ${CUDAToolkit_INCLUDE_DIRS})

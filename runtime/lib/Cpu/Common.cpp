@@ -1,13 +1,14 @@
 //===- Common.cpp - Thread count of the CPU kernels -----------------------===//
 //
-// One process-wide count, read by every kernel call. OpenBLAS gets the same
-// count so that a GEMM and the loops around it use the same cores.
+// One process-wide count, read by every kernel call. The GEMM library
+// (OpenBLAS, when built with it: Gemm.h) gets the same count so that a GEMM
+// and the loops around it use the same cores.
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Cpu/Common.h"
 
-#include <cblas.h>
+#include "Gemm.h"
 
 #include <atomic>
 
@@ -20,7 +21,7 @@ std::atomic<int> threadCount{1};
 void setCpuThreads(int n) {
   n = n < 1 ? 1 : n;
   threadCount.store(n, std::memory_order_relaxed);
-  openblas_set_num_threads(n);
+  detail::setGemmThreads(n);
 }
 
 int cpuThreads() { return threadCount.load(std::memory_order_relaxed); }

@@ -1,15 +1,16 @@
-//===- Linear.cpp - Linear layers on OpenBLAS -----------------------------===//
+//===- Linear.cpp - Linear layers on the CPU backend's GEMM ---------------===//
 //
-// Row-major cblas_sgemm calls. The forward multiplies by W transposed, the
-// input gradient by W as stored and the weight gradient by dy transposed;
-// no copy is ever made. Degenerate sizes (any of m, n, k zero) are handled
-// here, since BLAS leading dimensions must be at least 1.
+// One row-major GEMM each (Gemm.h: OpenBLAS, or Kiln's portable loops).
+// The forward multiplies by W transposed, the input gradient by W as
+// stored and the weight gradient by dy transposed; no copy is ever made.
+// Degenerate sizes (any of m, n, k zero) are handled here, since BLAS
+// leading dimensions must be at least 1.
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Cpu/Linear.h"
 
-#include <cblas.h>
+#include "Gemm.h"
 
 #include <algorithm>
 #include <vector>
@@ -30,8 +31,6 @@ bool handleEmpty(float *c, int64_t rows, int64_t cols, int64_t inner,
   return true;
 }
 
-int blasInt(int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); }
-
 } // namespace
 
 void linear(const float *x, const float *w, float *y, int64_t m, int64_t k,
@@ -39,9 +38,8 @@ void linear(const float *x, const float *w, float *y, int64_t m, int64_t k,
   if (handleEmpty(y, m, n, k, /*accumulate=*/false))
     return;
   // y [m, n] = x [m, k] * W^T, W stored [n, k].
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasInt(m), blasInt(n),
-              blasInt(k), 1.0f, x, blasInt(k), w, blasInt(k), 0.0f, y,
-              blasInt(n));
+  detail::gemm({x, k, false}, {w, k, true}, y, n, m, n, k,
+               /*accumulate=*/false);
 }
 
 void linearBackwardInput(const float *dy, const float *w, float *dx,
@@ -49,9 +47,7 @@ void linearBackwardInput(const float *dy, const float *w, float *dx,
   if (handleEmpty(dx, m, k, n, accumulate))
     return;
   // dx [m, k] = dy [m, n] * W [n, k].
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasInt(m),
-              blasInt(k), blasInt(n), 1.0f, dy, blasInt(n), w, blasInt(k),
-              accumulate ? 1.0f : 0.0f, dx, blasInt(k));
+  detail::gemm({dy, n, false}, {w, k, false}, dx, k, m, k, n, accumulate);
 }
 
 void linearBackwardWeight(const float *dy, const float *x, float *dw,
@@ -59,9 +55,7 @@ void linearBackwardWeight(const float *dy, const float *x, float *dw,
   if (handleEmpty(dw, n, k, m, accumulate))
     return;
   // dW [n, k] = dy^T (dy stored [m, n]) * x [m, k].
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blasInt(n), blasInt(k),
-              blasInt(m), 1.0f, dy, blasInt(n), x, blasInt(k),
-              accumulate ? 1.0f : 0.0f, dw, blasInt(k));
+  detail::gemm({dy, n, true}, {x, k, false}, dw, k, n, k, m, accumulate);
 }
 
 } // namespace kiln::runtime::cpu
@@ -71,7 +65,7 @@ namespace kiln::runtime::cpu {
 void scaledMatmul(const float *a, const float *aScale, bool aPerRow,
                   const float *b, const float *bScale, bool bPerRow, float *y,
                   int64_t m, int64_t k, int64_t n) {
-  // Products of FP8 values are exact in f32; the sum is sgemm's.
+  // Products of FP8 values are exact in f32; the sum is the GEMM's.
   linear(a, b, y, m, k, n);
   std::vector<float> bInv(bPerRow ? n : 1);
   for (size_t j = 0; j < bInv.size(); ++j)

@@ -13,9 +13,11 @@
 //   order, so the kernels' own loops give the same bits across runs and
 //   across thread counts. Work is split only over independent rows, heads
 //   or columns; no reduction depends on the order threads finish in. GEMMs
-//   are OpenBLAS's: the same bits across runs for one thread count, but
-//   its blocking follows the thread count, so another count may change
-//   the last bits (measured in LinearTest).
+//   are OpenBLAS's where the build has it: the same bits across runs for
+//   one thread count, but its blocking follows the thread count, so
+//   another count may change the last bits (measured in LinearTest).
+//   Without OpenBLAS they are Kiln's portable GEMM (lib/Cpu/Gemm.h), the
+//   same bits for every thread count.
 // - Kernels that can fail on their data (a token id or a target outside the
 //   vocabulary) return an Error and write nothing when they fail; all
 //   others return void. Sizes and shapes are the caller's contract.
@@ -29,10 +31,10 @@
 
 namespace kiln::runtime::cpu {
 
-/// Sets the number of threads used by OpenBLAS (openblas_set_num_threads)
-/// and by the kernels' own loops. Values below 1 mean 1. The kernels' own
-/// loops use 1 thread until this is first called; OpenBLAS keeps its own
-/// default until then.
+/// Sets the number of threads used by OpenBLAS (openblas_set_num_threads,
+/// where the build has it) and by the kernels' own loops and GEMM. Values
+/// below 1 mean 1. The kernels' own loops use 1 thread until this is first
+/// called; OpenBLAS keeps its own default until then.
 void setCpuThreads(int n);
 
 /// The thread count the kernels' own loops use.

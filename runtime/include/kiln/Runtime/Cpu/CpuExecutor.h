@@ -1,8 +1,9 @@
 //===- CpuExecutor.h - Runs a plan on the CPU -------------------*- C++ -*-===//
 //
 // The reference backend: every step of an entry in order, fp32 math, each
-// result rounded to its dtype (bf16 round-to-nearest-even), OpenBLAS GEMMs.
-// Deterministic for a given thread count.
+// result rounded to its dtype (bf16 round-to-nearest-even), OpenBLAS GEMMs
+// (Kiln's portable GEMM in builds without OpenBLAS). Deterministic for a
+// given thread count.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,7 +1,8 @@
-//===- Linear.h - Linear layers on OpenBLAS ---------------------*- C++ -*-===//
+//===- Linear.h - Linear layers ---------------------------------*- C++ -*-===//
 //
 // PyTorch's layout: x is [m, k], the weight W is [n, k], y = x W^T is
-// [m, n]. All three products are one cblas_sgemm each (fp32 accumulate);
+// [m, n]. All three products are one GEMM each (fp32 accumulate;
+// OpenBLAS's cblas_sgemm, or Kiln's portable GEMM in builds without it);
 // m, n and k must each fit in an int (OpenBLAS's index type). Outputs may
 // not overlap inputs.
 //
