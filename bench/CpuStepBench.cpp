@@ -218,9 +218,9 @@ std::unique_ptr<CpuExecutor> makeExecutor(const Compiled &c) {
 bool kilnStep(CpuExecutor &exec, const Batches &batches, size_t i,
               Timings &timings, double *lr) {
   Clock::time_point began = Clock::now();
-  Expected<EntryOutputs> out = exec.run("train_step", batches.tokens[i],
-                                        batches.targets[i],
-                                        static_cast<int64_t>(i + 1));
+  Expected<EntryOutputs> out =
+      exec.run("train_step", batches.tokens[i], batches.targets[i],
+               static_cast<int64_t>(i + 1));
   double seconds = secondsSince(began);
   if (!out) {
     std::fprintf(stderr, "error: step %zu: %s\n", i + 1,

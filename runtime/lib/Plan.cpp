@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <new>
 
 namespace kiln::runtime {
 
@@ -704,12 +705,19 @@ Expected<Plan> parsePlan(const std::string &text) {
   } catch (const std::exception &e) { // json::exception, or std::bad_alloc
     return Error(std::string("malformed plan: ") + e.what());
   }
-  Expected<Plan> plan = parse(j);
-  if (!plan)
-    return plan.takeError();
-  if (Error problem = verifyPlan(*plan))
-    return problem;
-  return plan;
+  // Kiln's own code throws nothing; the standard library throws
+  // std::bad_alloc when a plan's tables outgrow memory, which is a refusal
+  // like any other, never an abort.
+  try {
+    Expected<Plan> plan = parse(j);
+    if (!plan)
+      return plan.takeError();
+    if (Error problem = verifyPlan(*plan))
+      return problem;
+    return plan;
+  } catch (const std::bad_alloc &e) {
+    return Error(std::string("malformed plan: ") + e.what());
+  }
 }
 
 Expected<Plan> loadPlan(const std::string &path) {

@@ -120,9 +120,9 @@ const PlanValue *Plan::named(PlanValue::Kind kind,
 }
 
 bool sameStorage(const PlanValue &a, const PlanValue &b) {
-  return a.id == b.id || (a.kind == PlanValue::Arena &&
-                          b.kind == PlanValue::Arena && a.offset == b.offset &&
-                          a.bytes() == b.bytes());
+  return a.id == b.id ||
+         (a.kind == PlanValue::Arena && b.kind == PlanValue::Arena &&
+          a.offset == b.offset && a.bytes() == b.bytes());
 }
 
 std::string describeStep(const Plan &plan, const PlanStep &step) {

@@ -77,7 +77,8 @@ TEST(TrainingStep, SameThreadCountSameBits) {
     CpuExecutor *exec = created->get();
     ASSERT_FALSE(exec->initialize(7));
     for (int64_t step = 1; step <= 3; ++step) {
-      Expected<EntryOutputs> out = exec->run("train_step", tokens, targets, step);
+      Expected<EntryOutputs> out =
+          exec->run("train_step", tokens, targets, step);
       ASSERT_TRUE(out) << out.error();
     }
     weights.push_back(*exec->state("model.layers.0.self_attn.q_proj.weight"));

@@ -42,12 +42,12 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Plan &plan) {
   for (const PlanValue &v : plan.values) {
     if (v.dtype == DType::F16 || v.dtype == DType::F64) {
       return Error(std::string("the CPU backend does not run ") +
-              dtypeName(v.dtype) + " tensors (value " + std::to_string(v.id) +
-              ")");
+                   dtypeName(v.dtype) + " tensors (value " +
+                   std::to_string(v.id) + ")");
     }
     if (v.kind == PlanValue::State && v.dtype != DType::F32) {
       return Error("state '" + v.name + "' is " + dtypeName(v.dtype) +
-              "; the CPU backend keeps state in f32");
+                   "; the CPU backend keeps state in f32");
     }
     if (v.kind == PlanValue::Const) {
       exec->consts[v.id] = static_cast<float>(v.constValue);
@@ -61,7 +61,7 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Plan &plan) {
     exec->arena.reset(new float[exec->arenaFloats]);
   } catch (const std::bad_alloc &) {
     return Error("out of memory allocating the plan's state and arena (" +
-            formatBytes(plan.stateBytes + plan.arenaBytes) + ")");
+                 formatBytes(plan.stateBytes + plan.arenaBytes) + ")");
   }
   return exec;
 }

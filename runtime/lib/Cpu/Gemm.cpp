@@ -101,9 +101,9 @@ KILN_ALWAYS_INLINE void packB(const GemmOperand &b, int64_t p0, int64_t kc,
 /// products, from zero in increasing inner order, then stored (or added to
 /// C when `add`) for the first `rows` rows and `cols` columns.
 template <typename V, int R>
-KILN_ALWAYS_INLINE void multiplyTile(int64_t kc, const float *a,
-                                     const float *b, float *c, int64_t ldc,
-                                     int64_t rows, int64_t cols, bool add) {
+KILN_ALWAYS_INLINE void multiplyTile(int64_t kc, const float *a, const float *b,
+                                     float *c, int64_t ldc, int64_t rows,
+                                     int64_t cols, bool add) {
   constexpr int W = lanes<V>();
   V acc[R][2];
   for (int i = 0; i < R; ++i) {
@@ -157,11 +157,10 @@ KILN_ALWAYS_INLINE void multiplyRange(const GemmRange &g) {
         packA<R>(a, ic, mc, pc, kc, aPack.data());
         for (int64_t jr = 0; jr < nc; jr += C)
           for (int64_t ir = 0; ir < mc; ir += R)
-            multiplyTile<V, R>(kc, aPack.data() + ir * kc,
-                               bPack.data() + jr * kc,
-                               g.c + (ic + ir) * g.ldc + jc + jr, g.ldc,
-                               std::min<int64_t>(R, mc - ir),
-                               std::min(C, nc - jr), add);
+            multiplyTile<V, R>(
+                kc, aPack.data() + ir * kc, bPack.data() + jr * kc,
+                g.c + (ic + ir) * g.ldc + jc + jr, g.ldc,
+                std::min<int64_t>(R, mc - ir), std::min(C, nc - jr), add);
       }
     }
   }

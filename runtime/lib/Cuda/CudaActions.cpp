@@ -140,9 +140,8 @@ Error Builder::fused(const PlanStep &s) {
   if (!ctx.dryRun) {
     std::unique_ptr<LoadedModule> &loaded = (*ctx.groups)[source->source];
     if (!loaded) {
-      Expected<CompiledKernel> cubin =
-          compileKernel(source->source, ctx.arch, ctx.cacheDir,
-                        source->arithmetic);
+      Expected<CompiledKernel> cubin = compileKernel(
+          source->source, ctx.arch, ctx.cacheDir, source->arithmetic);
       if (!cubin)
         return Error("NVRTC: " + cubin.error().message());
       Expected<std::unique_ptr<LoadedModule>> lib =
@@ -204,8 +203,8 @@ bool Builder::cudnnAttention(const PlanStep &s) {
     return false;
   Action &act = add(Action::Sdpa);
   act.sdpa = graph;
-  act.kernelName = s.kind == plan::Op::Attention ? "cudnn_sdpa"
-                                                 : "cudnn_sdpa_backward";
+  act.kernelName =
+      s.kind == plan::Op::Attention ? "cudnn_sdpa" : "cudnn_sdpa_backward";
   for (int64_t id : sdpaTensorIds(s))
     act.args.push_back(bitsOf(addr(id)));
   return true;

@@ -66,31 +66,30 @@ CudaExecutor::State::~State() {
   nccl.reset();
 }
 
-Expected<std::unique_ptr<CudaExecutor>>
-CudaExecutor::create(const Plan &plan) {
+Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Plan &plan) {
   if (!plan.entry("init")) {
     return Error("the plan has no 'init' entry");
   }
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &step : entry.steps)
       if (!step.group && !runsOp(step.kind)) {
-        return Error("the CUDA backend cannot run op '" + step.op + "' (" + name +
-                ", " + step.loc + ")");
+        return Error("the CUDA backend cannot run op '" + step.op + "' (" +
+                     name + ", " + step.loc + ")");
       }
   for (const PlanValue &v : plan.values) {
     if (v.kind == PlanValue::State && v.dtype != DType::F32) {
       return Error("state '" + v.name + "' is " + dtypeName(v.dtype) +
-              "; the CUDA backend keeps state in f32");
+                   "; the CUDA backend keeps state in f32");
     }
     if (v.kind == PlanValue::Const && v.dtype != DType::F32) {
       return Error(std::string("a ") + dtypeName(v.dtype) +
-              " constant; the CUDA backend takes f32 constants");
+                   " constant; the CUDA backend takes f32 constants");
     }
   }
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    return Error(std::string("no usable CUDA device (") + cudaGetErrorString(e) +
-            ")");
+    return Error(std::string("no usable CUDA device (") +
+                 cudaGetErrorString(e) + ")");
   }
   if (count == 0) {
     return Error("no CUDA device");

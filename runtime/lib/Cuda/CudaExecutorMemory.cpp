@@ -155,9 +155,9 @@ Error CudaExecutor::State::allocate() {
       } else {
         float x = static_cast<float>(v.constValue);
         std::vector<float> fill(std::max<int64_t>(v.numElements(), 1), x);
-        if (Error e = copyOnStream(at[v.id], fill.data(),
-                                   fill.size() * sizeof(float),
-                                   cudaMemcpyHostToDevice, "a constant"))
+        if (Error e =
+                copyOnStream(at[v.id], fill.data(), fill.size() * sizeof(float),
+                             cudaMemcpyHostToDevice, "a constant"))
           return e;
       }
     }
@@ -172,12 +172,12 @@ Error CudaExecutor::State::allocate() {
 }
 
 Error CudaExecutor::State::copyOnStream(void *dst, const void *src,
-                                       int64_t bytes, cudaMemcpyKind kind,
-                                       const std::string &what) {
+                                        int64_t bytes, cudaMemcpyKind kind,
+                                        const std::string &what) {
   const char *verb =
       kind == cudaMemcpyHostToDevice ? "uploading " : "downloading ";
-  cudaError_t e = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind,
-                                  stream);
+  cudaError_t e =
+      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream);
   if (e == cudaSuccess)
     e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess)
@@ -187,10 +187,9 @@ Error CudaExecutor::State::copyOnStream(void *dst, const void *src,
 
 Error CudaExecutor::State::upload(const HostStates &host) {
   for (const auto &[id, data] : host)
-    if (Error e = copyOnStream(at.at(id), data.data(),
-                               data.size() * sizeof(float),
-                               cudaMemcpyHostToDevice,
-                               "'" + plan.values[id].name + "'"))
+    if (Error e = copyOnStream(
+            at.at(id), data.data(), data.size() * sizeof(float),
+            cudaMemcpyHostToDevice, "'" + plan.values[id].name + "'"))
       return e;
   return Error::success();
 }
@@ -198,10 +197,9 @@ Error CudaExecutor::State::upload(const HostStates &host) {
 Error CudaExecutor::State::download(HostStates &host) {
   host = zeroStates(plan);
   for (auto &[id, data] : host)
-    if (Error e = copyOnStream(data.data(), at.at(id),
-                               data.size() * sizeof(float),
-                               cudaMemcpyDeviceToHost,
-                               "'" + plan.values[id].name + "'"))
+    if (Error e = copyOnStream(
+            data.data(), at.at(id), data.size() * sizeof(float),
+            cudaMemcpyDeviceToHost, "'" + plan.values[id].name + "'"))
       return e;
   return Error::success();
 }

@@ -164,8 +164,10 @@ Error CudaExecutor::State::launch(const std::string &name, Entry &entry,
   // with a line naming the rank and step rather than hanging the stream
   // sync that follows.
   if (nccl)
-    return nccl->watchReplay(stream, "replay of " + name + " (a CUDA graph), "
-                                     "step " + std::to_string(step));
+    return nccl->watchReplay(stream, "replay of " + name +
+                                         " (a CUDA graph), "
+                                         "step " +
+                                         std::to_string(step));
   return Error::success();
 }
 
@@ -178,7 +180,7 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
     return Error("the plan has no entry '" + name + "'");
   }
   if (Error problem = s->prepare())
- return problem;
+    return problem;
   // The kernels trust their indices: ids are checked here, as the CPU
   // backend's embedding and cross-entropy check them.
   for (const PlanValue &v : plan.values) {
@@ -192,21 +194,21 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
     const std::vector<int32_t> &ids = v.name == "tokens" ? tokens : targets;
     if (static_cast<int64_t>(ids.size()) != v.numElements()) {
       return Error("'" + v.name + "' has " + std::to_string(ids.size()) +
-              " ids; the plan takes " + std::to_string(v.numElements()));
+                   " ids; the plan takes " + std::to_string(v.numElements()));
     }
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] < 0 || ids[i] >= plan.vocabSize) {
         return Error("token id " + std::to_string(ids[i]) + " at position " +
-                std::to_string(i) + " of '" + v.name +
-                "' is outside the vocabulary of " +
-                std::to_string(plan.vocabSize));
+                     std::to_string(i) + " of '" + v.name +
+                     "' is outside the vocabulary of " +
+                     std::to_string(plan.vocabSize));
       }
     std::memcpy(host, ids.data(), ids.size() * sizeof(int32_t));
   }
   State::Entry &entry = s->entries[name];
   if (entry.actions.empty())
     if (Error problem = s->buildEntry(name, entry))
- return problem;
+      return problem;
   Trace::Clock::time_point began = Trace::Clock::now();
   if (Error problem = s->launch(name, entry, step)) {
     cudaStreamSynchronize(s->stream);
@@ -214,9 +216,9 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
   }
   if (cudaError_t e = cudaStreamSynchronize(s->stream); e != cudaSuccess) {
     return Error(cudaProblem("running " + name +
-                            " (run with --no-cuda-graphs and "
-                            "CUDA_LAUNCH_BLOCKING=1 to find the op)",
-                        e));
+                                 " (run with --no-cuda-graphs and "
+                                 "CUDA_LAUNCH_BLOCKING=1 to find the op)",
+                             e));
   }
   ++entry.runs;
   if (s->checkNumerics)
@@ -226,12 +228,13 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
         return Error("the numerics check of " + name + " names no step");
       }
       return Error("op " + std::to_string(bad->step) + " of " + name + ", " +
-              describeStep(plan, steps[bad->step]) + ": " + bad->describe());
+                   describeStep(plan, steps[bad->step]) + ": " +
+                   bad->describe());
     }
   if (s->trace) {
     s->trace->add(name, Trace::Compute, began, Trace::Clock::now());
     if (Error problem = s->traceActions(name, entry, began))
- return problem;
+      return problem;
   }
   s->noteMemory();
 
@@ -248,8 +251,8 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
       for (size_t i = 0; i < o.size(); ++i)
         o[i] = numerics::fromBf16Bits(bits[i]);
     } else {
-      return Error(std::string("output '") + out + "' is " + dtypeName(v.dtype) +
-              "; outputs are f32 or bf16");
+      return Error(std::string("output '") + out + "' is " +
+                   dtypeName(v.dtype) + "; outputs are f32 or bf16");
     }
   }
   return outputs;

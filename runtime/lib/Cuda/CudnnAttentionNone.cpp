@@ -24,8 +24,7 @@ CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl)
     : impl(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
 
-Expected<std::unique_ptr<CudnnAttention>>
-CudnnAttention::create(cudaStream_t) {
+Expected<std::unique_ptr<CudnnAttention>> CudnnAttention::create(cudaStream_t) {
   return Error(kNoCudnn);
 }
 
@@ -42,8 +41,7 @@ int64_t CudnnAttention::deviceBytes() const { return 0; }
 std::string CudnnAttention::note(const SdpaGraph &) const { return ""; }
 std::string CudnnAttention::version() const { return "no cuDNN"; }
 
-Error runSdpa(const SdpaGraph &, const std::vector<uint64_t> &,
-              cudaStream_t) {
+Error runSdpa(const SdpaGraph &, const std::vector<uint64_t> &, cudaStream_t) {
   return Error(kNoCudnn);
 }
 

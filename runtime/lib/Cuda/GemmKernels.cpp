@@ -71,9 +71,8 @@ Error ScaleKernels::load() {
   Expected<std::string> arch = currentArch();
   if (!arch)
     return arch.takeError();
-  Expected<CompiledKernel> cubin =
-      compileKernel(scaleKernelSource(), *arch, defaultKernelCacheDir(),
-                    Arithmetic::Exact);
+  Expected<CompiledKernel> cubin = compileKernel(
+      scaleKernelSource(), *arch, defaultKernelCacheDir(), Arithmetic::Exact);
   if (!cubin)
     return Error("compiling the GEMM scale kernels for " + *arch + ": " +
                  cubin.error().message());

@@ -40,12 +40,11 @@ groupKernelSource(const FusedGroup &group, const std::vector<DType> &operands,
 }
 
 bool usesTranscendentals(const FusedGroup &group) {
-  return std::any_of(group.body.begin(), group.body.end(),
-                     [](const GroupInstr &in) {
-                       return in.op == GroupInstr::Op::Exp ||
-                              in.op == GroupInstr::Op::Log ||
-                              in.op == GroupInstr::Op::Sigmoid;
-                     });
+  return std::any_of(
+      group.body.begin(), group.body.end(), [](const GroupInstr &in) {
+        return in.op == GroupInstr::Op::Exp || in.op == GroupInstr::Op::Log ||
+               in.op == GroupInstr::Op::Sigmoid;
+      });
 }
 
 Arithmetic groupArithmetic(const FusedGroup &group) {

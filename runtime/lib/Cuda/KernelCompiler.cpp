@@ -36,9 +36,8 @@ Expected<CompiledKernel> compileKernel(const std::string &source,
                                        const std::string &arch,
                                        const std::string &cacheDir,
                                        Arithmetic arithmetic) {
-  std::vector<std::string> options = {"--gpu-architecture=" + arch,
-                                      "-I" KILN_CUDA_INCLUDE_DIR,
-                                      "--std=c++17"};
+  std::vector<std::string> options = {
+      "--gpu-architecture=" + arch, "-I" KILN_CUDA_INCLUDE_DIR, "--std=c++17"};
   if (arithmetic == Arithmetic::Exact)
     options.push_back("--fmad=false");
   int major = 0, minor = 0;

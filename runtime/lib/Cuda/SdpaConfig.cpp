@@ -107,8 +107,8 @@ std::string attentionSummary(const AttentionTally &t,
                        : "all " + count(steps, "attention step")) +
            " (cuDNN's fused SDPA is unavailable: " + t.unavailable + ")";
   std::string cudnn = "cuDNN fused SDPA (" + version + ")";
-  std::string graphs = count(t.graphs, "graph") +
-                       (t.note.empty() ? "" : "; " + t.note);
+  std::string graphs =
+      count(t.graphs, "graph") + (t.note.empty() ? "" : "; " + t.note);
   if (t.kernelSteps == 0)
     return "attention: " + cudnn + " for " +
            (steps == 1 ? "the attention step"
@@ -121,8 +121,8 @@ std::string attentionSummary(const AttentionTally &t,
            " (" + t.firstFallback + ")";
   return "attention: " + cudnn + " for " + std::to_string(t.cudnnSteps) +
          " of " + count(steps, "attention step") + " (" + graphs + "), " +
-         kernels + " for the other " +
-         std::to_string(t.kernelSteps) + " (first: " + t.firstFallback + ")";
+         kernels + " for the other " + std::to_string(t.kernelSteps) +
+         " (first: " + t.firstFallback + ")";
 }
 
 void sayOnce(const std::string &line) {

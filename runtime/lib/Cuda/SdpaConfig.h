@@ -67,8 +67,8 @@ struct SdpaConfig {
   SdpaTensor stats() const;
 
   auto tie() const {
-    return std::make_tuple(backward, batch, heads, kvHeads, seq, headDim,
-                           dtype, causal, scale);
+    return std::make_tuple(backward, batch, heads, kvHeads, seq, headDim, dtype,
+                           causal, scale);
   }
   bool operator<(const SdpaConfig &o) const { return tie() < o.tie(); }
   bool operator==(const SdpaConfig &o) const { return tie() == o.tie(); }

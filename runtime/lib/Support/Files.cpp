@@ -125,9 +125,9 @@ Expected<int> openRegularFile(const std::string &path, int64_t maxBytes,
     problem = Error(what + " '" + path + "' is not a regular file (it is " +
                     kindOf(st.st_mode) + ")");
   else if (st.st_size > maxBytes)
-    problem = Error(what + " '" + path + "' has " +
-                    std::to_string(st.st_size) + " bytes, more than the " +
-                    std::to_string(maxBytes) + " Kiln reads from one");
+    problem = Error(what + " '" + path + "' has " + std::to_string(st.st_size) +
+                    " bytes, more than the " + std::to_string(maxBytes) +
+                    " Kiln reads from one");
   if (problem) {
     ::close(fd);
     return problem;

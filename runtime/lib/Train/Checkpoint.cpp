@@ -20,7 +20,7 @@ Expected<int64_t> readStep(const std::string &path,
     if (!required)
       return 0;
     return Error(path + ": no " + kCheckpointStepKey +
-            " in the metadata (not a Kiln checkpoint file)");
+                 " in the metadata (not a Kiln checkpoint file)");
   }
   const std::string &text = it->second;
   int64_t step = 0;
@@ -32,7 +32,7 @@ Expected<int64_t> readStep(const std::string &path,
   }
   if (!ok) {
     return Error(path + ": " + kCheckpointStepKey + " '" + text +
-            "' is not a non-negative integer");
+                 "' is not a non-negative integer");
   }
   return step;
 }
@@ -59,8 +59,8 @@ Error checkTensors(const std::string &path,
     }
     if (it->second->shape != shape) {
       return Error(path + ": tensor '" + name + "' has shape " +
-              shapeString(it->second->shape) + ", expected " +
-              shapeString(shape));
+                   shapeString(it->second->shape) + ", expected " +
+                   shapeString(shape));
     }
   }
   for (const FloatTensor &t : tensors)
@@ -88,7 +88,8 @@ Error saveCheckpoint(const std::string &dir, const Checkpoint &checkpoint) {
   // Bad tensors fail here, before the directory or any file is touched.
   if (Error error = checkWritable(modelPath, checkpoint.model, metadata))
     return error;
-  if (Error error = checkWritable(optimizerPath, checkpoint.optimizer, metadata))
+  if (Error error =
+          checkWritable(optimizerPath, checkpoint.optimizer, metadata))
     return error;
 
   std::error_code ec;
@@ -135,8 +136,8 @@ Expected<Checkpoint> loadCheckpoint(const std::string &dir,
   if (!optimizerStep)
     return optimizerStep.takeError();
   if (*modelStep != *optimizerStep)
-    return Error("checkpoint '" + dir + "' is inconsistent: " +
-                 kModelCheckpointFile + " is at step " +
+    return Error("checkpoint '" + dir +
+                 "' is inconsistent: " + kModelCheckpointFile + " is at step " +
                  std::to_string(*modelStep) + " but " +
                  kOptimizerCheckpointFile + " at step " +
                  std::to_string(*optimizerStep) + " (an interrupted save?)");

@@ -68,12 +68,12 @@ Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
     size_t width = version == 1 ? 2 : version == 2 ? 4 : 0;
     if (width == 0) {
       return Error(path + ": token file version " + std::to_string(version) +
-              " is neither 1 (uint16) nor 2 (uint32)");
+                   " is neither 1 (uint16) nor 2 (uint32)");
     }
     size_t need = kHeaderInts * 4 + static_cast<size_t>(count) * width;
     if (count <= 0 || bytes.size() < need) {
       return Error(path + ": token file is truncated (header says " +
-              std::to_string(count) + " tokens)");
+                   std::to_string(count) + " tokens)");
     }
     tokens.resize(count);
     const char *p = bytes.data() + kHeaderInts * 4;
@@ -89,9 +89,9 @@ Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
   }
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] >= static_cast<uint64_t>(vocab)) {
-      return Error(path + ": token " + std::to_string(tokens[i]) + " at position " +
-              std::to_string(i) + " is not below the vocab size " +
-              std::to_string(vocab));
+      return Error(path + ": token " + std::to_string(tokens[i]) +
+                   " at position " + std::to_string(i) +
+                   " is not below the vocab size " + std::to_string(vocab));
     }
   return tokens;
 }
@@ -104,10 +104,11 @@ Expected<Split> splitTokens(size_t count, int64_t seqLen) {
   s.validEnd = count;
   size_t window = static_cast<size_t>(seqLen) + 1;
   if (s.trainEnd - s.trainBegin < window || s.validEnd - s.validBegin < window) {
-    return Error("the data has " + std::to_string(count) +
-            " tokens: too few for a training and a validation sequence of " +
-            std::to_string(seqLen) + " tokens (needs " +
-            std::to_string(10 * window) + ")");
+    return Error(
+        "the data has " + std::to_string(count) +
+        " tokens: too few for a training and a validation sequence of " +
+        std::to_string(seqLen) + " tokens (needs " +
+        std::to_string(10 * window) + ")");
   }
   return s;
 }

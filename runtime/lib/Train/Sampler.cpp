@@ -75,7 +75,7 @@ sampleTokens(Executor &exec, const std::vector<int32_t> &prompt,
              const std::function<void(int32_t)> &onToken) {
   const Plan &plan = exec.plan();
   if (Error problem = checkSamplingPlan(plan))
- return problem;
+    return problem;
   if (prompt.empty()) {
     return Error("the prompt is empty");
   }

@@ -283,10 +283,9 @@ bool isCompleteCheckpoint(const std::string &dir,
   return true;
 }
 
-
 Expected<std::string> findCheckpoint(const std::string &path,
                                      const std::string &checkpointFolder,
-               const std::vector<std::string> &files) {
+                                     const std::vector<std::string> &files) {
   std::error_code ec;
   if (isCompleteCheckpoint(path, files))
     return path;
@@ -308,8 +307,8 @@ Expected<std::string> findCheckpoint(const std::string &path,
     needed += (i == 0 ? "" : i + 1 == files.size() ? " and " : ", ") +
               files[i];
   return Error("no complete checkpoint in '" + path + "' (a folder holding " +
-          needed + ", or step-N folders of them, or a run folder with " +
-          checkpointFolder + "/)");
+               needed + ", or step-N folders of them, or a run folder with " +
+               checkpointFolder + "/)");
 }
 
 int runTraining(const Plan &plan, const TrainOptions &options) {

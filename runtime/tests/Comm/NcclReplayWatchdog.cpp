@@ -26,7 +26,9 @@ using namespace kiln::runtime;
 using namespace kiln::runtime::comm;
 
 namespace {
-void sleepLong(void *) { std::this_thread::sleep_for(std::chrono::seconds(30)); }
+void sleepLong(void *) {
+  std::this_thread::sleep_for(std::chrono::seconds(30));
+}
 
 int setupFailed(const char *what, cudaError_t e) {
   std::fprintf(stderr, "error: %s: %s\n", what, cudaGetErrorString(e));
@@ -65,8 +67,8 @@ int main() {
   cudaGraph_t graph = nullptr;
   if (cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); e)
     return setupFailed("cudaStreamBeginCapture", e);
-  CommHandle h = c.startAllReduce(buffer, buffer, 1024, ElementType::F32,
-                                  ReduceOp::Sum);
+  CommHandle h =
+      c.startAllReduce(buffer, buffer, 1024, ElementType::F32, ReduceOp::Sum);
   if (Error e = c.streamWait(h, s)) {
     std::fprintf(stderr, "error: %s\n", e.message().c_str());
     return 2;

@@ -94,8 +94,8 @@ void expectWithinBound(const std::vector<float> &c,
       }
       double bound = (k + 2) * 0x1p-24 * magnitude;
       if (!(std::fabs(c[i * ldc + j] - exact) <= bound) && bad++ < 5)
-        ADD_FAILURE() << what << ": C(" << i << ", " << j << ") = "
-                      << c[i * ldc + j] << ", float64 " << exact;
+        ADD_FAILURE() << what << ": C(" << i << ", " << j
+                      << ") = " << c[i * ldc + j] << ", float64 " << exact;
     }
   for (int64_t i = 0; i + 1 < m; ++i)
     for (int64_t j = n; j < ldc; ++j)
@@ -172,8 +172,8 @@ TEST(Gemm, SameBitsForEveryThreadCountAndBothCopies) {
       std::vector<float> before = outputOf(s.m, s.n, 9);
       std::vector<float> one = portable(a, b, before, s.m, s.n, s.k, true, 1);
       for (int threads : {2, 3, 5})
-        EXPECT_TRUE(sameBits(
-            one, portable(a, b, before, s.m, s.n, s.k, true, threads)))
+        EXPECT_TRUE(
+            sameBits(one, portable(a, b, before, s.m, s.n, s.k, true, threads)))
             << name(s, ta, !ta, true) << ", " << threads << " threads";
       detail::allowAvx2 = false;
       std::vector<float> baseline =

@@ -148,11 +148,10 @@ std::string checkSdpa(const Plan &plan, const PlanStep &s, const FakeDevice &d,
       fwd ? std::vector<int64_t>{s.operands.at(0), s.operands.at(1),
                                  s.operands.at(2), s.results.at(0),
                                  s.results.at(1)}
-          : std::vector<int64_t>{s.operands.at(1), s.operands.at(2),
-                                 s.operands.at(3), s.operands.at(4),
-                                 s.operands.at(5), s.operands.at(0),
-                                 s.results.at(0),  s.results.at(1),
-                                 s.results.at(2)};
+          : std::vector<int64_t>{
+                s.operands.at(1), s.operands.at(2), s.operands.at(3),
+                s.operands.at(4), s.operands.at(5), s.operands.at(0),
+                s.results.at(0),  s.results.at(1),  s.results.at(2)};
   if (a.args.size() != ids.size() || !a.sdpa || c->backward == fwd)
     return "a cuDNN SDPA action with " + std::to_string(a.args.size()) +
            " tensors for " + s.op;
@@ -164,9 +163,9 @@ std::string checkSdpa(const Plan &plan, const PlanStep &s, const FakeDevice &d,
   const std::vector<int64_t> spans = {q, kv, kv, q, stats, q, q, kv, kv};
   const char *names[] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
   for (size_t i = 0; i < ids.size(); ++i)
-    if (std::string p = d.isValue(ids[i], reinterpret_cast<void *>(a.args[i]),
-                                  spans[i],
-                                  std::string("cuDNN SDPA's ") + names[i]);
+    if (std::string p =
+            d.isValue(ids[i], reinterpret_cast<void *>(a.args[i]), spans[i],
+                      std::string("cuDNN SDPA's ") + names[i]);
         !p.empty())
       return p;
   return "";

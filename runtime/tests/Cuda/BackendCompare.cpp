@@ -206,13 +206,11 @@ int Compare::replay(int64_t steps) {
     Expected<EntryOutputs> a =
         graphs->run("train_step", b.tokens, b.targets, step);
     if (!a)
-      return fail("step " + std::to_string(step) + ": " +
-                  a.error().message());
+      return fail("step " + std::to_string(step) + ": " + a.error().message());
     Expected<EntryOutputs> e =
         eager->run("train_step", b.tokens, b.targets, step);
     if (!e)
-      return fail("step " + std::to_string(step) + ": " +
-                  e.error().message());
+      return fail("step " + std::to_string(step) + ": " + e.error().message());
     for (const char *out : {"loss", "grad_norm"})
       if (std::memcmp(&a->at(out)[0], &e->at(out)[0], sizeof(float)) != 0)
         return fail(std::string("graph replay changed the ") + out +

@@ -50,8 +50,7 @@ extern "C" size_t cudnnGetVersion() { return standInVersion; }
 /// The stand-in device: an H100 SXM (sm_90), or a B200 (sm_100).
 extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int) {
   std::memset(prop, 0, sizeof *prop);
-  std::snprintf(prop->name, sizeof prop->name, "stand-in sm_%d0",
-                standInMajor);
+  std::snprintf(prop->name, sizeof prop->name, "stand-in sm_%d0", standInMajor);
   prop->major = standInMajor;
   prop->minor = 0;
   prop->multiProcessorCount = standInMajor == 9 ? 132 : 148;
@@ -94,8 +93,7 @@ bool check(const SdpaConfig &c, const std::string &want) {
                 ? !got && text.find(want.substr(9)) != std::string::npos
                 : got && *got == want;
   std::printf("%s sm_%d0 cuDNN %zu %s: %s\n", ok ? "ok" : "UNEXPECTED",
-              standInMajor, standInVersion, c.describe().c_str(),
-              text.c_str());
+              standInMajor, standInVersion, c.describe().c_str(), text.c_str());
   if (!ok)
     std::printf("  expected: %s\n", want.c_str());
   return ok;
@@ -119,17 +117,15 @@ int main() {
     const char *backward = major == 9 ? "deterministic" : "default";
     // The tiny model; llama3-1b at 8192 tokens; head dim 128, not causal,
     // a sequence no multiple of 64; GQA down to one kv head.
-    for (const SdpaConfig &c :
-         {config(false, 4, 32, 4, 2, 16, true),
-          config(false, 1, 8192, 32, 8, 64, true),
-          config(false, 1, 200, 4, 4, 128, false),
-          config(false, 2, 100, 4, 1, 64, true)})
+    for (const SdpaConfig &c : {config(false, 4, 32, 4, 2, 16, true),
+                                config(false, 1, 8192, 32, 8, 64, true),
+                                config(false, 1, 200, 4, 4, 128, false),
+                                config(false, 2, 100, 4, 1, 64, true)})
       ok &= check(c, "the frontend's choice");
-    for (const SdpaConfig &c :
-         {config(true, 4, 32, 4, 2, 16, true),
-          config(true, 1, 8192, 32, 8, 64, true),
-          config(true, 1, 200, 4, 4, 128, false),
-          config(true, 2, 100, 4, 1, 64, true)})
+    for (const SdpaConfig &c : {config(true, 4, 32, 4, 2, 16, true),
+                                config(true, 1, 8192, 32, 8, 64, true),
+                                config(true, 1, 200, 4, 4, 128, false),
+                                config(true, 2, 100, 4, 1, 64, true)})
       ok &= check(c, bwd(backward, c.seq));
     // What the frontend refuses is refused, not run.
     ok &= check(config(false, 1, 64, 2, 2, 12, true), "refused: hidden_dim");

@@ -702,9 +702,8 @@ int main() {
   if (std::string why = openDevice(device); !why.empty()) {
     // What can be checked without a GPU: the wrapper's kernels compile.
     for (const char *arch : {"sm_89", "sm_90", "sm_100"}) {
-      Expected<cuda::CompiledKernel> cubin =
-          cuda::compileKernel(cuda::gemm::scaleKernelSource(), arch, "",
-                              cuda::Arithmetic::Exact);
+      Expected<cuda::CompiledKernel> cubin = cuda::compileKernel(
+          cuda::gemm::scaleKernelSource(), arch, "", cuda::Arithmetic::Exact);
       if (!cubin) {
         std::fprintf(stderr,
                      "the GEMM scale kernels do not compile for %s: "

@@ -180,9 +180,8 @@ public:
   std::string launch(const cuda::GroupKernelSource &k, const FusedGroup &g,
                      std::vector<std::vector<uint8_t>> &in,
                      std::vector<std::vector<uint8_t>> &out) override {
-    Expected<cuda::CompiledKernel> cubin =
-        cuda::compileKernel(k.source, arch, cuda::defaultKernelCacheDir(),
-                            k.arithmetic);
+    Expected<cuda::CompiledKernel> cubin = cuda::compileKernel(
+        k.source, arch, cuda::defaultKernelCacheDir(), k.arithmetic);
     if (!cubin)
       return cubin.error().message();
     cudaLibrary_t lib;

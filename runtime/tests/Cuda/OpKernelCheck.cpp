@@ -297,12 +297,12 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
 /// tolerance (cuDNN's SDPA: cudnnToleranceOf), else the first difference.
 std::string compareResults(const Plan &plan, const PlanStep &step,
                            const std::vector<std::vector<uint8_t>> &want,
-                           const Buffers &b, size_t at, bool gpu,
-                           Stats &stats, bool cudnn = false) {
+                           const Buffers &b, size_t at, bool gpu, Stats &stats,
+                           bool cudnn = false) {
   ++stats.steps;
   for (size_t k = 0; k < step.results.size(); ++k) {
-    Tolerance tol = cudnn ? cudnnToleranceOf(step.kind, k)
-                          : toleranceOf(step.kind, gpu);
+    Tolerance tol =
+        cudnn ? cudnnToleranceOf(step.kind, k) : toleranceOf(step.kind, gpu);
     const PlanValue &v = plan.values[step.results[k]];
     const std::vector<uint8_t> &got = b.storage[b.results[at][k]];
     double largest = 0;
@@ -321,8 +321,8 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
       std::snprintf(text, sizeof text,
                     "result %zu element %lld: %s %.9g, CPU backend %.9g "
                     "(%s)",
-                    k, static_cast<long long>(i), cudnn ? "cuDNN" : "kernel",
-                    g, w, toleranceText(tol).c_str());
+                    k, static_cast<long long>(i), cudnn ? "cuDNN" : "kernel", g,
+                    w, toleranceText(tol).c_str());
       return step.op + " " + text;
     }
   }
@@ -739,8 +739,7 @@ int main(int argc, char **argv) {
                           cudnnAttentionPlan(2, 100, 4, 1, 64, true),
                           cudnnAttentionPlan(1, 200, 4, 4, 128, false)})
       for (const PlanStep &step : p.entries.at("attention").steps)
-        if (std::string failure = cudnnCheck(p, step, true);
-            !failure.empty()) {
+        if (std::string failure = cudnnCheck(p, step, true); !failure.empty()) {
           std::fprintf(stderr, "%s, %s: %s\n", step.op.c_str(),
                        cuda::sdpaConfig(p, step)->describe().c_str(),
                        failure.c_str());

@@ -62,8 +62,7 @@ const PlanStep &step(const Plan &p, int i) {
 
 int64_t offset(const SdpaTensor &t, int64_t b, int64_t h, int64_t s,
                int64_t d) {
-  return b * t.stride[0] + h * t.stride[1] + s * t.stride[2] +
-         d * t.stride[3];
+  return b * t.stride[0] + h * t.stride[1] + s * t.stride[2] + d * t.stride[3];
 }
 
 } // namespace
@@ -86,8 +85,8 @@ TEST(SdpaConfig, StridesAddressThePlanLayoutInPlace) {
   EXPECT_EQ(st.dim, (std::array<int64_t, 4>{3, 6, 7, 1}));
   // Every element of cuDNN's logical tensor is the plan's element of the
   // same (b, s, h, d), and they cover the buffer once.
-  std::vector<int> seenQ(x.b * x.s * x.h * x.d), seenKv(x.b * x.s * x.hkv * x.d),
-      seenStats(x.b * x.h * x.s);
+  std::vector<int> seenQ(x.b * x.s * x.h * x.d),
+      seenKv(x.b * x.s * x.hkv * x.d), seenStats(x.b * x.h * x.s);
   for (int64_t b = 0; b < x.b; ++b)
     for (int64_t s = 0; s < x.s; ++s) {
       for (int64_t h = 0; h < x.h; ++h) {
@@ -114,10 +113,10 @@ TEST(SdpaConfig, TensorsComeFromTheirOperandsAndResults) {
   Plan p = attentionPlan({2, 4, 4, 4, 8}, DType::BF16);
   const PlanStep &fwd = step(p, 0), &bwd = step(p, 1);
   // q k v out lse.
-  EXPECT_EQ(sdpaTensorIds(fwd), (std::vector<int64_t>{
-                                    fwd.operands[0], fwd.operands[1],
-                                    fwd.operands[2], fwd.results[0],
-                                    fwd.results[1]}));
+  EXPECT_EQ(
+      sdpaTensorIds(fwd),
+      (std::vector<int64_t>{fwd.operands[0], fwd.operands[1], fwd.operands[2],
+                            fwd.results[0], fwd.results[1]}));
   // attention_grad: dout, q, k, v, out, lse -> dq, dk, dv; slots q k v out
   // lse dout dq dk dv.
   std::vector<int64_t> ids = sdpaTensorIds(bwd);
@@ -185,8 +184,8 @@ TEST(SdpaConfig, F32AttentionStaysOnTheKernels) {
 }
 
 TEST(SdpaConfig, AMixedStepStaysOnTheKernels) {
-  Plan p = attentionPlan({1, 8, 2, 2, 16}, DType::BF16, true, 0.125,
-                         DType::F32, true);
+  Plan p = attentionPlan({1, 8, 2, 2, 16}, DType::BF16, true, 0.125, DType::F32,
+                         true);
   EXPECT_TRUE(sdpaConfig(p, step(p, 0))); // the forward is all bf16
   Expected<SdpaConfig> c = sdpaConfig(p, step(p, 1));
   ASSERT_FALSE(c);

@@ -266,7 +266,8 @@ TEST_F(CheckpointTest, AcceptsMetadataOnlyAndGaps) {
 }
 
 TEST_F(CheckpointTest, BadFilesAreOneLineErrors) {
-  std::string error = readSafetensors(path("missing.safetensors")).error().message();
+  std::string error =
+      readSafetensors(path("missing.safetensors")).error().message();
   EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
   EXPECT_NE(error.find("missing.safetensors"), std::string::npos) << error;
   error = readSafetensors(root).error().message();
@@ -517,8 +518,10 @@ TEST_F(CheckpointTest, StepMismatchIsDetected) {
   fs::copy_file(path("b/optimizer.safetensors"),
                 path("a/optimizer.safetensors"),
                 fs::copy_options::overwrite_existing);
-  std::string error = loadCheckpoint(path("a"), shapesOf(c.model),
-                              shapesOf(c.optimizer)).error().message();
+  std::string error =
+      loadCheckpoint(path("a"), shapesOf(c.model), shapesOf(c.optimizer))
+          .error()
+          .message();
   EXPECT_NE(error.find("inconsistent"), std::string::npos) << error;
   EXPECT_NE(error.find("model.safetensors is at step 1"), std::string::npos)
       << error;

@@ -36,18 +36,19 @@ TEST(Data, TextIsBytes) {
 }
 
 TEST(Data, TokenFiles) {
-  auto t16 = loadTokens(writeTemp("a.bin", tokenFile(1, 3, {1, 65535, 7})),
-                        65536);
+  auto t16 =
+      loadTokens(writeTemp("a.bin", tokenFile(1, 3, {1, 65535, 7})), 65536);
   ASSERT_TRUE(t16) << t16.error();
   EXPECT_EQ(*t16, (std::vector<uint32_t>{1, 65535, 7}));
-  auto t32 = loadTokens(writeTemp("b.bin", tokenFile(2, 2, {100000, 5})),
-                        128256);
+  auto t32 =
+      loadTokens(writeTemp("b.bin", tokenFile(2, 2, {100000, 5})), 128256);
   ASSERT_TRUE(t32) << t32.error();
   EXPECT_EQ(*t32, (std::vector<uint32_t>{100000, 5}));
 }
 
 TEST(Data, BadInputs) {
-  std::string error = loadTokens("/nonexistent/data.txt", 256).error().message();
+  std::string error =
+      loadTokens("/nonexistent/data.txt", 256).error().message();
   EXPECT_EQ(error, "cannot open data file '/nonexistent/data.txt': No such "
                    "file or directory");
   // Not a regular file: refused before anything is read (a FIFO would

@@ -65,9 +65,8 @@ int main(int argc, char **argv) {
       return 1;
     }
     for (const cuda::PlanGroupKernel &k : *kernels) {
-      Expected<cuda::CompiledKernel> compiled =
-          cuda::compileKernel(k.kernel.source, arch, cacheDir,
-                              k.kernel.arithmetic);
+      Expected<cuda::CompiledKernel> compiled = cuda::compileKernel(
+          k.kernel.source, arch, cacheDir, k.kernel.arithmetic);
       if (!compiled) {
         std::fprintf(stderr,
                      "%s: %s, %s: the group kernel does not compile for %s: "
@@ -83,9 +82,8 @@ int main(int argc, char **argv) {
                 "from the cache\n",
                 path.c_str(), groups, fresh, arch.c_str(), cached);
   }
-  Expected<cuda::CompiledKernel> ops =
-      cuda::compileKernel(cuda::opKernelLibrarySource(), arch, cacheDir,
-                          cuda::Arithmetic::Exact);
+  Expected<cuda::CompiledKernel> ops = cuda::compileKernel(
+      cuda::opKernelLibrarySource(), arch, cacheDir, cuda::Arithmetic::Exact);
   if (!ops) {
     std::fprintf(stderr, "the op kernel library does not compile for %s: %s\n",
                  arch.c_str(), ops.error().message().c_str());

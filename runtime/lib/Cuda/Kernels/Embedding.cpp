@@ -110,11 +110,13 @@ Result embeddingGrad(StepReader &r) {
   int64_t parts =
       std::clamp<int64_t>(ceilDiv(int64_t(132) * 2048, dim), 1,
                           std::min<int64_t>(64, std::max<int64_t>(vocab, 1)));
-  p.launches.push_back({"kiln_embedding_grad",
-                        std::max<int64_t>(1, ceilDiv(dim * parts, 128)), 128, 0,
-                        {operand(0), code(r.in(0).dtype), operand(1), acc,
-                         integer(tokens), integer(vocab), integer(dim),
-                         integer(parts)}});
+  p.launches.push_back(
+      {"kiln_embedding_grad",
+       std::max<int64_t>(1, ceilDiv(dim * parts, 128)),
+       128,
+       0,
+       {operand(0), code(r.in(0).dtype), operand(1), acc, integer(tokens),
+        integer(vocab), integer(dim), integer(parts)}});
   if (!direct)
     p.launches.push_back(elementwise(
         "kiln_copy", vocab * dim,
