@@ -77,12 +77,12 @@ Error Writer::write() {
   tiled = pointwise(g);
   if (!tiled) {
     // The rows mapping's shared memory: column sums, transposes, amaxes.
-    int64_t bytes = 0;
+    int64_t bytes = 0, blockRows = groupBlockRows(g);
     for (const GroupOutput &o : g.outputs)
-      bytes += o.store == Store::ColSum      ? 8 * 32 * kKilnGroupBlockRows
-               : o.store == Store::Transpose ? 4 * 33 * kKilnGroupBlockRows
+      bytes += o.store == Store::ColSum      ? 8 * 32 * blockRows
+               : o.store == Store::Transpose ? 4 * 33 * blockRows
                                              : 0;
-    bytes += 4 * 32 * kKilnGroupBlockRows; // the amax reduction
+    bytes += 4 * 32 * blockRows; // the amax reduction
     if (bytes > 48 * 1024)
       return Error("a fused group with these column sums and transposed "
                    "stores needs more shared memory than a block has");
@@ -167,7 +167,7 @@ void Writer::writeTiles() {
 }
 
 void Writer::writeRows(const std::vector<size_t> &colSums) {
-  os << "#define KILN_BLOCK_ROWS " << kKilnGroupBlockRows
+  os << "#define KILN_BLOCK_ROWS " << groupBlockRows(g)
      << "\n#define KILN_LANES " << kRowSumLanes << "\n"
      << kRowHelpers;
   os << "extern \"C\" __global__ void __launch_bounds__(KILN_BLOCK_ROWS * "

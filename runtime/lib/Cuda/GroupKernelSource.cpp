@@ -39,6 +39,14 @@ groupKernelSource(const FusedGroup &group, const std::vector<DType> &operands,
   return k;
 }
 
+int groupBlockRows(const FusedGroup &group) {
+  bool wide = std::any_of(
+      group.outputs.begin(), group.outputs.end(), [](const GroupOutput &o) {
+        return o.store == Store::ColSum || o.store == Store::Transpose;
+      });
+  return wide ? kKilnGroupBlockRows : kKilnGroupNarrowBlockRows;
+}
+
 bool usesTranscendentals(const FusedGroup &group) {
   return std::any_of(
       group.body.begin(), group.body.end(), [](const GroupInstr &in) {
@@ -74,12 +82,13 @@ Expected<GroupLaunch> groupLaunch(const FusedGroup &group) {
     l.block[1] = kKilnGroupTileThreadRows;
     return l;
   }
-  int64_t blocks = parts(group.rows, kKilnGroupBlockRows);
+  int blockRows = groupBlockRows(group);
+  int64_t blocks = parts(group.rows, blockRows);
   if (blocks > std::numeric_limits<int32_t>::max())
     return tooLarge();
   l.grid[0] = static_cast<unsigned>(blocks);
   l.block[0] = kRowSumLanes;
-  l.block[1] = kKilnGroupBlockRows;
+  l.block[1] = static_cast<unsigned>(blockRows);
   int64_t sums = std::count_if(
       group.outputs.begin(), group.outputs.end(),
       [](const GroupOutput &o) { return o.store == Store::ColSum; });

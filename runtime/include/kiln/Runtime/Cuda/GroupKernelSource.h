@@ -47,8 +47,16 @@
 
 namespace kiln::runtime::cuda {
 
-/// Rows (warps) per block of the rows mapping's `kiln_group`.
+/// Rows (warps) per block of the rows mapping's `kiln_group` when the group
+/// has a column sum (the plan's blocks of kColSumBlockRows rows) or a
+/// transposed store (a 32 x 32 tile); otherwise kKilnGroupNarrowBlockRows,
+/// so that 2048 rows make 256 blocks instead of 64 (132 SMs on an H100).
+/// Each row is one warp's either way: the reductions' order is the same.
 constexpr int kKilnGroupBlockRows = 32;
+constexpr int kKilnGroupNarrowBlockRows = 8;
+
+/// The rows per block of `group`'s rows mapping (above).
+int groupBlockRows(const FusedGroup &group);
 
 /// Rows and columns of a tile, and rows of threads per tile block.
 constexpr int kKilnGroupTile = 32;
