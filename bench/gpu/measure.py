@@ -115,11 +115,9 @@ def torch_row(a, run, shape, label, mode, recipe):
 def kiln_run(a, run, plan, out, extra):
     p = run([f"{a.build}/bin/kiln-run", plan, "--backend", "cuda",
              "--data", f"{a.plans}/data.txt", "--out", out, "--overwrite",
-             "--no-check-numerics", *extra])
-    # kiln-run writes a checkpoint after its last step (the whole state:
-    # 23 GiB for the 8B stack); only the metrics are kept.
-    if p is not None:
-        shutil.rmtree(f"{out}/checkpoints", ignore_errors=True)
+             "--no-check-numerics", "--no-final-checkpoint", *extra])
+    # No checkpoint is written (the whole state would be 23 GiB for the 8B
+    # stack); only the metrics are kept.
     return p
 
 

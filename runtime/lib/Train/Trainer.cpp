@@ -478,7 +478,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
 
     bool checkpointNow =
         t.checkpointInterval > 0 && step % t.checkpointInterval == 0;
-    if (checkpointNow || step == t.steps) {
+    if (checkpointNow || (step == t.steps && options.finalCheckpoint)) {
       if (Error failure = save(step))
         return fail("checkpoint at step " + std::to_string(step) + ": " +
                     failure.message());
@@ -540,7 +540,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                      static_cast<long long>(last));
       std::fflush(says);
     }
-  } else if (last > done) {
+  } else if (last > done && saved == last) {
     std::printf("checkpoint: %s/%s/step-%lld\n", options.outDir.c_str(),
                 t.checkpointFolder.c_str(), static_cast<long long>(last));
   }

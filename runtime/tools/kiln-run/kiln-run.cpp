@@ -69,6 +69,7 @@ constexpr const char *kUsage =
     "                     [--threads N] [--seed N] [--trace FILE]\n"
     "                     [--no-check-numerics] [--backend cpu|cuda]\n"
     "                     [--overwrite] (replace an earlier run in --out)\n"
+    "                     [--no-final-checkpoint] (for benchmarks)\n"
     "                     [--no-cuda-graphs] [--comm-timeout SECONDS]\n"
     "                                   train with a compiled plan (defaults: "
     "the\n"
@@ -109,6 +110,10 @@ int train(const Plan &plan, int argc, char **argv) {
     }
     if (flag == "--overwrite") {
       options.overwrite = true;
+      continue;
+    }
+    if (flag == "--no-final-checkpoint") {
+      options.finalCheckpoint = false;
       continue;
     }
     static const char *withValue[] = {"--steps",   "--data", "--out",

@@ -52,6 +52,10 @@ struct TrainOptions {
   /// Replace an earlier run in `outDir` (its step-N checkpoints, metrics
   /// and loss curve); without it, or `resume`, such a folder is refused.
   bool overwrite = false;
+  /// Save a checkpoint after the last step (the interval's and a stop
+  /// signal's are saved either way). Off for benchmarks, which time steps
+  /// and would otherwise write the whole state at the end.
+  bool finalCheckpoint = true;
   /// Write a Chrome trace of every step here (each rank of a multi-rank
   /// run its own file, `.rank<r>` before the extension); empty for none.
   std::string tracePath;
