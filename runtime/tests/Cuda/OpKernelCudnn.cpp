@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AttentionPlan.h"
 #include "OpKernelDevices.h"
 
 #include <cmath>
@@ -22,39 +23,9 @@ namespace kiln::runtime::opcheck {
 
 Plan cudnnAttentionPlan(int64_t batch, int64_t seq, int64_t heads,
                         int64_t kvHeads, int64_t dim, bool causal) {
-  Plan p;
-  auto value = [&](std::vector<int64_t> shape, DType t) {
-    PlanValue v;
-    v.id = static_cast<int64_t>(p.values.size());
-    v.shape = std::move(shape);
-    v.dtype = t;
-    v.offset = p.arenaBytes;
-    p.arenaBytes += (v.bytes() + 63) / 64 * 64;
-    p.values.push_back(v);
-    return v.id;
-  };
-  std::vector<int64_t> qs = {batch, seq, heads, dim},
-                       ks = {batch, seq, kvHeads, dim};
-  int64_t q = value(qs, DType::BF16), k = value(ks, DType::BF16),
-          v = value(ks, DType::BF16), out = value(qs, DType::BF16),
-          lse = value({batch, heads, seq}, DType::F32),
-          dout = value(qs, DType::BF16), dq = value(qs, DType::BF16),
-          dk = value(ks, DType::BF16), dv = value(ks, DType::BF16);
-  PlanStep fwd;
-  fwd.op = "attention";
-  fwd.kind = plan::Op::Attention;
-  fwd.operands = {q, k, v};
-  fwd.results = {out, lse};
-  fwd.attrs["causal"] = causal;
-  fwd.attrs["scale"] = 1.0 / std::sqrt(static_cast<double>(dim));
-  fwd.loc = "a synthetic plan";
-  PlanStep bwd = fwd;
-  bwd.op = "attention_grad";
-  bwd.kind = plan::Op::AttentionGrad;
-  bwd.operands = {dout, q, k, v, out, lse};
-  bwd.results = {dq, dk, dv};
-  p.entries["attention"].steps = {fwd, bwd};
-  return p;
+  return checks::attentionPlan(
+      {batch, seq, heads, kvHeads, dim}, DType::BF16, causal,
+      1.0 / std::sqrt(static_cast<double>(dim)), DType::BF16, "attention");
 }
 
 #ifdef KILN_HAVE_CUDNN

@@ -6,6 +6,7 @@
 // mixed steps stay on the hand-written kernels with their reason, and the
 // one line the executor prints.
 #include "../../lib/Cuda/SdpaConfig.h"
+#include "AttentionPlan.h"
 
 #include <gtest/gtest.h>
 
@@ -25,35 +26,8 @@ struct Shape {
 Plan attentionPlan(Shape x, DType dtype, bool causal = true,
                    double scale = 0.125, DType dqType = DType::BF16,
                    bool dqGiven = false) {
-  Plan p;
-  auto value = [&](std::vector<int64_t> shape, DType t) {
-    PlanValue v;
-    v.id = static_cast<int64_t>(p.values.size());
-    v.shape = std::move(shape);
-    v.dtype = t;
-    v.offset = v.id * 4096;
-    p.values.push_back(v);
-    return v.id;
-  };
-  std::vector<int64_t> qs = {x.b, x.s, x.h, x.d}, ks = {x.b, x.s, x.hkv, x.d};
-  int64_t q = value(qs, dtype), k = value(ks, dtype), v = value(ks, dtype),
-          out = value(qs, dtype), lse = value({x.b, x.h, x.s}, DType::F32),
-          dout = value(qs, dtype), dq = value(qs, dqGiven ? dqType : dtype),
-          dk = value(ks, dtype), dv = value(ks, dtype);
-  PlanStep fwd;
-  fwd.op = "attention";
-  fwd.kind = plan::Op::Attention;
-  fwd.operands = {q, k, v};
-  fwd.results = {out, lse};
-  fwd.attrs["causal"] = causal;
-  fwd.attrs["scale"] = scale;
-  PlanStep bwd = fwd;
-  bwd.op = "attention_grad";
-  bwd.kind = plan::Op::AttentionGrad;
-  bwd.operands = {dout, q, k, v, out, lse};
-  bwd.results = {dq, dk, dv};
-  p.entries["train_step"].steps = {fwd, bwd};
-  return p;
+  return checks::attentionPlan({x.b, x.s, x.h, x.hkv, x.d}, dtype, causal,
+                               scale, dqGiven ? dqType : dtype, "train_step");
 }
 
 const PlanStep &step(const Plan &p, int i) {
