@@ -26,6 +26,7 @@ constexpr const char *kOptim = "train phase: kiln-optimizer (#3)";
 constexpr const char *kTrainCmd = "kiln train (#3)";
 constexpr const char *kPrecision = "precision phase: kiln-mixed-precision (#3)";
 constexpr const char *kFsdp = "FSDP passes (#4)";
+constexpr const char *kTp = "tensor-parallel passes (#17, docs/tp.md)";
 constexpr const char *kFp8 = "FP8 passes (#5)";
 
 // Shorthands for the common shapes of a table row.
@@ -150,6 +151,21 @@ const std::vector<KeySpec> &kiln::configSchema() {
                "Free gathered parameters after a block's forward and gather "
                "them again for its backward.",
                kFsdp, true),
+      intKey("parallelism", "tensor_parallel_degree",
+             FIELD(parallelism.tensor_parallel_degree), 1, 64,
+             "Tensor-parallel ranks, the mesh's inner axis (ranks of one "
+             "node); heads, kv heads and the FFN must divide by it.",
+             kTp, false),
+      otherKey("parallelism", "enable_async_tensor_parallel",
+               FIELD(parallelism.enable_async_tensor_parallel), "",
+               "Overlap tensor parallelism's all-gathers and reduce-scatters "
+               "with chunked GEMMs around the tp ring.",
+               kTp, false),
+      otherKey("parallelism", "disable_loss_parallel",
+               FIELD(parallelism.disable_loss_parallel), "",
+               "Gather the logits for the loss instead of a vocab-sharded "
+               "cross-entropy.",
+               kTp, false),
       // [mixed_precision]
       otherKey("mixed_precision", "param", FIELD(mixed_precision.param),
                "bfloat16|float32",

@@ -70,6 +70,11 @@ struct CheckpointConfig {
 struct ParallelismConfig {
   int64_t data_parallel_shard_degree = -1;
   bool reshard_after_forward = true;
+  // Tensor parallel (issue #17, docs/tp.md): in the schema so that
+  // TorchTitan's files load, refused until the passes exist.
+  int64_t tensor_parallel_degree = 1;
+  bool enable_async_tensor_parallel = false;
+  bool disable_loss_parallel = false;
 };
 
 struct MixedPrecisionConfig {
