@@ -34,6 +34,36 @@ Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
                       int64_t count, ElementType type, ReduceOp op, int size,
                       int64_t maxElements);
 
+/// A backend's Communicator (or NcclCommunicator) whose start calls, and
+/// barrier, are one call: issue(kind, ...), which it implements. So each
+/// backend writes the dispatch once and the forwarding not at all.
+template <typename Base> class IssuingCommunicator : public Base {
+public:
+  CommHandle startAllGather(const void *send, void *recv, int64_t count,
+                            ElementType type) final {
+    return issue(CollectiveKind::AllGather, send, recv, count, type,
+                 ReduceOp::Sum);
+  }
+  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
+                                ElementType type, ReduceOp op) final {
+    return issue(CollectiveKind::ReduceScatter, send, recv, count, type, op);
+  }
+  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
+                            ElementType type, ReduceOp op) final {
+    return issue(CollectiveKind::AllReduce, send, recv, count, type, op);
+  }
+
+protected:
+  /// Starts collective `kind` (Barrier: no buffers, count 0).
+  virtual CommHandle issue(CollectiveKind kind, const void *send, void *recv,
+                           int64_t count, ElementType type, ReduceOp op) = 0;
+  /// A barrier through the backend's own queue.
+  Error issueBarrier() {
+    return this->wait(issue(CollectiveKind::Barrier, nullptr, nullptr, 0,
+                            ElementType::F32, ReduceOp::Sum));
+  }
+};
+
 /// The failed state of a communicator: once a collective fails, it and
 /// every later one report an error. Not thread-safe; the backend guards it.
 struct FailureState {

@@ -22,25 +22,11 @@ namespace kiln::runtime::comm {
 
 namespace {
 
-class LocalCommunicator final : public Communicator {
+class LocalCommunicator final : public IssuingCommunicator<Communicator> {
 public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const char *backendName() const override { return "local"; }
-
-  CommHandle startAllGather(const void *send, void *recv, int64_t count,
-                            ElementType type) override {
-    return run(CollectiveKind::AllGather, send, recv, count, type,
-               ReduceOp::Sum);
-  }
-  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
-                                ElementType type, ReduceOp op) override {
-    return run(CollectiveKind::ReduceScatter, send, recv, count, type, op);
-  }
-  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
-                            ElementType type, ReduceOp op) override {
-    return run(CollectiveKind::AllReduce, send, recv, count, type, op);
-  }
 
   Error wait(CommHandle handle) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -53,10 +39,7 @@ public:
 
   bool test(CommHandle) override { return true; }
 
-  Error barrier() override {
-    return wait(run(CollectiveKind::Barrier, nullptr, nullptr, 0,
-                    ElementType::F32, ReduceOp::Sum));
-  }
+  Error barrier() override { return issueBarrier(); }
 
   Error failure() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -66,8 +49,8 @@ public:
   }
 
 private:
-  CommHandle run(CollectiveKind kind, const void *send, void *recv,
-                 int64_t count, ElementType type, ReduceOp op) {
+  CommHandle issue(CollectiveKind kind, const void *send, void *recv,
+                   int64_t count, ElementType type, ReduceOp op) override {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t id = nextId_++;
     if (failure_.failed())

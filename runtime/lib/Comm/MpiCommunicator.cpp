@@ -96,9 +96,9 @@ MpiCommunicator::~MpiCommunicator() {
   communicatorExists = false;
 }
 
-CommHandle MpiCommunicator::enqueue(CollectiveKind kind, const void *send,
-                                    void *recv, int64_t count, ElementType type,
-                                    ReduceOp op) {
+CommHandle MpiCommunicator::issue(CollectiveKind kind, const void *send,
+                                  void *recv, int64_t count, ElementType type,
+                                  ReduceOp op) {
   Request request;
   request.kind = kind;
   request.type = type;

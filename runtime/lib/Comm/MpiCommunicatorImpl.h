@@ -60,7 +60,7 @@ std::string mpiErrorText(int code);
 /// The MPI datatype that moves elements of `type` as bytes.
 MPI_Datatype mpiType(ElementType type);
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public IssuingCommunicator<Communicator> {
 public:
   ~MpiCommunicator() override;
 
@@ -71,27 +71,10 @@ public:
   int size() const override { return size_; }
   const char *backendName() const override { return "mpi"; }
 
-  CommHandle startAllGather(const void *send, void *recv, int64_t count,
-                            ElementType type) override {
-    return enqueue(CollectiveKind::AllGather, send, recv, count, type,
-                   ReduceOp::Sum);
-  }
-  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
-                                ElementType type, ReduceOp op) override {
-    return enqueue(CollectiveKind::ReduceScatter, send, recv, count, type, op);
-  }
-  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
-                            ElementType type, ReduceOp op) override {
-    return enqueue(CollectiveKind::AllReduce, send, recv, count, type, op);
-  }
-
   Error wait(CommHandle handle) override;
   bool test(CommHandle handle) override;
 
-  Error barrier() override {
-    return wait(enqueue(CollectiveKind::Barrier, nullptr, nullptr, 0,
-                        ElementType::F32, ReduceOp::Sum));
-  }
+  Error barrier() override { return issueBarrier(); }
 
   Error failure() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -106,8 +89,8 @@ public:
   [[noreturn]] void abortRun(int code) override;
 
 private:
-  CommHandle enqueue(CollectiveKind kind, const void *send, void *recv,
-                     int64_t count, ElementType type, ReduceOp op);
+  CommHandle issue(CollectiveKind kind, const void *send, void *recv,
+                   int64_t count, ElementType type, ReduceOp op) override;
 
   // On the communication thread only.
   void threadMain();

@@ -52,7 +52,8 @@ private:
   int previous_ = -1;
 };
 
-class NcclCommunicatorImpl final : public NcclCommunicator {
+class NcclCommunicatorImpl final
+    : public IssuingCommunicator<NcclCommunicator> {
 public:
   using Clock = std::chrono::steady_clock;
 
@@ -70,25 +71,9 @@ public:
   const char *backendName() const override { return "nccl"; }
   bool exactRankOrderReduction() const override { return false; }
 
-  CommHandle startAllGather(const void *send, void *recv, int64_t count,
-                            ElementType type) override {
-    return issue(CollectiveKind::AllGather, send, recv, count, type,
-                 ReduceOp::Sum);
-  }
-  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
-                                ElementType type, ReduceOp op) override {
-    return issue(CollectiveKind::ReduceScatter, send, recv, count, type, op);
-  }
-  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
-                            ElementType type, ReduceOp op) override {
-    return issue(CollectiveKind::AllReduce, send, recv, count, type, op);
-  }
   Error wait(CommHandle handle) override;
   bool test(CommHandle handle) override;
-  Error barrier() override {
-    return wait(issue(CollectiveKind::Barrier, nullptr, nullptr, 0,
-                      ElementType::F32, ReduceOp::Sum));
-  }
+  Error barrier() override { return issueBarrier(); }
   Error failure() const override;
 
   int device() const override { return device_; }
@@ -110,7 +95,7 @@ private:
   };
 
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
-                   int64_t count, ElementType type, ReduceOp op);
+                   int64_t count, ElementType type, ReduceOp op) override;
 
   // Under mu_.
   cudaEvent_t takeEventLocked();

@@ -16,7 +16,7 @@ namespace {
 using namespace runtime::comm;
 using runtime::Error;
 
-class MirrorCommunicator final : public Communicator {
+class MirrorCommunicator final : public IssuingCommunicator<Communicator> {
 public:
   MirrorCommunicator(int rank, int size) : rank_(rank), size_(size) {}
 
@@ -24,19 +24,6 @@ public:
   int size() const override { return size_; }
   const char *backendName() const override { return "mirror"; }
 
-  CommHandle startAllGather(const void *send, void *recv, int64_t count,
-                            ElementType type) override {
-    return run(CollectiveKind::AllGather, send, recv, count, type,
-               ReduceOp::Sum);
-  }
-  CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
-                                ElementType type, ReduceOp op) override {
-    return run(CollectiveKind::ReduceScatter, send, recv, count, type, op);
-  }
-  CommHandle startAllReduce(const void *send, void *recv, int64_t count,
-                            ElementType type, ReduceOp op) override {
-    return run(CollectiveKind::AllReduce, send, recv, count, type, op);
-  }
   Error wait(CommHandle handle) override {
     if (handle.id == 0 || handle.id >= nextId_)
       return Error(
@@ -45,10 +32,7 @@ public:
     return failure_.resultOf(handle.id);
   }
   bool test(CommHandle) override { return true; }
-  Error barrier() override {
-    return wait(run(CollectiveKind::Barrier, nullptr, nullptr, 0,
-                    ElementType::F32, ReduceOp::Sum));
-  }
+  Error barrier() override { return issueBarrier(); }
   Error failure() const override {
     if (!failure_.failed())
       return Error::success();
@@ -56,8 +40,8 @@ public:
   }
 
 private:
-  CommHandle run(CollectiveKind kind, const void *send, void *recv,
-                 int64_t count, ElementType type, ReduceOp op) {
+  CommHandle issue(CollectiveKind kind, const void *send, void *recv,
+                   int64_t count, ElementType type, ReduceOp op) override {
     uint64_t id = nextId_++;
     if (failure_.failed())
       return {id};
