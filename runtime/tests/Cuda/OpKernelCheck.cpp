@@ -329,6 +329,21 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
   return "";
 }
 
+/// Random operands of `step` into `in`; for attention_grad, its forward
+/// operands made consistent (the CPU forward's out and lse). Empty, or why
+/// not.
+std::string randomInputs(const Plan &plan, const PlanStep &step,
+                         std::mt19937 &rng,
+                         std::vector<std::vector<uint8_t>> &in) {
+  for (size_t k = 0; k < step.operands.size(); ++k)
+    in.push_back(randomOperand(plan, step, k, rng));
+  if (step.kind == plan::Op::AttentionGrad)
+    if (std::string failure = consistentAttention(plan, step, in);
+        !failure.empty())
+      return "the CPU forward fails: " + failure;
+  return "";
+}
+
 /// Checks one step's launches against the CPU backend; empty when every
 /// result is within the op's tolerance, else the first difference.
 std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
@@ -341,12 +356,8 @@ std::string checkStep(const Plan &plan, const PlanStep &step, int rank,
         l.block < 1 || l.block > 1024 || l.sharedBytes > 48 * 1024)
       return "launch of " + l.kernel + " exceeds what a launch takes";
   std::vector<std::vector<uint8_t>> in;
-  for (size_t k = 0; k < step.operands.size(); ++k)
-    in.push_back(randomOperand(plan, step, k, rng));
-  if (step.kind == plan::Op::AttentionGrad)
-    if (std::string failure = consistentAttention(plan, step, in);
-        !failure.empty())
-      return "the CPU forward fails: " + failure;
+  if (std::string failure = randomInputs(plan, step, rng, in); !failure.empty())
+    return failure;
 
   Buffers b;
   b.storage = in; // the kernels may write operands in place
@@ -384,12 +395,8 @@ std::string checkCudnnStep(const Plan &plan, const PlanStep &step,
                            std::mt19937 &rng, Stats &stats,
                            std::string &refusal) {
   std::vector<std::vector<uint8_t>> in, got, want;
-  for (size_t k = 0; k < step.operands.size(); ++k)
-    in.push_back(randomOperand(plan, step, k, rng));
-  if (step.kind == plan::Op::AttentionGrad)
-    if (std::string failure = consistentAttention(plan, step, in);
-        !failure.empty())
-      return "the CPU forward fails: " + failure;
+  if (std::string failure = randomInputs(plan, step, rng, in); !failure.empty())
+    return failure;
   bool refused = false;
   std::string failure = runCudnnAttention(plan, step, in, got, refused);
   if (refused) {
