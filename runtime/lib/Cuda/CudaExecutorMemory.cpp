@@ -155,9 +155,11 @@ Error CudaExecutor::State::allocate() {
       } else {
         float x = static_cast<float>(v.constValue);
         std::vector<float> fill(std::max<int64_t>(v.numElements(), 1), x);
-        if (Error e =
-                copyOnStream(at[v.id], fill.data(), fill.size() * sizeof(float),
-                             cudaMemcpyHostToDevice, "a constant"))
+        if (Error e = copyOnStream(
+                {{at[v.id], fill.data(),
+                  static_cast<int64_t>(fill.size() * sizeof(float)),
+                  "a constant"}},
+                cudaMemcpyHostToDevice))
           return e;
       }
     }
@@ -171,37 +173,39 @@ Error CudaExecutor::State::allocate() {
   return Error::success();
 }
 
-Error CudaExecutor::State::copyOnStream(void *dst, const void *src,
-                                        int64_t bytes, cudaMemcpyKind kind,
-                                        const std::string &what) {
+Error CudaExecutor::State::copyOnStream(const std::vector<Transfer> &transfers,
+                                        cudaMemcpyKind kind) {
   const char *verb =
       kind == cudaMemcpyHostToDevice ? "uploading " : "downloading ";
-  cudaError_t e =
-      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream);
-  if (e == cudaSuccess)
-    e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess)
-    return Error(cudaProblem(verb + what, e));
+  // Every copy is queued, then one sync: the host buffers outlive it.
+  for (const Transfer &t : transfers)
+    if (cudaError_t e = cudaMemcpyAsync(
+            t.dst, t.src, static_cast<size_t>(t.bytes), kind, stream);
+        e != cudaSuccess)
+      return Error(cudaProblem(verb + t.what, e));
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+    return Error(cudaProblem(
+        verb + (transfers.size() == 1 ? transfers[0].what : "the state"), e));
   return Error::success();
 }
 
 Error CudaExecutor::State::upload(const HostStates &host) {
+  std::vector<Transfer> transfers;
   for (const auto &[id, data] : host)
-    if (Error e = copyOnStream(
-            at.at(id), data.data(), data.size() * sizeof(float),
-            cudaMemcpyHostToDevice, "'" + plan.values[id].name + "'"))
-      return e;
-  return Error::success();
+    transfers.push_back({at.at(id), data.data(),
+                         static_cast<int64_t>(data.size() * sizeof(float)),
+                         "'" + plan.values[id].name + "'"});
+  return copyOnStream(transfers, cudaMemcpyHostToDevice);
 }
 
 Error CudaExecutor::State::download(HostStates &host) {
   host = zeroStates(plan);
+  std::vector<Transfer> transfers;
   for (auto &[id, data] : host)
-    if (Error e = copyOnStream(
-            data.data(), at.at(id), data.size() * sizeof(float),
-            cudaMemcpyDeviceToHost, "'" + plan.values[id].name + "'"))
-      return e;
-  return Error::success();
+    transfers.push_back({data.data(), at.at(id),
+                         static_cast<int64_t>(data.size() * sizeof(float)),
+                         "'" + plan.values[id].name + "'"});
+  return copyOnStream(transfers, cudaMemcpyDeviceToHost);
 }
 
 Error CudaExecutor::initialize(uint64_t seed) {

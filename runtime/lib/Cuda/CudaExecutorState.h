@@ -84,12 +84,19 @@ struct CudaExecutor::State final : DeviceValues {
   Error allocate();
   Error upload(const HostStates &host);
   Error download(HostStates &host);
-  /// Copies `bytes` between host memory (pageable) and the device on
-  /// `stream`, then waits for it: ordered after every kernel and collective
-  /// enqueued before it, which a copy on the legacy stream is not (the
-  /// stream is non-blocking). `what` names the copy in the error.
-  Error copyOnStream(void *dst, const void *src, int64_t bytes,
-                     cudaMemcpyKind kind, const std::string &what);
+  /// One copy between host memory (pageable) and the device; `what`
+  /// names it in an error.
+  struct Transfer {
+    void *dst;
+    const void *src;
+    int64_t bytes;
+    std::string what;
+  };
+  /// Queues `transfers` on `stream`, then waits once for them all: ordered
+  /// after every kernel and collective enqueued before them, which a copy
+  /// on the legacy stream is not (the stream is non-blocking).
+  Error copyOnStream(const std::vector<Transfer> &transfers,
+                     cudaMemcpyKind kind);
   Error buildEntry(const std::string &name, Entry &entry);
   /// Enqueues entry `name` for training step `step` (named in a watchdog
   /// abort of a replay).
