@@ -246,17 +246,49 @@ TEST(FusedGroup, ColSumIsExactlyTheBlockedSumForAnyThreadCount) {
   }
 }
 
-TEST(FusedGroup, RowSumAddsThirtyTwoPartialsPairwise) {
-  // Column c goes into partial c % 32: 2^60 (column 0) and -2^60 (column
-  // 32) cancel in partial 0 while 1 (column 1) stays in partial 1, so the
-  // sum is 1. In column order 2^60 + 1 would round to 2^60 (the old
-  // definition gave 0).
-  const int64_t rows = 2, cols = 40;
+namespace {
+
+// The row_sum order of docs/plan.md, written as recursion: the sum of the
+// partials first..first+count taken `stride` apart, split in halves whose
+// elements are a stride apart (the tree the in-place pairwise additions
+// build).
+double strided(const std::vector<double> &v, size_t first, size_t stride,
+               size_t count) {
+  if (count == 1)
+    return v[first];
+  return strided(v, first, stride * 2, count / 2) +
+         strided(v, first + stride, stride * 2, count / 2);
+}
+
+double documentedRowSum(const std::vector<float> &x) {
+  const size_t chunk = 8, n = x.size();
+  size_t partials = 32;
+  while (partials < 1024 && partials * 32 <= n)
+    partials *= 2;
+  std::vector<double> partial(partials, 0.0);
+  for (size_t c = 0; c < n; ++c)
+    partial[(c / chunk) % partials] += x[c];
+  std::vector<double> warps;
+  for (size_t w = 0; w < partials; w += 32)
+    warps.push_back(strided(
+        std::vector<double>(partial.begin() + w, partial.begin() + w + 32), 0,
+        1, 32));
+  return strided(warps, 0, 1, warps.size());
+}
+
+} // namespace
+
+TEST(FusedGroup, RowSumAddsChunkPartialsPairwise) {
+  // Columns go into partials by chunks of 8, 32 partials for a row this
+  // narrow: 2^60 (column 0, partial 0) and -2^60 (column 256, chunk 32,
+  // partial 0 again) cancel while 1 (column 8, partial 1) stays, so the sum
+  // is 1. In column order 2^60 + 1 would round to 2^60 and the sum be 0.
+  const int64_t rows = 2, cols = 264;
   Tensor x({rows, cols}, DType::F32), sums({rows}, DType::F32);
   for (int64_t r = 0; r < rows; ++r) {
     x.f32[r * cols + 0] = 0x1p60f;
-    x.f32[r * cols + 1] = 1.0f;
-    x.f32[r * cols + 32] = -0x1p60f;
+    x.f32[r * cols + 8] = 1.0f;
+    x.f32[r * cols + 256] = -0x1p60f;
   }
   EXPECT_EQ(kiln::runtime::rowSum(x.f32.data(), cols), 1.0);
   Builder g;
@@ -268,20 +300,21 @@ TEST(FusedGroup, RowSumAddsThirtyTwoPartialsPairwise) {
   EXPECT_EQ(sums.f32[0], 1.0f);
   EXPECT_EQ(sums.f32[1], 1.0f);
 
-  // The pairwise order: partials 0..31 hold 2^k-scaled values whose sum in
-  // another order rounds differently; the result is the explicit tree.
+  // Values of widely spread magnitudes, whose sum in another order rounds
+  // differently, over widths that give 32 to 1024 partials, ragged chunks
+  // included: the result is the documented tree's, bit for bit.
   std::mt19937 rng(3);
-  std::vector<float> v(100);
-  for (float &e : v)
-    e = std::ldexp(std::uniform_real_distribution<float>(1, 2)(rng),
-                   static_cast<int>(rng() % 80) - 40);
-  double partial[32] = {};
-  for (size_t c = 0; c < v.size(); ++c)
-    partial[c % 32] += v[c];
-  for (int apart = 16; apart > 0; apart /= 2)
-    for (int l = 0; l < apart; ++l)
-      partial[l] += partial[l + apart];
-  EXPECT_EQ(kiln::runtime::rowSum(v.data(), 100), partial[0]);
+  for (int64_t n : {1, 7, 100, 1000, 1031, 3000, 4096, 5000, 20000, 40000}) {
+    std::vector<float> v(n);
+    for (float &e : v)
+      e = std::ldexp(std::uniform_real_distribution<float>(-2, 2)(rng),
+                     static_cast<int>(rng() % 80) - 40);
+    EXPECT_EQ(kiln::runtime::rowSum(v.data(), n), documentedRowSum(v)) << n;
+  }
+  EXPECT_EQ(rowSumPartials(1000), 32);
+  EXPECT_EQ(rowSumPartials(2048), 128);
+  EXPECT_EQ(rowSumPartials(4096), 256);
+  EXPECT_EQ(rowSumPartials(1 << 20), 1024);
 }
 
 TEST(FusedGroup, RowMaxPrefersPlusZero) {

@@ -6,11 +6,13 @@
 OUTPUT is what kiln-nvrtc-check printed for the PLANs (in that order, from
 an empty CACHE). For each plan, from its JSON alone: the fused steps of all
 its entries (the "fused groups" the tool must report), and the kernels
-they need, one per distinct group body, outputs and operand/result dtypes
-(the shape is a kernel argument, not part of the source), in the
-mapping GroupKernelSource.h chooses (one warp per row for a group with a
+they need, one per distinct group body, outputs and operand/result dtypes,
+in the mapping GroupKernelSource.h chooses (by rows for a group with a
 row_sum, a row_max or a col_sum output, else one thread per point), a
-group with a col_sum output with a second kernel, kiln_group_col_sum.
+group with a col_sum output with a second kernel, kiln_group_col_sum. The
+shape is a kernel argument, but a rows kernel's layout follows from the
+width (rows_layout, as groupRows decides it), so rows kernels of one
+body but two layouts are two kernels.
 Kernels an earlier plan needed are not compiled again. Then the CACHE must
 hold one CUBIN per kernel compiled plus the op kernel library, each group
 CUBIN with one kiln_group and, for a col_sum group, one
@@ -25,6 +27,35 @@ import sys
 ROW_OPS = {"row_sum", "row_max"}
 
 
+def row_sum_partials(cols):
+    """The plan's row_sum partials (docs/plan.md): a power of two in
+    [32, 1024], the largest not above cols / 16."""
+    p = 32
+    while p < 1024 and 2 * p * 16 <= cols:
+        p *= 2
+    return p
+
+
+def rows_layout(group):
+    """What a rows kernel's source depends on besides the body: threads per
+    row, rows per block, rows in turn, partials, chunks per thread, and
+    whether the loads stay in registers (GroupKernelSource.h, GroupRows)."""
+    cols = group["cols"]
+    stores = {o["store"] for o in group["outputs"]}
+    loads = sum(1 for i in group["body"]
+                if i["op"] == "load" and i["kind"] == "elem")
+    partials = row_sum_partials(cols)
+
+    def chunks(threads):
+        return max(1, -(-cols // (8 * threads)))
+
+    if "transpose" in stores or ("col_sum" in stores and chunks(partials) > 4):
+        return (32, 32, 1, partials, chunks(32), False)
+    return (partials, max(1, 256 // partials),
+            8 if "col_sum" in stores else 1, partials, chunks(partials),
+            loads * chunks(partials) * 8 <= 64)
+
+
 def kernels_of(plan):
     """The fused steps of a plan, and for each its kernel key and mapping."""
     dtypes = {v["id"]: v["dtype"] for v in plan["values"]}
@@ -35,11 +66,12 @@ def kernels_of(plan):
                 continue
             group = {k: v for k, v in step["group"].items()
                      if k not in ("rows", "cols")}
-            key = json.dumps(
-                [group, [dtypes[i] for i in step["operands"]],
-                 [dtypes[i] for i in step["results"]]], sort_keys=True)
             col_sum = any(o["store"] == "col_sum" for o in group["outputs"])
             rows = col_sum or any(i["op"] in ROW_OPS for i in group["body"])
+            key = json.dumps(
+                [group, [dtypes[i] for i in step["operands"]],
+                 [dtypes[i] for i in step["results"]],
+                 rows_layout(step["group"]) if rows else None], sort_keys=True)
             steps.append((key, "rows" if rows else "tiles", col_sum))
     return steps
 
@@ -70,8 +102,8 @@ def main():
         col_sum_kernels += sums
         name = os.path.basename(path)
         print(f"{name}: {len(steps)} fused groups; {len(fresh)} new group "
-              f"kernels: {tiles} one thread per point, {rows} one warp per "
-              f"row ({sums} with kiln_group_col_sum)")
+              f"kernels: {tiles} one thread per point, {rows} by rows "
+              f"({sums} with kiln_group_col_sum)")
         got = reported.get(os.path.realpath(path))
         want = (len(steps), len(fresh), 0)
         if got != want:

@@ -469,16 +469,22 @@ float loadScalar(const View &v, int64_t i) {
 }
 
 double rowSum(const float *x, int64_t n) {
-  double partial[kRowSumLanes] = {};
-  int64_t c = 0;
-  for (; c + kRowSumLanes <= n; c += kRowSumLanes)
-    for (int l = 0; l < kRowSumLanes; ++l)
-      partial[l] += x[c + l];
-  for (int l = 0; c + l < n; ++l)
-    partial[l] += x[c + l];
-  for (int apart = kRowSumLanes / 2; apart > 0; apart /= 2)
-    for (int l = 0; l < apart; ++l)
-      partial[l] += partial[l + apart];
+  const int partials = rowSumPartials(n);
+  double partial[kRowSumMaxPartials] = {};
+  for (int64_t k = 0; k * kRowSumChunk < n; ++k) {
+    double &p = partial[k % partials];
+    for (int64_t c = k * kRowSumChunk; c < std::min(n, (k + 1) * kRowSumChunk);
+         ++c)
+      p += x[c];
+  }
+  // Each warp's partials pairwise, then the warps' totals pairwise.
+  for (int w = 0; w < partials; w += kRowSumWarp)
+    for (int apart = kRowSumWarp / 2; apart > 0; apart /= 2)
+      for (int l = 0; l < apart; ++l)
+        partial[w + l] += partial[w + l + apart];
+  for (int apart = partials / 2; apart >= kRowSumWarp; apart /= 2)
+    for (int w = 0; w < apart; w += kRowSumWarp)
+      partial[w] += partial[w + apart];
   return partial[0];
 }
 

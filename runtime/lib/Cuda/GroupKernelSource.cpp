@@ -14,8 +14,8 @@
 
 namespace kiln::runtime::cuda {
 
-// Column sums add the same rows in the same order as the CPU backend's.
-static_assert(kKilnGroupBlockRows == kColSumBlockRows);
+// Warp rows split a block's rows into whole blocks of a column sum.
+static_assert(kKilnGroupWarpRows % kColSumBlockRows == 0);
 
 using group::pointwise;
 using group::Store;
@@ -39,12 +39,37 @@ groupKernelSource(const FusedGroup &group, const std::vector<DType> &operands,
   return k;
 }
 
-int groupBlockRows(const FusedGroup &group) {
-  bool wide = std::any_of(
-      group.outputs.begin(), group.outputs.end(), [](const GroupOutput &o) {
-        return o.store == Store::ColSum || o.store == Store::Transpose;
-      });
-  return wide ? kKilnGroupBlockRows : kKilnGroupNarrowBlockRows;
+GroupRows groupRows(const FusedGroup &group) {
+  GroupRows rows;
+  rows.partials = rowSumPartials(group.cols);
+  bool transpose = false, colSum = false;
+  int64_t elemLoads = 0;
+  for (const GroupOutput &o : group.outputs) {
+    transpose |= o.store == Store::Transpose;
+    colSum |= o.store == Store::ColSum;
+  }
+  for (const GroupInstr &in : group.body)
+    elemLoads += in.op == GroupInstr::Op::Load && in.kind == GroupKind::Elem;
+  auto chunksOf = [&](int threads) {
+    return std::max<int64_t>(1, (group.cols + kRowSumChunk * threads - 1) /
+                                    (kRowSumChunk * threads));
+  };
+  // A column sum adds kColSumBlockRows rows of each of a thread's columns
+  // in registers: at most 4 chunks (32 doubles) of them.
+  rows.warpRows = transpose || (colSum && chunksOf(rows.partials) > 4);
+  if (rows.warpRows) {
+    rows.threads = kRowSumWarp;
+    rows.rowsAtOnce = kKilnGroupWarpRows;
+    rows.chunks = chunksOf(rows.threads);
+    return rows;
+  }
+  rows.threads = rows.partials;
+  rows.rowsAtOnce = std::max(1, kKilnGroupRowThreads / rows.threads);
+  rows.rowsInTurn = colSum ? static_cast<int>(kColSumBlockRows) : 1;
+  rows.chunks = chunksOf(rows.threads);
+  rows.cached =
+      elemLoads * rows.chunks * kRowSumChunk <= kKilnGroupCachedFloats;
+  return rows;
 }
 
 bool usesTranscendentals(const FusedGroup &group) {
@@ -82,22 +107,24 @@ Expected<GroupLaunch> groupLaunch(const FusedGroup &group) {
     l.block[1] = kKilnGroupTileThreadRows;
     return l;
   }
-  int blockRows = groupBlockRows(group);
-  int64_t blocks = parts(group.rows, blockRows);
+  GroupRows shape = groupRows(group);
+  int64_t rowsPerBlock = int64_t(shape.rowsAtOnce) * shape.rowsInTurn;
+  int64_t blocks = parts(group.rows, rowsPerBlock);
   if (blocks > std::numeric_limits<int32_t>::max())
     return tooLarge();
   l.grid[0] = static_cast<unsigned>(blocks);
-  l.block[0] = kRowSumLanes;
-  l.block[1] = static_cast<unsigned>(blockRows);
+  l.block[0] = static_cast<unsigned>(shape.threads);
+  l.block[1] = static_cast<unsigned>(shape.rowsAtOnce);
   int64_t sums = std::count_if(
       group.outputs.begin(), group.outputs.end(),
       [](const GroupOutput &o) { return o.store == Store::ColSum; });
   if (sums > 0) {
-    l.partialBlocks = static_cast<int>(blocks);
+    int64_t partials = parts(group.rows, kColSumBlockRows);
+    l.partialBlocks = static_cast<int>(partials);
     l.sumBlock = 128;
     l.sumGrid = static_cast<unsigned>(parts(group.cols, 128));
-    l.partialBytes = static_cast<int64_t>(sizeof(double)) * blocks *
-                     group.cols * sums;
+    l.partialBytes =
+        static_cast<int64_t>(sizeof(double)) * partials * group.cols * sums;
   }
   return l;
 }

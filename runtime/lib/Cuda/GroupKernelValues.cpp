@@ -107,6 +107,8 @@ std::string Writer::expression(int32_t i) {
   std::string e;
   switch (ins.op) {
   case Op::Load: {
+    if (chunked && ins.kind == GroupKind::Elem)
+      return "kiln_x" + std::to_string(i) + "[e]";
     std::string index = ins.kind == GroupKind::Elem  ? "r * cols + c"
                         : ins.kind == GroupKind::Row ? "r"
                         : ins.kind == GroupKind::Col ? "c"

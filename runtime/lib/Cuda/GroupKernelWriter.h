@@ -11,6 +11,7 @@
 #ifndef KILN_RUNTIME_CUDA_GROUPKERNELWRITER_H
 #define KILN_RUNTIME_CUDA_GROUPKERNELWRITER_H
 
+#include "kiln/Runtime/Cuda/GroupKernelSource.h"
 #include "kiln/Runtime/FusedGroup.h"
 #include "kiln/Runtime/Support/Error.h"
 
@@ -70,6 +71,20 @@ private:
                                bool everyKind = true) const;
   void writeTiles();
   void writeRows(const std::vector<size_t> &colSums);
+  /// Row reduction `i` over the row group's chunks, then its combination.
+  void writeRowReduction(int32_t i, const GroupRows &shape);
+  /// Each element load among `values`, as the chunk kiln_x<i>[8] of the
+  /// columns c0..c0+7 (from the registers or from memory).
+  void writeChunkLoads(const std::set<int32_t> &values,
+                       const std::string &indent);
+  /// The stores of a row: by chunks (row groups) or a column per lane
+  /// through shared memory (warp rows).
+  void writeRowGroupStores(const std::vector<size_t> &colSums,
+                           const GroupRows &shape);
+  void writeWarpRowStores(const std::vector<size_t> &colSums,
+                          bool anyTranspose);
+  /// kiln_group_col_sum: the partial sums of each column in block order.
+  void writeColSumKernel(const std::vector<size_t> &colSums);
   /// Declares each transposed store's shared tile (tileRows x tileCols,
   /// padded) and each amax output's accumulator; whether there are any.
   std::pair<bool, bool> declareStaging(const char *tileRows,
@@ -130,6 +145,9 @@ private:
 
   const FusedGroup &g;
   const std::vector<DType> &in, &out;
+  /// Whether element loads are read from chunks (kiln_x<i>[e]), and
+  /// whether those chunks are kept in registers (kiln_ld<i>).
+  bool chunked = false, cachedLoads = false;
   std::ostringstream os;
 };
 

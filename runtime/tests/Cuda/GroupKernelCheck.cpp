@@ -15,6 +15,9 @@
 // Both sides use the host's libm, so every output must agree bit for bit
 // (NaN with NaN).
 //
+// KILN_KEEP_HOST_KERNELS=1 keeps the host build's sources (kN.cpp) and
+// prints where.
+//
 // --device gpu (builds with the CUDA backend): NVRTC compiles the source
 // for GPU 0 (KernelCompiler.h) and cudart launches it as the CUDA backend
 // does. Outputs must be the CPU's bits, except in groups that use exp, log
@@ -413,8 +416,8 @@ int main(int argc, char **argv) {
       }
     }
   }
-  std::printf("%d generated group kernels (%d one thread per point, %d one "
-              "warp per row) on the %s match the CPU backend (%s)\n",
+  std::printf("%d generated group kernels (%d one thread per point, %d by "
+              "rows) on the %s match the CPU backend (%s)\n",
               kernels, tiled, kernels - tiled, deviceName.c_str(),
               launcher->exact() ? "bit for bit"
                                 : "bit for bit, or within 2 ulp where exp/log "
@@ -424,6 +427,9 @@ int main(int argc, char **argv) {
   std::printf("%d compiled exact (--fmad=false), %d with contracted "
               "multiply-adds (exp or log)\n",
               kernels - contracted, contracted);
-  run(std::string("rm -rf ") + dir);
+  if (std::getenv("KILN_KEEP_HOST_KERNELS"))
+    std::printf("host kernels kept in %s\n", dir);
+  else
+    run(std::string("rm -rf ") + dir);
   return 0;
 }

@@ -36,7 +36,10 @@ namespace kiln::runtime {
 // format's (kiln/Runtime/Plan/Group.h); these are the runtime's structures.
 using plan::GroupKind;
 using plan::kColSumBlockRows;
-using plan::kRowSumLanes;
+using plan::kRowSumChunk;
+using plan::kRowSumMaxPartials;
+using plan::kRowSumWarp;
+using plan::rowSumPartials;
 
 struct GroupInstr {
   using Op = plan::GroupOp;

@@ -21,7 +21,8 @@
 
 namespace kiln::runtime {
 
-/// Σ x[0..n) in double, in a row_sum's order (kRowSumLanes partials).
+/// Σ x[0..n) in double, in a row_sum's order (Plan/Group.h: rowSumPartials(n)
+/// partials of 8-column chunks, then their tree).
 double rowSum(const float *x, int64_t n);
 
 /// Element `i` of a view of a float dtype (f32, bf16, FP8), as a float.

@@ -20,14 +20,15 @@
 //    stores are coalesced along a row; transposed stores go through a
 //    shared-memory tile, so they are coalesced along a column; an amax is
 //    reduced over the block and then one atomicMax.
-//  - rows: a group with a row sum, a row maximum or a column sum runs one
-//    warp per row (blocks of kKilnGroupBlockRows rows, 32 x 32 threads):
-//    lane l takes the columns c % 32 == l, so loads and stores are
-//    coalesced, and a row reduction ends in the warp's butterfly, which is
-//    the order the plan defines (rowSum). A column sum adds the block's
-//    rows in row order (kColSumBlockRows) through shared memory; then
-//    `kiln_group_col_sum` runs one thread per column over the per-block
-//    partial sums. Transposed stores go through a shared-memory tile.
+//  - rows: a group with a row sum, a row maximum or a column sum runs by
+//    rows, in one of two layouts (GroupRows, below): row groups of one
+//    thread per partial of the plan's row_sum order (rowSumPartials),
+//    reading chunks of 8 columns with vector loads, or warp rows (one warp
+//    per row) for transposed stores. A row reduction ends in warp
+//    butterflies and a pairwise sum of the warps' totals, the order the
+//    plan defines (rowSum). Column sums add blocks of kColSumBlockRows rows
+//    in row order; then `kiln_group_col_sum` runs one thread per column
+//    over the per-block partial sums.
 // Either way `amax` outputs must be zero before the launch.
 //
 //===----------------------------------------------------------------------===//
@@ -47,16 +48,39 @@
 
 namespace kiln::runtime::cuda {
 
-/// Rows (warps) per block of the rows mapping's `kiln_group` when the group
-/// has a column sum (the plan's blocks of kColSumBlockRows rows) or a
-/// transposed store (a 32 x 32 tile); otherwise kKilnGroupNarrowBlockRows,
-/// so that 2048 rows make 256 blocks instead of 64 (132 SMs on an H100).
-/// Each row is one warp's either way: the reductions' order is the same.
-constexpr int kKilnGroupBlockRows = 32;
-constexpr int kKilnGroupNarrowBlockRows = 8;
+/// How the rows mapping lays out a group (decided once, by groupRows, for
+/// both its source and its launch). A row is taken by `threads` threads,
+/// `rowsAtOnce` rows per block; each such row group takes `rowsInTurn`
+/// consecutive rows one after the other.
+///  - Row groups (`warpRows` false): one thread per partial of the plan's
+///    row_sum (rowSumPartials(cols), 32 to 1024 threads), each holding its
+///    chunks of 8 columns (`chunks` of them), read with 16-byte loads and,
+///    where they fit (`cached`), kept in registers across the row's
+///    reductions and stores; blocks of at least 256 threads. With a column
+///    sum a row group takes kColSumBlockRows rows in turn and adds them in
+///    registers, which is the plan's order.
+///  - Warp rows (`warpRows`): one warp per row, 32 rows per block, for a
+///    group with a transposed store (a 32 x 32 shared tile) or a column sum
+///    too wide for registers. The reductions still follow the plan's order,
+///    each lane holding partials / 32 of the row_sum's partials; the stores
+///    go one column per lane.
+struct GroupRows {
+  bool warpRows = false;
+  int threads = 32, rowsAtOnce = 8, rowsInTurn = 1;
+  int partials = 32;
+  int64_t chunks = 1;
+  bool cached = false;
+};
 
-/// The rows per block of `group`'s rows mapping (above).
-int groupBlockRows(const FusedGroup &group);
+/// The rows mapping's layout of `group` (above).
+GroupRows groupRows(const FusedGroup &group);
+
+/// Floats of a row's loads a thread may keep in registers.
+constexpr int64_t kKilnGroupCachedFloats = 64;
+/// Threads per block of row groups (at least: a row group of more threads
+/// is a block), and rows per block of warp rows.
+constexpr int kKilnGroupRowThreads = 256;
+constexpr int kKilnGroupWarpRows = 32;
 
 /// Rows and columns of a tile, and rows of threads per tile block.
 constexpr int kKilnGroupTile = 32;

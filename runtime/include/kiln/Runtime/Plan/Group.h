@@ -24,14 +24,32 @@
 namespace kiln::plan {
 
 /// Rows per block of a `col_sum` output: the partial sums of each block are
-/// added in block order.
-inline constexpr int64_t kColSumBlockRows = 32;
+/// added in block order. Eight, so that a GPU thread can add a block's rows
+/// of its columns in registers while 2048 rows still make 256 blocks.
+inline constexpr int64_t kColSumBlockRows = 8;
 
-/// Partial sums of a `row_sum`: column c goes into partial c % kRowSumLanes,
-/// each in increasing column order, and the partials are then added
-/// pairwise, kRowSumLanes / 2 apart, then half that, down to 1 (a warp's
-/// butterfly on a GPU).
-inline constexpr int kRowSumLanes = 32;
+/// The order of a `row_sum` over `cols` columns. The columns are taken in
+/// chunks of kRowSumChunk consecutive ones; chunk k goes into partial
+/// k % rowSumPartials(cols), each partial adding its chunks in increasing
+/// order and a chunk's columns in increasing column order. Then, within
+/// each kRowSumWarp consecutive partials, they are added pairwise 16 apart,
+/// then 8, down to 1 (a warp's butterfly on a GPU); last, those warps'
+/// totals pairwise, half their count apart, then half that, down to 1. A
+/// GPU runs one thread per partial, each reading its chunks with 16-byte
+/// loads.
+inline constexpr int kRowSumChunk = 8;
+inline constexpr int kRowSumWarp = 32;
+inline constexpr int kRowSumMaxPartials = 1024;
+
+/// The partials of a `row_sum` over `cols` columns: the largest power of
+/// two not above cols / 16, within [kRowSumWarp, kRowSumMaxPartials], so
+/// that each has 16 to 31 columns where it can (2 to 4 chunks).
+constexpr int rowSumPartials(int64_t cols) {
+  int p = kRowSumWarp;
+  while (p < kRowSumMaxPartials && int64_t(2) * p * 16 <= cols)
+    p *= 2;
+  return p;
+}
 
 // X(enumerator, name in the plan, number of arguments). Unary ops compute in
 // f32 and round to the instruction's type; row_sum adds in double in the
