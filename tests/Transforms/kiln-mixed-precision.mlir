@@ -36,6 +36,77 @@ module attributes {kiln.precision = {param = "bfloat16", reduce = "float32"}} {
 
 // -----
 
+// An untied embedding, bf16 compute and f32 reduce: embedding_grad reads
+// its operand in bf16 and sums straight into the f32 gradient; no cast
+// follows it. The add of activation gradients before it stays bf16.
+// CHECK-LABEL: func.func @embedding_untied(
+// CHECK: %[[DH:.+]] = kiln.add %{{.+}}, %{{.+}} : tensor<2x4x8xbf16>
+// CHECK: %[[DE:.+]] = kiln.embedding_grad %[[DH]], %{{.+}} param("e") : tensor<2x4x8xbf16>, tensor<2x4xi32> -> tensor<16x8xf32>
+// CHECK-NOT: kiln.cast
+// CHECK: return %[[DE]] :
+module attributes {kiln.precision = {param = "bfloat16", reduce = "float32"}} {
+  func.func @embedding_untied(%tok: tensor<2x4xi32> {kiln.input = "tokens"},
+                              %e: tensor<16x8xf32> {kiln.param = "e", kiln.init = #kiln.init<ones>},
+                              %a: tensor<2x4x8xf32>, %b: tensor<2x4x8xf32>) -> (tensor<16x8xf32> {kiln.grad = "e"}) {
+    %dh = kiln.add %a, %b : tensor<2x4x8xf32>
+    %de = kiln.embedding_grad %dh, %tok param("e") : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
+    return %de : tensor<16x8xf32>
+  }
+}
+
+// -----
+
+// A tied embedding, bf16 compute and f32 reduce: the output projection's
+// weight gradient (a GEMM, bf16 like every linear_grad_weight) is cast to
+// f32 and added to the f32 embedding gradient; the sum goes to grad_norm
+// and AdamW as it is.
+// CHECK-LABEL: func.func @embedding_tied(
+// CHECK-SAME: %[[E:[^:]+]]: tensor<16x8xf32> {kiln.init = #kiln.init<ones>, kiln.param = "e"}
+// CHECK: %[[DW:.+]] = kiln.linear_grad_weight output {{.*}} param("e") : tensor<2x4x16xbf16>, tensor<2x4x8xbf16> -> tensor<16x8xbf16>
+// CHECK: %[[DE:.+]] = kiln.embedding_grad %{{.+}}, %{{.+}} param("e") : tensor<2x4x8xbf16>, tensor<2x4xi32> -> tensor<16x8xf32>
+// CHECK: %[[DWF:.+]] = kiln.cast %[[DW]] : tensor<16x8xbf16> -> tensor<16x8xf32>
+// CHECK-NEXT: %[[G:.+]] = kiln.add %[[DWF]], %[[DE]] : tensor<16x8xf32>
+// CHECK-NOT: kiln.cast
+// CHECK: kiln.grad_norm %[[G]] : tensor<16x8xf32>
+// CHECK: kiln.adamw %[[E]], %[[G]], {{.*}} : tensor<16x8xf32>
+module attributes {kiln.precision = {param = "bfloat16", reduce = "float32"}} {
+  func.func @embedding_tied(%tok: tensor<2x4xi32> {kiln.input = "tokens"}, %x: tensor<2x4x8xf32>,
+                            %e: tensor<16x8xf32> {kiln.param = "e", kiln.init = #kiln.init<ones>},
+                            %dy: tensor<2x4x16xf32>, %dh: tensor<2x4x8xf32>,
+                            %m: tensor<16x8xf32>, %v: tensor<16x8xf32>, %s: tensor<i64>) -> tensor<16x8xf32> {
+    %dw = kiln.linear_grad_weight output %dy, %x param("e") : tensor<2x4x16xf32>, tensor<2x4x8xf32> -> tensor<16x8xf32>
+    %de = kiln.embedding_grad %dh, %tok param("e") : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
+    %g = kiln.add %dw, %de : tensor<16x8xf32>
+    %n = kiln.grad_norm %g : tensor<16x8xf32>
+    %lr = kiln.lr_schedule %s {decay = "cosine", min_lr = 0.0 : f64, peak = 1.0e-3 : f64, total_steps = 10 : i64, warmup_steps = 1 : i64}
+    %p, %m2, %v2 = kiln.adamw %e, %g, %m, %v, %n, %lr, %s {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, max_norm = 1.0 : f64, weight_decay = 0.1 : f64} : tensor<16x8xf32>
+    return %p : tensor<16x8xf32>
+  }
+}
+
+// -----
+
+// Gradients reduced in bf16: the tied embedding's gradients are bf16 and so
+// is their sum, cast to f32 only for the optimizer.
+// CHECK-LABEL: func.func @embedding_tied_reduce_bf16(
+// CHECK: %[[DW:.+]] = kiln.linear_grad_weight output {{.*}} -> tensor<16x8xbf16>
+// CHECK: %[[DE:.+]] = kiln.embedding_grad {{.*}} : tensor<2x4x8xbf16>, tensor<2x4xi32> -> tensor<16x8xbf16>
+// CHECK: %[[G:.+]] = kiln.add %[[DW]], %[[DE]] : tensor<16x8xbf16>
+// CHECK: %[[GF:.+]] = kiln.cast %[[G]] : tensor<16x8xbf16> -> tensor<16x8xf32>
+// CHECK: return %[[GF]] :
+module attributes {kiln.precision = {param = "bfloat16", reduce = "bfloat16"}} {
+  func.func @embedding_tied_reduce_bf16(%tok: tensor<2x4xi32> {kiln.input = "tokens"}, %x: tensor<2x4x8xf32>,
+                                        %e: tensor<16x8xf32> {kiln.param = "e", kiln.init = #kiln.init<ones>},
+                                        %dy: tensor<2x4x16xf32>, %dh: tensor<2x4x8xf32>) -> (tensor<16x8xf32> {kiln.grad = "e"}) {
+    %dw = kiln.linear_grad_weight output %dy, %x param("e") : tensor<2x4x16xf32>, tensor<2x4x8xf32> -> tensor<16x8xf32>
+    %de = kiln.embedding_grad %dh, %tok param("e") : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
+    %g = kiln.add %dw, %de : tensor<16x8xf32>
+    return %g : tensor<16x8xf32>
+  }
+}
+
+// -----
+
 // f32 params, bf16 reduce: compute stays f32, but each gradient is rounded
 // through bf16 on its way to the optimizer; the new parameter is not.
 // CHECK-LABEL: func.func @reduce_bf16(

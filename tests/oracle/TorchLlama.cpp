@@ -124,7 +124,11 @@ torch::Tensor forwardLoss(const LlamaShape &s,
   auto W = [&](const std::string &name) { return R(w.at(name)); };
 
   torch::AutoGradMode grad(true);
-  torch::Tensor h = R(W("model.embed_tokens.weight").index_select(0, tok))
+  // The lookup gathers from the master weight and rounds the rows: the
+  // forward is the gather of the rounded table, and the backward rounds
+  // the incoming gradient but not the sum of the rows, as Kiln's
+  // embedding_grad reads a bf16 gradient and writes the f32 one.
+  torch::Tensor h = R(w.at("model.embed_tokens.weight").index_select(0, tok))
                         .view({batch, seq, s.dim});
   // Operands go through R too: a no-op on values already rounded, but its
   // backward rounds each consumer's gradient before they are summed, as

@@ -39,7 +39,9 @@ enum class Precision {
   /// float32, with every weight rounded to bfloat16 where it is used and
   /// every op's result rounded to bfloat16 (the round trip through bf16
   /// also rounds the gradient flowing back through that point): the cast
-  /// points of Kiln's default mixed-precision policy.
+  /// points of Kiln's default mixed-precision policy. The embedding's
+  /// gradient is the exception: its rows are summed and left unrounded
+  /// (the lookup rounds the gathered rows, not the table).
   Float32RoundedToBf16,
   /// The same cast points, with float64 arithmetic between them: how far
   /// two correct fp32 implementations of the policy can be from each

@@ -3,7 +3,11 @@
 // One rule for every compute op, so the pass needs no list of ops: float
 // operands of rank >= 1 are fed in the param dtype, float results of rank
 // >= 1 are produced in it, except attention's logsumexp. The optimizer ops
-// and scalars keep f32.
+// and scalars keep f32. One exception: the ops that sum into a parameter's
+// gradient (every embedding_grad, a scatter-add; the adds a gradient is
+// built of, found from where the gradients go) produce the wider of the
+// param and reduce dtypes, so no gradient is rounded to bf16 only to be
+// cast back to f32.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +17,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #define DEBUG_TYPE "kiln-mixed-precision"
 
@@ -65,48 +70,90 @@ FailureOr<Type> parseDtype(Operation *at, DictionaryAttr dict, StringRef key) {
          << key << "' must be \"bfloat16\" or \"float32\"";
 }
 
+/// Calls `fn(operand, isGrad)` for each operand through which a value
+/// leaves the compute region: those of the optimizer ops and of the return.
+/// `isGrad` marks a parameter's gradient: AdamW's grad, grad_norm's
+/// operands, a result marked kiln.grad.
+void forEachExit(func::FuncOp func,
+                 llvm::function_ref<void(OpOperand &, bool)> fn) {
+  for (Operation &op : llvm::make_early_inc_range(func.getBody().front())) {
+    if (auto adamw = dyn_cast<AdamWOp>(op)) {
+      for (OpOperand &operand : op.getOpOperands())
+        fn(operand, operand.get() == adamw.getGrad());
+    } else if (isa<GradNormOp>(op)) {
+      for (OpOperand &operand : op.getOpOperands())
+        fn(operand, /*isGrad=*/true);
+    } else if (isa<func::ReturnOp>(op)) {
+      for (OpOperand &operand : op.getOpOperands())
+        fn(operand,
+           static_cast<bool>(func.getResultAttr(operand.getOperandNumber(),
+                                                KilnDialect::kGradAttrName)));
+    }
+  }
+}
+
+/// The ops that sum into a parameter's gradient: every embedding_grad (a
+/// scatter-add over the tokens, in f32 on every backend) and the adds that
+/// a gradient is built of (a tied embedding's: the output projection's
+/// linear_grad_weight plus the embedding_grad).
+llvm::SmallPtrSet<Operation *, 4> gradientSums(func::FuncOp func) {
+  llvm::SmallPtrSet<Operation *, 4> sums;
+  func.walk([&](EmbeddingGradOp op) { sums.insert(op); });
+  SmallVector<Value> work;
+  forEachExit(func, [&](OpOperand &operand, bool isGrad) {
+    if (isGrad)
+      work.push_back(operand.get());
+  });
+  while (!work.empty()) {
+    auto add = work.pop_back_val().getDefiningOp<AddOp>();
+    if (add && sums.insert(add).second)
+      llvm::append_range(work, add->getOperands());
+  }
+  return sums;
+}
+
 void applyPolicy(func::FuncOp func, Type param, Type reduce) {
   Block &body = func.getBody().front();
   OpBuilder b(func.getContext());
   Type f32 = b.getF32Type();
+  // A gradient is summed in the wider dtype: in f32 with bf16 compute and an
+  // f32 reduce (embedding_grad then accumulates straight into the f32
+  // gradient), in the param dtype otherwise (as every op).
+  Type sumType = reduce.getIntOrFloatBitWidth() > param.getIntOrFloatBitWidth()
+                     ? reduce
+                     : param;
+  llvm::SmallPtrSet<Operation *, 4> sums;
+  if (sumType != param)
+    sums = gradientSums(func);
   for (Operation &op : llvm::make_early_inc_range(body)) {
     if (isOptimizerOp(&op) || isa<CastOp, func::ReturnOp>(op) ||
         op.getDialect() != func->getContext()->getLoadedDialect<KilnDialect>())
       continue;
+    // embedding_grad reads its operand in the param dtype; an add takes its
+    // operands in its result's dtype.
+    bool isSum = sums.contains(&op);
+    Type in = isSum && isa<AddOp>(op) ? sumType : param;
+    Type out = isSum ? sumType : param;
     b.setInsertionPoint(&op);
     for (OpOperand &operand : op.getOpOperands())
       if (isActivation(operand.get().getType()) && !isLogsumexp(operand.get()))
-        operand.set(castTo(b, operand.get(), param));
+        operand.set(castTo(b, operand.get(), in));
     for (OpResult result : op.getResults())
       if (isActivation(result.getType()) && !isLogsumexp(result))
-        result.setType(withElement(result.getType(), param));
+        result.setType(withElement(result.getType(), out));
   }
   // Whatever leaves the compute region goes back to f32: gradients through
   // the reduce dtype (into the optimizer, or returned as kiln.grad), other
   // values directly.
-  auto toF32 = [&](OpOperand &operand, bool isGrad) {
+  forEachExit(func, [&](OpOperand &operand, bool isGrad) {
     Value v = operand.get();
     if (!isActivation(v.getType()))
       return;
+    b.setInsertionPoint(operand.getOwner());
     if (isGrad)
       v = castTo(b, v, reduce);
     operand.set(castTo(b, v, f32));
-  };
-  for (Operation &op : llvm::make_early_inc_range(body)) {
-    b.setInsertionPoint(&op);
-    if (auto adamw = dyn_cast<AdamWOp>(op)) {
-      for (OpOperand &operand : op.getOpOperands())
-        toF32(operand, operand.get() == adamw.getGrad());
-    } else if (isa<GradNormOp>(op)) {
-      for (OpOperand &operand : op.getOpOperands())
-        toF32(operand, /*isGrad=*/true);
-    } else if (isa<func::ReturnOp>(op)) {
-      for (OpOperand &operand : op.getOpOperands())
-        toF32(operand, static_cast<bool>(func.getResultAttr(
-                           operand.getOperandNumber(),
-                           KilnDialect::kGradAttrName)));
-    }
-  }
+  });
 }
 
 struct MixedPrecisionPass

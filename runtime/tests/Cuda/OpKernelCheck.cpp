@@ -1,6 +1,6 @@
 //===- OpKernelCheck.cpp - The op kernels against the CPU backend ---------===//
 //
-//   kiln-op-kernel-check [--device host|gpu] [--stats] PLAN...
+//   kiln-op-kernel-check [--device host|gpu] [--stats] [--launches OP] PLAN...
 //
 // For every distinct library step of the plans that the CUDA backend runs
 // with its op kernels (OpKernels.h; the op, its operands' and results'
@@ -14,7 +14,10 @@
 // run of consecutive updates at once (adamwListLaunchPlan), a synthetic
 // transpose step, meanDivideLaunch and the numerics check
 // (nonFiniteCheckLaunch). --stats prints, per op, the largest difference
-// seen in units in the last place of the result dtype.
+// seen in units in the last place of the result dtype. --launches OP
+// prints how each distinct step of op OP is launched (its kernels, the
+// results zeroed first, the scratch), so a test can show which path a
+// plan takes.
 //
 // --device host: through the host shim (HostShim.h). --device gpu (builds
 // with the CUDA backend): NVRTC compiles the library for GPU 0 and cudart
@@ -616,23 +619,53 @@ std::string signature(const Plan &plan, const PlanStep &step, int rank) {
   return s + " rank " + std::to_string(rank);
 }
 
+/// "PLAN: op dtype[shape]... -> dtype[shape]...: zeroes results 0, scratch
+/// N bytes, launches kernel, ..." for --launches.
+std::string launchesLine(const std::string &path, const Plan &plan,
+                         const PlanStep &step, const cuda::OpLaunchPlan &p) {
+  auto values = [&](const std::vector<int64_t> &ids) {
+    std::string s;
+    for (int64_t id : ids) {
+      const PlanValue &v = plan.values[id];
+      s += std::string(" ") + dtypeName(v.dtype) + "[";
+      for (size_t d = 0; d < v.shape.size(); ++d)
+        s += (d ? "," : "") + std::to_string(v.shape[d]);
+      s += "]";
+    }
+    return s;
+  };
+  std::string s = path + ": " + step.op + values(step.operands) + " ->" +
+                  values(step.results) + ": zeroes results";
+  for (int k : p.zeroResults)
+    s += " " + std::to_string(k);
+  if (p.zeroResults.empty())
+    s += " none";
+  s += ", scratch " + std::to_string(p.scratchBytes) + " bytes, launches";
+  for (size_t i = 0; i < p.launches.size(); ++i)
+    s += (i ? ", " : " ") + p.launches[i].kernel;
+  return s;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   std::string deviceName = "host";
   bool stats = false;
+  std::string launchesOf; // --launches
   std::vector<std::string> plans;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc)
       deviceName = argv[++i];
     else if (std::strcmp(argv[i], "--stats") == 0)
       stats = true;
+    else if (std::strcmp(argv[i], "--launches") == 0 && i + 1 < argc)
+      launchesOf = argv[++i];
     else
       plans.push_back(argv[i]);
   }
   if (plans.empty() || (deviceName != "host" && deviceName != "gpu")) {
     std::fprintf(stderr, "usage: kiln-op-kernel-check [--device host|gpu] "
-                         "[--stats] PLAN...\n");
+                         "[--stats] [--launches OP] PLAN...\n");
     return 1;
   }
   char dirTemplate[] = "/tmp/kiln-op-kernels-XXXXXX";
@@ -710,6 +743,10 @@ int main(int argc, char **argv) {
                          failure.c_str());
             return 1;
           }
+          if (step.op == launchesOf)
+            if (Expected<cuda::OpLaunchPlan> p =
+                    cuda::opLaunchPlan(*plan, step, rank))
+              std::printf("%s\n", launchesLine(path, *plan, step, *p).c_str());
         }
       }
     // AdamW over consecutive updates at once, as the executor runs them

@@ -318,6 +318,23 @@ func.func @embedding_grad_c2(%g: tensor<2x16x32xf32>, %tok: tensor<2x16xi32>) {
 
 // -----
 
+// The sums may be kept in f32, never rounded below the grad's dtype.
+func.func @embedding_grad_c2_narrower(%g: tensor<2x16x32xf32>, %tok: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.embedding_grad' op result must be [vocab, 32] of 'f32', got 'tensor<64x32xbf16>'}}
+  %0 = kiln.embedding_grad %g, %tok param("e") : tensor<2x16x32xf32>, tensor<2x16xi32> -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_c2_other_type(%g: tensor<2x16x32xbf16>, %tok: tensor<2x16xi32>) {
+  // expected-error @+1 {{'kiln.embedding_grad' op result must be [vocab, 32] of 'bf16' or f32, got 'tensor<64x32xf16>'}}
+  %0 = kiln.embedding_grad %g, %tok param("e") : tensor<2x16x32xbf16>, tensor<2x16xi32> -> tensor<64x32xf16>
+  return
+}
+
+// -----
+
 func.func @linear_grad_input_c1(%g: tensor<4x8xf32>, %w: tensor<16x32xf32>) {
   // expected-error @+1 {{'kiln.linear_grad_input' op grad [4, 8] must end in dim 0 of weight [16, 32]}}
   %0 = kiln.linear_grad_input wq %g, %w param("w") : tensor<4x8xf32>, tensor<16x32xf32> -> tensor<4x32xf32>

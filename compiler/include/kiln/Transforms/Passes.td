@@ -78,9 +78,15 @@ def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
     backward) then runs in that dtype. What stays f32: scalars (loss,
     norms), attention's logsumexp, the optimizer. Each gradient is cast to
     the reduce dtype, then to f32 for the optimizer (casts to the type a
-    value already has fold away). Reads the module's `kiln.precision`
-    dictionary (`param`, `reduce`: "bfloat16" or "float32"); with `param =
-    "float32"` nothing changes.
+    value already has fold away). The ops that sum into a parameter's
+    gradient run in the wider of the param and reduce dtypes: with bf16
+    compute and an f32 reduce, `kiln.embedding_grad` reads its bf16 operand
+    and produces the f32 gradient (its sums are f32 on every backend), and
+    the adds that build a gradient from its contributions (a tied
+    embedding's) add in f32, so no gradient is rounded to bf16 only to be
+    cast back. Reads the module's `kiln.precision` dictionary (`param`,
+    `reduce`: "bfloat16" or "float32"); with both "float32" nothing
+    changes.
 
     ```mlir
     %y = kiln.linear w1 %x, %w param("w") : tensor<4x8xf32>, tensor<16x8xf32> -> tensor<4x16xf32>
@@ -92,6 +98,8 @@ def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
     %gw = kiln.linear_grad_weight w1 %dy, %xc param("w") : ... -> tensor<16x8xbf16>
     %gf = kiln.cast %gw : tensor<16x8xbf16> -> tensor<16x8xf32>
     %p, %m, %v = kiln.adamw %w, %gf, ...
+    // and an embedding's gradient, f32 straight away:
+    %de = kiln.embedding_grad %dh, %tok param("e") : tensor<2x4x8xbf16>, tensor<2x4xi32> -> tensor<16x8xf32>
     ```
   }];
 }

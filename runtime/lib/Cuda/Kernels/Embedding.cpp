@@ -95,8 +95,10 @@ Result embeddingGrad(StepReader &r) {
   }
   int64_t tokens = r.in(1).numElements(), vocab = table.shape[0],
           dim = table.shape[1];
-  // The sums run in f32: in the result itself, or in scratch rounded to
-  // the result's dtype afterwards.
+  // The sums run in f32: in the result itself (direct: an f32 gradient,
+  // which the compiler gives a bf16 dout under the default policy, f32
+  // reduce), or in scratch rounded to the result's dtype afterwards (a bf16
+  // gradient: bf16 compute with mixed_precision.reduce = "bfloat16").
   bool direct = table.dtype == DType::F32;
   OpLaunchPlan p;
   if (direct)

@@ -17,11 +17,17 @@ LogicalResult EmbeddingGradOp::verify() {
   if (grad.getShape() != ArrayRef<int64_t>(expected))
     return emitOpError("grad shape must be tokens' shape plus [dim], got ")
            << shapeOf(getGrad()) << " for tokens " << shapeOf(getTokens());
+  Type element = grad.getElementType();
+  bool widened =
+      result.getElementType().isF32() && element.getIntOrFloatBitWidth() < 32;
   if (result.getRank() != 2 || result.getDimSize(1) != expected.back() ||
-      result.getElementType() != grad.getElementType())
-    return emitOpError("result must be [vocab, ")
-           << expected.back() << "] of " << grad.getElementType() << ", got "
-           << result;
+      (result.getElementType() != element && !widened)) {
+    InFlightDiagnostic diag = emitOpError("result must be [vocab, ")
+                              << expected.back() << "] of " << element;
+    if (element.getIntOrFloatBitWidth() < 32)
+      diag << " or f32";
+    return diag << ", got " << result;
+  }
   return success();
 }
 

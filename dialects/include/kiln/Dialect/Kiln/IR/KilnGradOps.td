@@ -13,12 +13,15 @@
 def Kiln_EmbeddingGradOp : Kiln_Op<"embedding_grad", [Pure]> {
   let summary = "gradient of an embedding table";
   let description = [{
-    `result[v, :] = sum over (b, s) with tokens[b, s] = v of grad[b, s, :]`.
+    `result[v, :] = sum over (b, s) with tokens[b, s] = v of grad[b, s, :]`,
+    each sum in f32 at least. A bf16 or f16 `grad` may give an f32 `result`:
+    the sums are then kept as they are instead of rounded (the precision
+    phase asks for it when gradients are reduced in f32).
 
     Rules:
     - embedding_grad_c1: `grad` has shape `tokens.shape ++ [dim]`.
-    - embedding_grad_c2: `result` is `[vocab, dim]` of the element type of
-      `grad`.
+    - embedding_grad_c2: `result` is `[vocab, dim]`, of the element type of
+      `grad` or, for a `grad` narrower than f32, of f32.
   }];
   let arguments = (ins Kiln_FloatTensor:$grad, Kiln_TokenTensor:$tokens,
                        StrAttr:$param);
