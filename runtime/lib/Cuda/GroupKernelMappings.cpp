@@ -280,7 +280,7 @@ void Writer::writeTiles() {
   if (!pointValues.empty()) {
     os << "    if (r < rows && c < cols) {\n";
     emitValues(pointValues, "      ");
-    emitPointStores("[threadIdx.y + k][threadIdx.x]", {});
+    emitPointStores("[threadIdx.y + k][threadIdx.x]", {}, "      ");
     os << "    }\n";
   }
   // Row and scalar stores: the tile column's first thread of each row.
@@ -521,25 +521,8 @@ void Writer::writeRowGroupStores(const std::vector<size_t> &colSums,
         "          if (c < cols) {\n";
   chunked = true;
   emitValues(finalValues, "            ");
+  emitPointStores("", colSums, "            ");
   chunked = false;
-  for (size_t o = 0; o < g.outputs.size(); ++o) {
-    std::string x = v(g.outputs[o].value);
-    switch (g.outputs[o].store) {
-    case Store::Elem:
-      os << "            kiln_o" << o << "[e] = " << x << ";\n";
-      break;
-    case Store::Amax:
-      os << "            " << amaxUpdate(o, x) << "\n";
-      break;
-    case Store::ColSum:
-      os << "            kiln_cs"
-         << std::find(colSums.begin(), colSums.end(), o) - colSums.begin()
-         << "[m][e] += (double)" << x << ";\n";
-      break;
-    default:
-      break;
-    }
-  }
   os << "          }\n        }\n";
   for (size_t o = 0; o < g.outputs.size(); ++o)
     if (g.outputs[o].store == Store::Elem)
@@ -564,7 +547,7 @@ void Writer::writeWarpRowStores(const std::vector<size_t> &colSums,
     os << "      double kiln_cs" << j << " = 0.0;\n";
   os << "      if (valid && c < cols) {\n";
   emitValues(finalValues, "        ");
-  emitPointStores("[slot][lane]", colSums);
+  emitPointStores("[slot][lane]", colSums, "        ");
   os << "      }\n";
   if (!hasColSum && !anyTranspose) {
     os << "    }\n";

@@ -106,26 +106,32 @@ private:
   /// The stores of point (r, c) inside a column loop: element stores,
   /// each transposed value into its tile at `tileSlot`, amax updates, and
   /// column-sum values into kiln_cs<j> (j: the output's index in
-  /// `colSums`).
+  /// `colSums`). In a row group's chunk loop (`chunked`), an element value
+  /// goes to its chunk kiln_o<o>[e] instead and a column-sum value is added
+  /// to its register kiln_cs<j>[m][e].
   void emitPointStores(const std::string &tileSlot,
-                       const std::vector<size_t> &colSums) {
+                       const std::vector<size_t> &colSums,
+                       const std::string &indent) {
     for (size_t o = 0; o < g.outputs.size(); ++o) {
       std::string buf = "a.out[" + std::to_string(o) + "]";
       std::string x = v(g.outputs[o].value);
+      auto sum = std::find(colSums.begin(), colSums.end(), o) - colSums.begin();
       switch (g.outputs[o].store) {
       case Store::Elem:
-        os << "      " << stored(out[o], buf, "r * cols + c", x) << "\n";
+        os << indent
+           << (chunked ? "kiln_o" + std::to_string(o) + "[e] = " + x + ";"
+                       : stored(out[o], buf, "r * cols + c", x))
+           << "\n";
         break;
       case Store::Transpose:
-        os << "      kiln_t" << o << tileSlot << " = " << x << ";\n";
+        os << indent << "kiln_t" << o << tileSlot << " = " << x << ";\n";
         break;
       case Store::Amax:
-        os << "      " << amaxUpdate(o, x) << "\n";
+        os << indent << amaxUpdate(o, x) << "\n";
         break;
       case Store::ColSum:
-        os << "      kiln_cs"
-           << std::find(colSums.begin(), colSums.end(), o) - colSums.begin()
-           << " = (double)" << x << ";\n";
+        os << indent << "kiln_cs" << sum
+           << (chunked ? "[m][e] += (double)" : " = (double)") << x << ";\n";
         break;
       default:
         break;
