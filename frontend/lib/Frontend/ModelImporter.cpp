@@ -78,10 +78,9 @@ std::vector<ParamSpec> kiln::modelParameters(const Config &config) {
 }
 
 namespace {
-/// Data-parallel ranks the module is built for (1 unless resolved).
-int64_t ranksOf(const Config &config) {
-  return std::max<int64_t>(1, config.parallelism.data_parallel_shard_degree);
-}
+/// Data-parallel ranks the module is built for: the mesh's dp_shard (the tp
+/// ranks of a group share their batch).
+int64_t ranksOf(const Config &config) { return config.runMesh().dpShard; }
 
 /// The batch one rank computes on: its share of the global batch.
 int64_t localBatch(const Config &config) {
