@@ -1,6 +1,6 @@
 // RUN: kiln-opt %s -split-input-file -kiln-fsdp=ranks=2 -verify-diagnostics | FileCheck %s
 // RUN: kiln-opt %s -split-input-file -kiln-fsdp="ranks=2 reshard-after-forward=false" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
-// Without the option, the module's kiln.fsdp decides (one rank: nothing).
+// Without the option, the module's kiln.mesh decides (none: one rank, nothing).
 // RUN: kiln-opt %s -split-input-file -kiln-fsdp -verify-diagnostics | FileCheck %s --check-prefix=ATTR
 
 // One block's two parameters (4 + 16 = 20 elements) become one f32 shard of
@@ -92,7 +92,7 @@ func.func @train_step(%tok: tensor<1x4xi32> {kiln.input = "tokens"},
 
 // Evaluation: the embedding and the head are groups of their own (the
 // head's 15 elements padded to 16: 8 per rank); bf16 compute gathers the
-// shard cast to bf16. The module's kiln.fsdp asks for 2 ranks.
+// shard cast to bf16. The module's kiln.mesh asks for 2 ranks.
 // CHECK-LABEL: func.func @forward_loss(
 // CHECK-SAME: %[[TOK:[^:]+]]: tensor<1x2xi32> {kiln.input = "tokens"}
 // CHECK-SAME: %[[E:[^:]+]]: tensor<6xf32> {kiln.shard_of = [{{.*}}name = "model.embed_tokens.weight"{{.*}}], kiln.state = "model.embed_tokens"}
@@ -112,7 +112,7 @@ func.func @train_step(%tok: tensor<1x4xi32> {kiln.input = "tokens"},
 // ATTR-LABEL: func.func @forward_loss(
 // ATTR: kiln.all_gather_start {{.*}}group = "model.embed_tokens"
 // ATTR: kiln.all_gather_start {{.*}}group = "head"
-module attributes {kiln.fsdp = {ranks = 2 : i64, reshard_after_forward = true}} {
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {reshard_after_forward = true}} {
   func.func @forward_loss(%tok: tensor<1x2xi32> {kiln.input = "tokens"},
                           %e: tensor<4x3xf32> {kiln.param = "model.embed_tokens.weight", kiln.init = #kiln.init<ones>},
                           %o: tensor<5x3xf32> {kiln.param = "lm_head.weight", kiln.init = #kiln.init<zeros>},
@@ -130,7 +130,7 @@ module attributes {kiln.fsdp = {ranks = 2 : i64, reshard_after_forward = true}} 
 // -----
 
 // A step where one parameter has an AdamW update and another has none.
-module attributes {kiln.fsdp = {ranks = 2 : i64, reshard_after_forward = true}} {
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {reshard_after_forward = true}} {
   // expected-error @+1 {{'func.func' op kiln-fsdp: some parameters have an AdamW update and some do not}}
   func.func @train_step(%a: tensor<4xf32> {kiln.param = "model.layers.0.a", kiln.init = #kiln.init<ones>},
                         %b: tensor<4xf32> {kiln.param = "model.layers.0.b", kiln.init = #kiln.init<ones>},

@@ -580,8 +580,8 @@ LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
     if (failed(builder.addFunction(calib, "fp8_calibration")))
       return failure();
   int64_t ranks = 1;
-  if (auto r = module->getAttrOfType<IntegerAttr>(kRanksAttr))
-    ranks = r.getInt();
+  if (MeshAttr mesh = getModuleMesh(module))
+    ranks = mesh.getRanks();
   json::OStream j(os, indent);
   return builder.write(j, vocab, ranks, std::move(training));
 }

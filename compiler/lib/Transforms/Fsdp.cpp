@@ -467,14 +467,14 @@ struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
   using KilnFsdpBase::KilnFsdpBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    MeshAttr mesh = getModuleMesh(module);
     int64_t n = ranks;
     bool reshard = reshardAfterForward;
     if (n == 0) {
       auto fsdp = module->getAttrOfType<DictionaryAttr>("kiln.fsdp");
-      auto r = fsdp ? fsdp.getAs<IntegerAttr>("ranks") : IntegerAttr();
       auto keep = fsdp ? fsdp.getAs<BoolAttr>("reshard_after_forward")
                        : BoolAttr();
-      n = r ? r.getInt() : 1;
+      n = mesh ? mesh.getDpShard() : 1;
       reshard = keep ? keep.getValue() : true;
     }
     if (n < 1) {
@@ -483,7 +483,12 @@ struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
     }
     if (n == 1)
       return;
-    module->setAttr(kRanksAttr, OpBuilder(module).getI64IntegerAttr(n));
+    // The option overrides the mesh's dp_shard; the module then says what
+    // it was sharded for (the plan's ranks come from it).
+    if (!mesh || mesh.getDpShard() != n)
+      module->setAttr(
+          KilnDialect::kMeshAttrName,
+          MeshAttr::get(module.getContext(), n, mesh ? mesh.getTp() : 1));
     for (StringRef name : {kLossAndGradsFunc, kForwardLogitsFunc})
       if (Operation *f = module.lookupSymbol(name))
         f->erase();

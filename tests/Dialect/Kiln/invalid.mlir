@@ -592,3 +592,43 @@ func.func @scaled_matmul_fast_accumulation(%a: tensor<16x16xf8E4M3FN>, %s: tenso
   %0 = kiln.scaled_matmul "output" wq %a, %s, %a, %s param("q") : tensor<16x16xf8E4M3FN>, tensor<f32>, tensor<16x16xf8E4M3FN>, tensor<f32> -> tensor<16x16xbf16>
   return
 }
+
+// -----
+
+// #kiln.mesh: one case per rule of KilnAttrs.td, then where it may be.
+
+// expected-error @+1 {{#kiln.mesh: dp_shard and tp must be at least 1, got dp_shard = 0, tp = 2}}
+module @mesh_c1 attributes {kiln.mesh = #kiln.mesh<dp_shard = 0, tp = 2>} {
+}
+
+// -----
+
+// expected-error @+1 {{#kiln.mesh: dp_shard and tp must be at least 1, got dp_shard = 2, tp = -1}}
+module @mesh_c1_tp attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = -1>} {
+}
+
+// -----
+
+// expected-error @+1 {{#kiln.mesh: dp_shard x tp (65536 x 65536) must be below 2^31 ranks}}
+module @mesh_c2 attributes {kiln.mesh = #kiln.mesh<dp_shard = 65536, tp = 65536>} {
+}
+
+// -----
+
+// Both axes are required (the struct parser asks for the next one).
+// expected-error @+1 {{expected ','}}
+module @mesh_missing_axis attributes {kiln.mesh = #kiln.mesh<dp_shard = 2>} {
+}
+
+// -----
+
+// expected-error @+1 {{'kiln.mesh' must be a #kiln.mesh attribute}}
+module @mesh_not_a_mesh attributes {kiln.mesh = {dp_shard = 2 : i64, tp = 1 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op 'kiln.mesh' belongs on a module}}
+func.func @mesh_on_a_function() attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>} {
+  return
+}

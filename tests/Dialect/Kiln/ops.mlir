@@ -79,6 +79,13 @@ module @fp8_policy attributes {kiln.float8 = #kiln.float8<enable_fsdp_float8_all
 module @fp8_delayed attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len = 16, amax_compute_algo = most_recent, auto_filter_small_kn = true>} {
 }
 
+// The device mesh: its two axes print in their order (dp_shard, then tp),
+// whatever order they were written in.
+// CHECK-LABEL: module @mesh
+// CHECK-SAME: kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>
+module @mesh attributes {kiln.mesh = #kiln.mesh<tp = 4, dp_shard = 2>} {
+}
+
 // kiln-fp8-select's mark, one per reason, and the forward GEMM's fast
 // accumulation.
 // CHECK-LABEL: func.func @fp8_marks
