@@ -200,8 +200,9 @@ void Fp8Rewriter::updateHistories() {
     Value all = FlattenOp::create(b, loc, vectorType, parts,
                                   b.getDenseI64ArrayAttr(offsets));
     Value started = AllReduceStartOp::create(
-        b, loc, vectorType, all, b.getI64IntegerAttr(mesh.getDpShard()),
-        b.getStringAttr("max"));
+        b, loc, vectorType, all,
+        MeshAxisAttr::get(b.getContext(), MeshAxis::dp_shard),
+        b.getI64IntegerAttr(mesh.getDpShard()), b.getStringAttr("max"));
     Value max = WaitOp::create(b, loc, vectorType, started);
     for (int64_t i = 0; i < count; ++i)
       amaxes[i] = UnflattenOp::create(b, loc, RankedTensorType::get({}, f32),

@@ -453,7 +453,7 @@ func.func @fused_group_c3_terminal(%a: tensor<8x8xf32>) {
 
 func.func @all_gather_start_c1(%s: tensor<8xbf16>) {
   // expected-error @+1 {{'kiln.all_gather_start' op shard and buffer must be rank-1 tensors of one element type, the buffer 2 times as long; got 'tensor<8xbf16>' and 'tensor<8xbf16>'}}
-  %0 = kiln.all_gather_start %s {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<8xbf16>
+  %0 = kiln.all_gather_start %s over dp_shard {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<8xbf16>
   %1 = kiln.wait %0 : tensor<8xbf16>
   return
 }
@@ -462,7 +462,7 @@ func.func @all_gather_start_c1(%s: tensor<8xbf16>) {
 
 func.func @all_gather_start_c2(%s: tensor<8xbf16>) {
   // expected-error @+1 {{'kiln.all_gather_start' op result must have one user, a kiln.wait}}
-  %0 = kiln.all_gather_start %s {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %0 = kiln.all_gather_start %s over dp_shard {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
   return
 }
 
@@ -470,7 +470,7 @@ func.func @all_gather_start_c2(%s: tensor<8xbf16>) {
 
 func.func @reduce_scatter_start_c2(%s: tensor<16xf32>) {
   // expected-error @+1 {{'kiln.reduce_scatter_start' op reduction must be 'sum' or 'mean', got 'max'}}
-  %0 = kiln.reduce_scatter_start %s {group = "g", ranks = 2 : i64, reduction = "max"} : tensor<16xf32> -> tensor<8xf32>
+  %0 = kiln.reduce_scatter_start %s over dp_shard {group = "g", ranks = 2 : i64, reduction = "max"} : tensor<16xf32> -> tensor<8xf32>
   %1 = kiln.wait %0 : tensor<8xf32>
   return
 }
@@ -630,5 +630,48 @@ module @mesh_not_a_mesh attributes {kiln.mesh = {dp_shard = 2 : i64, tp = 1 : i6
 
 // expected-error @+1 {{'func.func' op 'kiln.mesh' belongs on a module}}
 func.func @mesh_on_a_function() attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>} {
+  return
+}
+
+// -----
+
+// collective_axis: a collective's ranks are its axis's size in the mesh.
+module @collective_axis attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} {
+  func.func @gather_over_tp(%s: tensor<8xbf16>) {
+    // expected-error @+1 {{'kiln.all_gather_start' op runs over 2 ranks, but the mesh's tp axis has 4 (#kiln.mesh<dp_shard = 2, tp = 4>)}}
+    %0 = kiln.all_gather_start %s over tp {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+    %1 = kiln.wait %0 : tensor<16xbf16>
+    return
+  }
+}
+
+// -----
+
+module @collective_axis_rs attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} {
+  func.func @scatter_over_dp(%s: tensor<32xf32>) {
+    // expected-error @+1 {{'kiln.reduce_scatter_start' op runs over 4 ranks, but the mesh's dp_shard axis has 2}}
+    %0 = kiln.reduce_scatter_start %s over dp_shard {group = "g", ranks = 4 : i64, reduction = "sum"} : tensor<32xf32> -> tensor<8xf32>
+    %1 = kiln.wait %0 : tensor<8xf32>
+    return
+  }
+}
+
+// -----
+
+module @collective_axis_ar attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} {
+  func.func @reduce_over_tp(%s: tensor<4xf32>) {
+    // expected-error @+1 {{'kiln.all_reduce_start' op runs over 2 ranks, but the mesh's tp axis has 4}}
+    %0 = kiln.all_reduce_start %s over tp {ranks = 2 : i64, reduction = "max"} : tensor<4xf32>
+    %1 = kiln.wait %0 : tensor<4xf32>
+    return
+  }
+}
+
+// -----
+
+func.func @collective_axis_unknown(%s: tensor<4xf32>) {
+  // expected-error @+2 {{expected ::kiln::MeshAxis to be one of: dp_shard, tp}}
+  // expected-error @+1 {{failed to parse Kiln_MeshAxisAttr parameter 'value'}}
+  %0 = kiln.all_reduce_start %s over pp {ranks = 2 : i64, reduction = "max"} : tensor<4xf32>
   return
 }
