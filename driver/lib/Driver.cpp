@@ -102,8 +102,7 @@ int kiln::runCompile(const CompileCommand &command) {
     return 1;
 
   ModelSession session;
-  if (!session.load(command.model, command.overrides) ||
-      !session.setRanks(command.worldSize))
+  if (!session.load(command.model, command.overrides, command.worldSize))
     return 1;
   // The result never replaces the model file it came from (a symbolic
   // link or another spelling of the path included).

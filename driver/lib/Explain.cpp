@@ -39,8 +39,7 @@ bool loadWithFp8(const ExplainCommand &command, bool enableFsdpFloat8AllGather,
   overrides.push_back("float8.enable=true");
   overrides.push_back(std::string("float8.enable_fsdp_float8_all_gather=") +
                       (enableFsdpFloat8AllGather ? "true" : "false"));
-  return session.load(command.model, overrides) &&
-         session.setRanks(command.worldSize);
+  return session.load(command.model, overrides, command.worldSize);
 }
 
 /// Bytes one rank receives per training step, measured on the compiled
@@ -112,11 +111,11 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   if (unmarked)
     return 1;
   const Float8Config &f8 = session.config->float8;
-  int64_t ranks = session.config->parallelism.data_parallel_shard_degree;
+  int64_t ranks = session.config->runMesh().ranks();
 
   llvm::raw_ostream &os = llvm::outs();
   os << "kiln explain --fp8: " << session.source->name << ", recipe "
-     << f8.recipe << ", train_step on " << std::max<int64_t>(ranks, 1)
+     << f8.recipe << ", train_step on " << ranks
      << (ranks == 1 ? " rank" : " ranks") << " (M = tokens per rank)";
   if (!f8.enable)
     os << "; float8.enable is false: what enabling it would do";
@@ -174,8 +173,7 @@ int kiln::runExplain(const ExplainCommand &command) {
   if (!command.memory && !command.fp8)
     return commandError("kiln explain needs --memory or --fp8");
   ModelSession session;
-  if (!session.load(command.model, command.overrides) ||
-      !session.setRanks(command.worldSize))
+  if (!session.load(command.model, command.overrides, command.worldSize))
     return 1;
   if (command.fp8) {
     if (int rc = explainFp8(session, command))

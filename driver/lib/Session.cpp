@@ -31,7 +31,8 @@ int kiln::commandError(const llvm::Twine &message) {
 }
 
 bool ModelSession::load(const std::string &model,
-                        const std::vector<std::string> &overrides) {
+                        const std::vector<std::string> &overrides,
+                        std::optional<int64_t> worldSize) {
   std::string error;
   source = loadModelSource(model, error);
   if (!source) {
@@ -42,29 +43,11 @@ bool ModelSession::load(const std::string &model,
       llvm::MemoryBuffer::getMemBufferCopy(source->text, source->name),
       llvm::SMLoc());
   handler = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
-  FailureOr<Config> parsed = parseConfig(&context, *source, overrides);
+  FailureOr<Config> parsed =
+      parseConfig(&context, *source, overrides, worldSize);
   if (failed(parsed))
     return false;
   config = std::move(*parsed);
-  return true;
-}
-
-bool ModelSession::setRanks(int64_t ranks) {
-  int64_t &degree = config->parallelism.data_parallel_shard_degree;
-  if (degree != -1 && degree != ranks) {
-    commandError("parallelism.data_parallel_shard_degree is " +
-                 llvm::Twine(degree) + " but the run has " +
-                 llvm::Twine(ranks) + " ranks");
-    return false;
-  }
-  int64_t batch = config->training.global_batch_size;
-  if (batch % ranks != 0) {
-    commandError("training.global_batch_size (" + llvm::Twine(batch) +
-                 ") does not split evenly over " + llvm::Twine(ranks) +
-                 " ranks");
-    return false;
-  }
-  degree = ranks;
   return true;
 }
 
@@ -117,8 +100,9 @@ ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
   std::string key = source->text;
   for (const std::string &o : overrides)
     key += "\n--set " + o;
-  key += "\nranks " +
-         std::to_string(config->parallelism.data_parallel_shard_degree);
+  MeshShape mesh = config->runMesh();
+  key +=
+      "\nmesh " + std::to_string(mesh.dpShard) + " " + std::to_string(mesh.tp);
   key += "\n" + buildIdentity() + "\nplan " + std::to_string(plan::kVersion);
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kplan",

@@ -101,16 +101,15 @@ int kiln::runTrain(const TrainCommand &command) {
     return commandError(created.error().message());
   std::unique_ptr<comm::Communicator> ranks = *std::move(created);
   ModelSession session;
-  if (!session.load(command.model, overrides))
+  if (!session.load(command.model, overrides, ranks->size()))
     return 1;
-  // As written: checkpoints say "all ranks", not this run's count.
+  // As written: checkpoints say "all ranks", not this run's count (the
+  // mesh is Config::mesh, never written back into the keys).
   std::string configText = renderConfigToml(*session.config);
   if (!command.resume.empty())
     if (Error why = resumeMismatch(
             command.resume, session.config->checkpoint.folder, configText))
       return commandError(why.message());
-  if (!session.setRanks(ranks->size()))
-    return 1;
 
   bool hit = false;
   auto start = std::chrono::steady_clock::now();

@@ -642,7 +642,9 @@ Expected<Plan> parse(const json &j) {
   if (plan.version != plan::kVersion)
     return Error("plan version " + std::to_string(plan.version) +
                  " is not supported by this runtime (it reads version " +
-                 std::to_string(plan::kVersion) + ")");
+                 std::to_string(plan::kVersion) +
+                 "); compile the model again with this build's kiln "
+                 "(kiln compile MODEL -o PLAN)");
   Expected<int64_t> vocab = integerMember(j, "vocab_size", 1, INT32_MAX, top);
   if (!vocab)
     return vocab.takeError();
@@ -654,6 +656,23 @@ Expected<Plan> parse(const json &j) {
       return ranks.takeError();
     plan.ranks = *ranks;
   }
+  // The mesh (version 4): its axes' sizes multiply to the ranks.
+  Expected<const json *> jm = member(j, "mesh", top);
+  if (!jm)
+    return jm.takeError();
+  Expected<int64_t> dpShard =
+      integerMember(**jm, "dp_shard", 1, plan::kMaxRanks, "the plan's mesh");
+  if (!dpShard)
+    return dpShard.takeError();
+  Expected<int64_t> tp =
+      integerMember(**jm, "tp", 1, plan::kMaxRanks, "the plan's mesh");
+  if (!tp)
+    return tp.takeError();
+  plan.mesh = {*dpShard, *tp};
+  if (*dpShard * *tp != plan.ranks)
+    return Error("the plan's mesh (dp_shard " + std::to_string(*dpShard) +
+                 " x tp " + std::to_string(*tp) + ") is not its " +
+                 std::to_string(plan.ranks) + " ranks");
   Expected<int64_t> arena = integerMember(j, "arena_bytes", 0, kMaxBytes, top);
   if (!arena)
     return arena.takeError();

@@ -108,9 +108,21 @@ public:
   int64_t integer(const char *name) const {
     return std::get<int64_t>(s.attrs.at(name));
   }
-  /// The collective's `ranks` is the plan's.
+  /// The FP8 all-gather's casts: `ranks` is the mesh's dp_shard (the
+  /// ranks the flat buffer is sharded over).
   bool planRanks() {
-    return equal(integer("ranks"), plan.ranks, "attribute 'ranks'");
+    return equal(integer("ranks"), plan.mesh.dpShard, "attribute 'ranks'");
+  }
+  /// A collective's `ranks` is the size of its `axis` in the plan's mesh.
+  bool axisRanks() {
+    std::optional<plan::Axis> axis =
+        plan::parseAxis(std::get<std::string>(s.attrs.at("axis")));
+    int64_t size = plan.mesh.axisSize(*axis);
+    return integer("ranks") == size ||
+           fail("attribute 'ranks'", "is " + std::to_string(integer("ranks")) +
+                                         ", but the mesh's " +
+                                         plan::axisName(*axis) + " axis has " +
+                                         std::to_string(size));
   }
 
   bool check();
@@ -210,11 +222,11 @@ bool StepRules::shardCast() {
   int64_t shard = in(0).numElements();
   for (int64_t w = 0; w < weights; ++w) {
     int64_t end = offsets[w] + sizes[w]; // each at most 2^48
-    if (shard == 0 ? end > 0 : (end + shard - 1) / shard > plan.ranks)
+    if (shard == 0 ? end > 0 : (end + shard - 1) / shard > plan.mesh.dpShard)
       return fail("weight " + std::to_string(w),
                   "ends at element " + std::to_string(end) +
                       ", past the flat buffer of " +
-                      std::to_string(plan.ranks) + " shards of " +
+                      std::to_string(plan.mesh.dpShard) + " shards of " +
                       std::to_string(shard));
   }
   if (s.kind == plan::Op::ShardAmax)
@@ -425,22 +437,21 @@ bool StepRules::check() {
   case Op::AllReduceStart: {
     const PlanValue &a = in(0), &r = out(0);
     bool bytes = s.kind == Op::AllGatherStart && a.dtype == DType::F8E4M3;
-    if (!planRanks() || (!bytes && !floating(a, operandName(0))) ||
+    if (!axisRanks() || (!bytes && !floating(a, operandName(0))) ||
         !dtype(r, a.dtype, resultName(0)))
       return false;
     if (s.kind == Op::AllReduceStart)
       return shape(r, a.shape, resultName(0));
     const PlanValue &shard = s.kind == Op::AllGatherStart ? a : r;
     const PlanValue &whole = s.kind == Op::AllGatherStart ? r : a;
+    int64_t n = integer("ranks");
     return rank(shard, 1, "the shard") && rank(whole, 1, "the whole buffer") &&
-           (whole.shape[0] / plan.ranks == shard.shape[0] &&
-                    whole.shape[0] % plan.ranks == 0
+           (whole.shape[0] / n == shard.shape[0] && whole.shape[0] % n == 0
                 ? true
                 : fail("the whole buffer",
                        "has " + std::to_string(whole.shape[0]) +
-                           " elements; it must be " +
-                           std::to_string(plan.ranks) + " shards of " +
-                           std::to_string(shard.shape[0])));
+                           " elements; it must be " + std::to_string(n) +
+                           " shards of " + std::to_string(shard.shape[0])));
   }
   case Op::Wait:
     return s.results[0] == s.operands[0] ||

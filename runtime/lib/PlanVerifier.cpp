@@ -94,13 +94,14 @@ Error checkValues(const Plan &plan) {
           return fail(where, "a sharded state must be a flat [numel] shard");
         for (const ShardPart &p : v.shardOf) {
           int64_t n = p.numElements();
-          // offset and n are at most 2^48; the flat buffer holds ranks
-          // shards: compare without forming ranks x shard.
+          // offset and n are at most 2^48; the flat buffer holds one
+          // shard per dp_shard rank: compare without forming the product.
           int64_t end = p.offset + n, shard = v.shape[0];
-          if (shard == 0 ? end > 0 : (end + shard - 1) / shard > plan.ranks)
+          int64_t shards = plan.mesh.dpShard;
+          if (shard == 0 ? end > 0 : (end + shard - 1) / shard > shards)
             return fail(where, "part '" + p.name +
                                    "' lies outside the flat buffer of " +
-                                   std::to_string(plan.ranks) + " shards");
+                                   std::to_string(shards) + " shards");
         }
       }
       break;

@@ -13,7 +13,8 @@ namespace {
 // AdamW, and a fused cast whose result nobody reads. Arena: x [0, 512),
 // loss 512, g [576, 1600), norm 1600, lr 1664, xb [1728, 1984).
 const char *kValid = R"({
-  "format": "kiln-plan", "version": 3, "vocab_size": 16,
+  "format": "kiln-plan", "version": 4, "vocab_size": 16,
+  "mesh": {"dp_shard": 1, "tp": 1},
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",
                "checkpoint_folder": "checkpoints"},
@@ -118,9 +119,10 @@ TEST(Plan, RejectsWhatIsNotAPlan) {
 }
 
 TEST(Plan, RejectsAnotherVersion) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 3", "\"version\": 2")),
-            "plan version 2 is not supported by this runtime (it reads "
-            "version 3)");
+  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 4", "\"version\": 3")),
+            "plan version 3 is not supported by this runtime (it reads "
+            "version 4); compile the model again with this build's kiln "
+            "(kiln compile MODEL -o PLAN)");
 }
 
 // Integers are integers, in range: a result id of -0.5 is not 0, an offset

@@ -59,6 +59,17 @@ elif case == "deleted-step":
     del train[first_index("cross_entropy_grad")]
 elif case == "vocab":
     plan["vocab_size"] += 1
+elif case == "axis-tp":
+    # The first all-gather over tp, whose size in the mesh is not its ranks.
+    first("all_gather_start")["attrs"]["axis"] = "tp"
+elif case == "axis-unknown":
+    first("all_gather_start")["attrs"]["axis"] = "pp"
+elif case == "axis-missing":
+    del first("all_gather_start")["attrs"]["axis"]
+elif case == "mesh-product":
+    plan["mesh"]["tp"] = 2
+elif case == "mesh-missing":
+    del plan["mesh"]
 elif case == "truncated":
     text = json.dumps(plan)[:1000]
 else:

@@ -43,7 +43,7 @@ func.func @overlapping(%x: tensor<3xf32>) -> tensor<3xf32> {
 // CHECK-LABEL: func.func @async(
 // CHECK-SAME: attributes {kiln.arena_bytes = 1280 : i64
 // CHECK-NEXT: %[[C:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>}
-// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[C]] {group = "g", kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 512>, ranks = 2 : i64}
+// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[C]] over dp_shard {group = "g", kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 512>, ranks = 2 : i64}
 // CHECK-NEXT: %[[Y:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: %[[Z:.+]] = kiln.silu %[[Y]] {kiln.arena_offsets = array<i64: 1024>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: %[[W:.+]] = kiln.silu %[[Z]] {kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 256>}
@@ -51,7 +51,7 @@ func.func @overlapping(%x: tensor<3xf32>) -> tensor<3xf32> {
 // CHECK-NEXT: return %[[F]], %[[W]]
 func.func @async(%s: tensor<64xf32>, %x: tensor<64xf32>) -> (tensor<128xf32>, tensor<64xf32>) {
   %c = kiln.silu %s : tensor<64xf32>
-  %g = kiln.all_gather_start %c {group = "g", ranks = 2 : i64} : tensor<64xf32> -> tensor<128xf32>
+  %g = kiln.all_gather_start %c over dp_shard {group = "g", ranks = 2 : i64} : tensor<64xf32> -> tensor<128xf32>
   %y = kiln.silu %x : tensor<64xf32>
   %z = kiln.silu %y : tensor<64xf32>
   %w = kiln.silu %z : tensor<64xf32>

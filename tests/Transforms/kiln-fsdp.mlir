@@ -1,6 +1,6 @@
 // RUN: kiln-opt %s -split-input-file -kiln-fsdp=ranks=2 -verify-diagnostics | FileCheck %s
 // RUN: kiln-opt %s -split-input-file -kiln-fsdp="ranks=2 reshard-after-forward=false" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
-// Without the option, the module's kiln.fsdp decides (one rank: nothing).
+// Without the option, the module's kiln.mesh decides (none: one rank, nothing).
 // RUN: kiln-opt %s -split-input-file -kiln-fsdp -verify-diagnostics | FileCheck %s --check-prefix=ATTR
 
 // One block's two parameters (4 + 16 = 20 elements) become one f32 shard of
@@ -18,7 +18,7 @@
 // CHECK-SAME: %[[M:[^:]+]]: tensor<10xf32> {kiln.shard_of = [{init = #kiln.init<zeros>, name = "exp_avg.model.layers.0.norm.weight", offset = 0 : i64, shape = array<i64: 4>}, {init = #kiln.init<zeros>, name = "exp_avg.model.layers.0.q.weight", offset = 4 : i64, shape = array<i64: 4, 4>}], kiln.state = "exp_avg.model.layers.0"}
 // CHECK-SAME: %[[V:[^:]+]]: tensor<10xf32> {kiln.shard_of = [{{.*}}], kiln.state = "exp_avg_sq.model.layers.0"})
 // CHECK-SAME: -> (tensor<f32> {kiln.output = "loss"}, tensor<10xf32> {kiln.state = "model.layers.0"}, tensor<10xf32> {kiln.state = "exp_avg.model.layers.0"}, tensor<10xf32> {kiln.state = "exp_avg_sq.model.layers.0"})
-// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[SHARD]] {group = "model.layers.0", ranks = 2 : i64} : tensor<10xf32> -> tensor<20xf32>
+// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[SHARD]] over dp_shard {group = "model.layers.0", ranks = 2 : i64} : tensor<10xf32> -> tensor<20xf32>
 // CHECK-NEXT: %[[F:.+]] = kiln.wait %[[G]] : tensor<20xf32>
 // CHECK-NEXT: %[[N:.+]] = kiln.unflatten %[[F]][0] : tensor<20xf32> -> tensor<4xf32>
 // CHECK-NEXT: %[[Q:.+]] = kiln.unflatten %[[F]][4] : tensor<20xf32> -> tensor<4x4xf32>
@@ -27,21 +27,21 @@
 // CHECK-NEXT: %[[L:.+]] = kiln.cross_entropy %[[Y]], %[[TOK]]
 // CHECK: %[[DY:.+]] = kiln.cross_entropy_grad %{{.+}}, %[[Y]], %[[TOK]]
 // CHECK-NEXT: %[[DQ:.+]] = kiln.linear_grad_weight wq %[[DY]], %[[H]]
-// CHECK-NEXT: %[[G2:.+]] = kiln.all_gather_start %[[SHARD]] {group = "model.layers.0", ranks = 2 : i64}
+// CHECK-NEXT: %[[G2:.+]] = kiln.all_gather_start %[[SHARD]] over dp_shard {group = "model.layers.0", ranks = 2 : i64}
 // CHECK-NEXT: %[[F2:.+]] = kiln.wait %[[G2]]
 // CHECK-NEXT: %[[N2:.+]] = kiln.unflatten %[[F2]][0]
 // CHECK-NEXT: %[[Q2:.+]] = kiln.unflatten %[[F2]][4]
 // CHECK-NEXT: %[[DH:.+]] = kiln.linear_grad_input wq %[[DY]], %[[Q2]]
 // CHECK-NEXT: %{{.+}}, %[[DN:.+]] = kiln.rms_norm_grad %[[DH]], %[[X]], %[[N2]]
 // CHECK-NEXT: %[[FLAT:.+]] = kiln.flatten %[[DN]], %[[DQ]] [0, 4] : tensor<4xf32>, tensor<4x4xf32> -> tensor<20xf32>
-// CHECK-NEXT: %[[R:.+]] = kiln.reduce_scatter_start %[[FLAT]] {group = "model.layers.0", ranks = 2 : i64, reduction = "mean"} : tensor<20xf32> -> tensor<10xf32>
+// CHECK-NEXT: %[[R:.+]] = kiln.reduce_scatter_start %[[FLAT]] over dp_shard {group = "model.layers.0", ranks = 2 : i64, reduction = "mean"} : tensor<20xf32> -> tensor<10xf32>
 // CHECK-NEXT: %[[GS:.+]] = kiln.wait %[[R]] : tensor<10xf32>
 // CHECK-NEXT: %[[SQ:.+]] = kiln.grad_norm %[[GS]] {squared} : tensor<10xf32>
-// CHECK-NEXT: %[[SUM:.+]] = kiln.all_reduce_start %[[SQ]] {ranks = 2 : i64, reduction = "sum"}
+// CHECK-NEXT: %[[SUM:.+]] = kiln.all_reduce_start %[[SQ]] over dp_shard {ranks = 2 : i64, reduction = "sum"}
 // CHECK-NEXT: %[[TOTAL:.+]] = kiln.wait %[[SUM]]
 // CHECK-NEXT: %[[NORM:.+]] = kiln.sqrt %[[TOTAL]]
 // CHECK-NEXT: %[[P:.+]], %[[PM:.+]], %[[PV:.+]] = kiln.adamw %[[SHARD]], %[[GS]], %[[M]], %[[V]], %[[NORM]], %[[LR]], %[[STEP]] {{.*}} : tensor<10xf32>
-// CHECK-NEXT: %[[LS:.+]] = kiln.all_reduce_start %[[L]] {ranks = 2 : i64, reduction = "mean"}
+// CHECK-NEXT: %[[LS:.+]] = kiln.all_reduce_start %[[L]] over dp_shard {ranks = 2 : i64, reduction = "mean"}
 // CHECK-NEXT: %[[LW:.+]] = kiln.wait %[[LS]]
 // CHECK-NEXT: return %[[LW]], %[[P]], %[[PM]], %[[PV]]
 
@@ -92,27 +92,27 @@ func.func @train_step(%tok: tensor<1x4xi32> {kiln.input = "tokens"},
 
 // Evaluation: the embedding and the head are groups of their own (the
 // head's 15 elements padded to 16: 8 per rank); bf16 compute gathers the
-// shard cast to bf16. The module's kiln.fsdp asks for 2 ranks.
+// shard cast to bf16. The module's kiln.mesh asks for 2 ranks.
 // CHECK-LABEL: func.func @forward_loss(
 // CHECK-SAME: %[[TOK:[^:]+]]: tensor<1x2xi32> {kiln.input = "tokens"}
 // CHECK-SAME: %[[E:[^:]+]]: tensor<6xf32> {kiln.shard_of = [{{.*}}name = "model.embed_tokens.weight"{{.*}}], kiln.state = "model.embed_tokens"}
 // CHECK-SAME: %[[O:[^:]+]]: tensor<8xf32> {kiln.shard_of = [{{.*}}name = "lm_head.weight"{{.*}}], kiln.state = "head"}
 // CHECK-NEXT: %[[EC:.+]] = kiln.cast %[[E]] : tensor<6xf32> -> tensor<6xbf16>
-// CHECK-NEXT: %[[EG:.+]] = kiln.all_gather_start %[[EC]] {group = "model.embed_tokens", ranks = 2 : i64} : tensor<6xbf16> -> tensor<12xbf16>
+// CHECK-NEXT: %[[EG:.+]] = kiln.all_gather_start %[[EC]] over dp_shard {group = "model.embed_tokens", ranks = 2 : i64} : tensor<6xbf16> -> tensor<12xbf16>
 // CHECK-NEXT: %[[EF:.+]] = kiln.wait %[[EG]]
 // CHECK-NEXT: %[[ET:.+]] = kiln.unflatten %[[EF]][0] : tensor<12xbf16> -> tensor<4x3xbf16>
 // CHECK-NEXT: %[[H:.+]] = kiln.embedding %[[ET]][%[[TOK]]]
 // CHECK-NEXT: %[[OC:.+]] = kiln.cast %[[O]] : tensor<8xf32> -> tensor<8xbf16>
-// CHECK-NEXT: %[[OG:.+]] = kiln.all_gather_start %[[OC]] {group = "head", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+// CHECK-NEXT: %[[OG:.+]] = kiln.all_gather_start %[[OC]] over dp_shard {group = "head", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
 // CHECK-NEXT: %[[OF:.+]] = kiln.wait %[[OG]]
 // CHECK-NEXT: %[[OT:.+]] = kiln.unflatten %[[OF]][0] : tensor<16xbf16> -> tensor<5x3xbf16>
 // CHECK-NEXT: kiln.linear output %[[H]], %[[OT]]
-// CHECK: kiln.all_reduce_start %{{.+}} {ranks = 2 : i64, reduction = "mean"} : tensor<f32>
+// CHECK: kiln.all_reduce_start %{{.+}} over dp_shard {ranks = 2 : i64, reduction = "mean"} : tensor<f32>
 
 // ATTR-LABEL: func.func @forward_loss(
 // ATTR: kiln.all_gather_start {{.*}}group = "model.embed_tokens"
 // ATTR: kiln.all_gather_start {{.*}}group = "head"
-module attributes {kiln.fsdp = {ranks = 2 : i64, reshard_after_forward = true}} {
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {reshard_after_forward = true}} {
   func.func @forward_loss(%tok: tensor<1x2xi32> {kiln.input = "tokens"},
                           %e: tensor<4x3xf32> {kiln.param = "model.embed_tokens.weight", kiln.init = #kiln.init<ones>},
                           %o: tensor<5x3xf32> {kiln.param = "lm_head.weight", kiln.init = #kiln.init<zeros>},
@@ -130,7 +130,7 @@ module attributes {kiln.fsdp = {ranks = 2 : i64, reshard_after_forward = true}} 
 // -----
 
 // A step where one parameter has an AdamW update and another has none.
-module attributes {kiln.fsdp = {ranks = 2 : i64, reshard_after_forward = true}} {
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {reshard_after_forward = true}} {
   // expected-error @+1 {{'func.func' op kiln-fsdp: some parameters have an AdamW update and some do not}}
   func.func @train_step(%a: tensor<4xf32> {kiln.param = "model.layers.0.a", kiln.init = #kiln.init<ones>},
                         %b: tensor<4xf32> {kiln.param = "model.layers.0.b", kiln.init = #kiln.init<ones>},

@@ -6,10 +6,10 @@
 // CHECK-LABEL: func.func @prefetch(
 // CHECK-SAME: %[[S0:[^:]+]]: tensor<8xf32>, %[[S1:[^:]+]]: tensor<8xf32>, %[[X:[^:]+]]: tensor<4x4xbf16>
 // CHECK-NEXT: %[[C0:.+]] = kiln.cast %[[S0]]
-// CHECK-NEXT: %[[G0:.+]] = kiln.all_gather_start %[[C0]] {group = "a"
+// CHECK-NEXT: %[[G0:.+]] = kiln.all_gather_start %[[C0]] over dp_shard {group = "a"
 // CHECK-NEXT: %[[F0:.+]] = kiln.wait %[[G0]]
 // CHECK-NEXT: %[[C1:.+]] = kiln.cast %[[S1]]
-// CHECK-NEXT: %[[G1:.+]] = kiln.all_gather_start %[[C1]] {group = "b"
+// CHECK-NEXT: %[[G1:.+]] = kiln.all_gather_start %[[C1]] over dp_shard {group = "b"
 // CHECK-NEXT: %[[W0:.+]] = kiln.unflatten %[[F0]][0]
 // CHECK-NEXT: %[[Y0:.+]] = kiln.linear wq %[[X]], %[[W0]]
 // CHECK-NEXT: %[[F1:.+]] = kiln.wait %[[G1]]
@@ -18,12 +18,12 @@
 // CHECK-NEXT: return %[[Y1]]
 func.func @prefetch(%s0: tensor<8xf32>, %s1: tensor<8xf32>, %x: tensor<4x4xbf16>) -> tensor<4x4xbf16> {
   %c0 = kiln.cast %s0 : tensor<8xf32> -> tensor<8xbf16>
-  %g0 = kiln.all_gather_start %c0 {group = "a", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %g0 = kiln.all_gather_start %c0 over dp_shard {group = "a", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
   %f0 = kiln.wait %g0 : tensor<16xbf16>
   %w0 = kiln.unflatten %f0[0] : tensor<16xbf16> -> tensor<4x4xbf16>
   %y0 = kiln.linear wq %x, %w0 param("a.q") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
   %c1 = kiln.cast %s1 : tensor<8xf32> -> tensor<8xbf16>
-  %g1 = kiln.all_gather_start %c1 {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %g1 = kiln.all_gather_start %c1 over dp_shard {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
   %f1 = kiln.wait %g1 : tensor<16xbf16>
   %w1 = kiln.unflatten %f1[0] : tensor<16xbf16> -> tensor<4x4xbf16>
   %y1 = kiln.linear wk %y0, %w1 param("b.k") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
@@ -40,14 +40,14 @@ func.func @prefetch(%s0: tensor<8xf32>, %s1: tensor<8xf32>, %x: tensor<4x4xbf16>
 // CHECK-NEXT: kiln.unflatten %[[F0]][0]
 // CHECK-NEXT: kiln.linear wq
 // CHECK-NEXT: %[[C1:.+]] = kiln.silu
-// CHECK-NEXT: kiln.all_gather_start %[[C1]] {group = "b"
+// CHECK-NEXT: kiln.all_gather_start %[[C1]] over dp_shard {group = "b"
 func.func @no_prefetch_of_computed_shard(%s0: tensor<8xbf16>, %s1: tensor<8xbf16>, %x: tensor<4x4xbf16>) -> tensor<4x4xbf16> {
-  %g0 = kiln.all_gather_start %s0 {group = "a", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %g0 = kiln.all_gather_start %s0 over dp_shard {group = "a", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
   %f0 = kiln.wait %g0 : tensor<16xbf16>
   %w0 = kiln.unflatten %f0[0] : tensor<16xbf16> -> tensor<4x4xbf16>
   %y0 = kiln.linear wq %x, %w0 param("a.q") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
   %c1 = kiln.silu %s1 : tensor<8xbf16>
-  %g1 = kiln.all_gather_start %c1 {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %g1 = kiln.all_gather_start %c1 over dp_shard {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
   %f1 = kiln.wait %g1 : tensor<16xbf16>
   %w1 = kiln.unflatten %f1[0] : tensor<16xbf16> -> tensor<4x4xbf16>
   %y1 = kiln.linear wk %y0, %w1 param("b.k") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
@@ -67,7 +67,7 @@ func.func @no_prefetch_of_computed_shard(%s0: tensor<8xbf16>, %s1: tensor<8xbf16
 // CHECK-NEXT: %[[N:.+]] = kiln.silu %[[M]]
 // CHECK-NEXT: return %[[N]], %[[Z]]
 func.func @wait_late(%v: tensor<4xf32>, %x: tensor<4x4xf32>) -> (tensor<4xf32>, tensor<4x4xf32>) {
-  %r = kiln.all_reduce_start %v {ranks = 2 : i64, reduction = "sum"} : tensor<4xf32>
+  %r = kiln.all_reduce_start %v over dp_shard {ranks = 2 : i64, reduction = "sum"} : tensor<4xf32>
   %m = kiln.wait %r : tensor<4xf32>
   %y = kiln.silu %x : tensor<4x4xf32>
   %z = kiln.mul %y, %x : tensor<4x4xf32>
@@ -98,7 +98,7 @@ func.func @reduce_scatter_early(%a: tensor<4x4xbf16>, %b: tensor<4x4xf32>, %x: t
   %z = kiln.silu %y : tensor<4x4xf32>
   %ca = kiln.cast %ga : tensor<4x4xbf16> -> tensor<4x4xf32>
   %flat = kiln.flatten %ca, %gb [0, 16] : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<32xf32>
-  %r = kiln.reduce_scatter_start %flat {group = "g", ranks = 2 : i64, reduction = "mean"} : tensor<32xf32> -> tensor<16xf32>
+  %r = kiln.reduce_scatter_start %flat over dp_shard {group = "g", ranks = 2 : i64, reduction = "mean"} : tensor<32xf32> -> tensor<16xf32>
   %s = kiln.wait %r : tensor<16xf32>
   return %s, %z : tensor<16xf32>, tensor<4x4xf32>
 }
@@ -111,20 +111,20 @@ func.func @reduce_scatter_early(%a: tensor<4x4xbf16>, %b: tensor<4x4xf32>, %x: t
 // CHECK-LABEL: func.func @two_gradient_buffers(
 // CHECK: %[[G1:.+]] = kiln.add
 // CHECK-NEXT: %[[F1:.+]] = kiln.flatten %[[G1]] [0]
-// CHECK-NEXT: %[[R1:.+]] = kiln.reduce_scatter_start %[[F1]] {group = "g1"
+// CHECK-NEXT: %[[R1:.+]] = kiln.reduce_scatter_start %[[F1]] over dp_shard {group = "g1"
 // CHECK-NEXT: %[[G2:.+]] = kiln.add
 // CHECK-NEXT: %[[S1:.+]] = kiln.wait %[[R1]]
 // CHECK-NEXT: %[[F2:.+]] = kiln.flatten %[[G2]] [0]
-// CHECK-NEXT: %[[R2:.+]] = kiln.reduce_scatter_start %[[F2]] {group = "g2"
+// CHECK-NEXT: %[[R2:.+]] = kiln.reduce_scatter_start %[[F2]] over dp_shard {group = "g2"
 // CHECK-NEXT: %[[S2:.+]] = kiln.wait %[[R2]]
 // CHECK-NEXT: return %[[S1]], %[[S2]]
 func.func @two_gradient_buffers(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>, %c: tensor<4x4xf32>, %d: tensor<4x4xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
   %g1 = kiln.add %a, %b : tensor<4x4xf32>
   %f1 = kiln.flatten %g1 [0] : tensor<4x4xf32> -> tensor<16xf32>
-  %r1 = kiln.reduce_scatter_start %f1 {group = "g1", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
+  %r1 = kiln.reduce_scatter_start %f1 over dp_shard {group = "g1", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
   %g2 = kiln.add %c, %d : tensor<4x4xf32>
   %f2 = kiln.flatten %g2 [0] : tensor<4x4xf32> -> tensor<16xf32>
-  %r2 = kiln.reduce_scatter_start %f2 {group = "g2", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
+  %r2 = kiln.reduce_scatter_start %f2 over dp_shard {group = "g2", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
   %s1 = kiln.wait %r1 : tensor<8xf32>
   %s2 = kiln.wait %r2 : tensor<8xf32>
   return %s1, %s2 : tensor<8xf32>, tensor<8xf32>

@@ -69,6 +69,8 @@ FailureOr<json::Value> attrToJson(Operation *op, NamedAttribute attr) {
     return json::Value(json::Array(arr.asArrayRef()));
   if (auto role = dyn_cast<LinearRoleAttr>(a))
     return json::Value(stringifyLinearRole(role.getValue()).str());
+  if (auto axis = dyn_cast<MeshAxisAttr>(a))
+    return json::Value(stringifyMeshAxis(axis.getValue()).str());
   return op->emitOpError("attribute '")
          << attr.getName() << "' cannot be written to the plan";
 }
@@ -192,7 +194,7 @@ struct EntryPoint {
 class PlanBuilder {
 public:
   LogicalResult addFunction(func::FuncOp func, StringRef entry);
-  LogicalResult write(json::OStream &j, int64_t vocab, int64_t ranks,
+  LogicalResult write(json::OStream &j, int64_t vocab, MeshAttr mesh,
                       json::Object training);
 
 private:
@@ -503,7 +505,7 @@ LogicalResult PlanBuilder::writeEntry(json::OStream &j,
   return success(ok);
 }
 
-LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, int64_t ranks,
+LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, MeshAttr mesh,
                                  json::Object training) {
   addValue({"input", "seed", {}, "i64"});
   entries.push_back(std::make_unique<EntryPoint>());
@@ -529,7 +531,11 @@ LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, int64_t ranks,
       }
     });
     j.attribute("format", "kiln-plan");
-    j.attribute("ranks", ranks);
+    j.attributeObject("mesh", [&] {
+      j.attribute("dp_shard", mesh ? mesh.getDpShard() : 1);
+      j.attribute("tp", mesh ? mesh.getTp() : 1);
+    });
+    j.attribute("ranks", mesh ? mesh.getRanks() : 1);
     j.attribute("state_bytes", stateBytes);
     j.attribute("training", std::move(training));
     j.attributeArray("values", [&] {
@@ -579,11 +585,8 @@ LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
   if (auto calib = module.lookupSymbol<func::FuncOp>(kFp8CalibrationFunc))
     if (failed(builder.addFunction(calib, "fp8_calibration")))
       return failure();
-  int64_t ranks = 1;
-  if (auto r = module->getAttrOfType<IntegerAttr>(kRanksAttr))
-    ranks = r.getInt();
   json::OStream j(os, indent);
-  return builder.write(j, vocab, ranks, std::move(training));
+  return builder.write(j, vocab, getModuleMesh(module), std::move(training));
 }
 
 FailureOr<std::string> kiln::emitPlan(ModuleOp module, unsigned indent) {

@@ -171,7 +171,8 @@ void FunctionRewriter::castShards() {
   b.setInsertionPointToStart(&body);
   Location loc = f.getLoc();
   Type f32 = b.getF32Type();
-  int64_t ranks = shards.front().gathers.front().start.getRanks();
+  AllGatherStartOp first = shards.front().gathers.front().start;
+  int64_t ranks = first.getRanks();
   SmallVector<Value> amaxes;
   SmallVector<int64_t> at;
   int64_t total = 0;
@@ -193,9 +194,9 @@ void FunctionRewriter::castShards() {
   auto allType = RankedTensorType::get({total}, f32);
   Value all = FlattenOp::create(b, loc, allType, amaxes,
                                 b.getDenseI64ArrayAttr(at));
-  Value started = AllReduceStartOp::create(b, loc, allType, all,
-                                           b.getI64IntegerAttr(ranks),
-                                           b.getStringAttr("max"));
+  Value started = AllReduceStartOp::create(
+      b, loc, allType, all, first.getAxisAttr(), b.getI64IntegerAttr(ranks),
+      b.getStringAttr("max"));
   Value max = WaitOp::create(b, loc, allType, started);
   for (auto [s, offset] : llvm::zip(shards, at)) {
     Type amaxType = s.amax.getType();
@@ -217,9 +218,9 @@ void FunctionRewriter::regather(Shard &s, Gather &g) {
   auto codesType = RankedTensorType::get(gathered.getShape(),
                                          tensorOf(s.codes).getElementType());
   b.setInsertionPoint(g.start);
-  auto start = AllGatherStartOp::create(b, g.start.getLoc(), codesType,
-                                        s.codes, g.start.getRanksAttr(),
-                                        g.start.getGroupAttr());
+  auto start = AllGatherStartOp::create(
+      b, g.start.getLoc(), codesType, s.codes, g.start.getAxisAttr(),
+      g.start.getRanksAttr(), g.start.getGroupAttr());
   b.setInsertionPoint(g.wait);
   Value full = WaitOp::create(b, g.wait.getLoc(), codesType, start);
   auto scalar = RankedTensorType::get({}, b.getF32Type());

@@ -186,9 +186,8 @@ void Fp8Rewriter::updateHistories() {
     amaxes.push_back(h.current);
   // One all-reduce(max) of every cast's amax, so that all ranks keep the
   // same histories (activations and gradients differ per rank).
-  auto module = func->getParentOfType<ModuleOp>();
-  auto ranks = module->getAttrOfType<IntegerAttr>(kRanksAttr);
-  if (ranks && ranks.getInt() > 1) {
+  MeshAttr mesh = getModuleMesh(func);
+  if (mesh && mesh.getDpShard() > 1) {
     auto f32 = b.getF32Type();
     int64_t count = static_cast<int64_t>(amaxes.size());
     auto vectorType = RankedTensorType::get({count}, f32);
@@ -200,8 +199,10 @@ void Fp8Rewriter::updateHistories() {
     }
     Value all = FlattenOp::create(b, loc, vectorType, parts,
                                   b.getDenseI64ArrayAttr(offsets));
-    Value started = AllReduceStartOp::create(b, loc, vectorType, all, ranks,
-                                             b.getStringAttr("max"));
+    Value started = AllReduceStartOp::create(
+        b, loc, vectorType, all,
+        MeshAxisAttr::get(b.getContext(), MeshAxis::dp_shard),
+        b.getI64IntegerAttr(mesh.getDpShard()), b.getStringAttr("max"));
     Value max = WaitOp::create(b, loc, vectorType, started);
     for (int64_t i = 0; i < count; ++i)
       amaxes[i] = UnflattenOp::create(b, loc, RankedTensorType::get({}, f32),

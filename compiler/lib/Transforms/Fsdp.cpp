@@ -86,6 +86,10 @@ private:
     return backwardStart && !op->isBeforeInBlock(backwardStart);
   }
   Type f32() { return b.getF32Type(); }
+  /// The axis every collective of FSDP runs over.
+  MeshAxisAttr dpShard() {
+    return MeshAxisAttr::get(b.getContext(), MeshAxis::dp_shard);
+  }
 
   func::FuncOp f;
   Block &body;
@@ -253,7 +257,7 @@ void FunctionSharder::gather(Group &g, bool backward) {
       shard = CastOp::create(b, loc, RankedTensorType::get({g.shard}, dtype),
                              shard);
     auto fullType = RankedTensorType::get({g.shard * ranks}, dtype);
-    auto start = AllGatherStartOp::create(b, loc, fullType, shard,
+    auto start = AllGatherStartOp::create(b, loc, fullType, shard, dpShard(),
                                           b.getI64IntegerAttr(ranks),
                                           b.getStringAttr(g.name));
     Value full = WaitOp::create(b, loc, start.getResult());
@@ -306,7 +310,7 @@ LogicalResult FunctionSharder::shardOptimizer() {
                                    b.getDenseI64ArrayAttr(offsets));
     auto shardType = RankedTensorType::get({g.shard}, dtype);
     auto start = ReduceScatterStartOp::create(
-        b, loc, shardType, flat, b.getI64IntegerAttr(ranks),
+        b, loc, shardType, flat, dpShard(), b.getI64IntegerAttr(ranks),
         b.getStringAttr("mean"), b.getStringAttr(g.name));
     Value shard = WaitOp::create(b, loc, start.getResult());
     if (dtype != f32())
@@ -317,7 +321,7 @@ LogicalResult FunctionSharder::shardOptimizer() {
 
   // The global norm: every rank's sum of squares, summed, then the root.
   auto squares = GradNormOp::create(b, loc, ValueRange(gradShards), true);
-  auto sum = AllReduceStartOp::create(b, loc, squares.getResult(),
+  auto sum = AllReduceStartOp::create(b, loc, squares.getResult(), dpShard(),
                                       b.getI64IntegerAttr(ranks),
                                       b.getStringAttr("sum"));
   Value total = WaitOp::create(b, loc, sum.getResult());
@@ -367,7 +371,7 @@ void FunctionSharder::averageLoss() {
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   b.setInsertionPoint(ret);
   Value loss = ret.getOperand(0);
-  auto start = AllReduceStartOp::create(b, ret.getLoc(), loss,
+  auto start = AllReduceStartOp::create(b, ret.getLoc(), loss, dpShard(),
                                         b.getI64IntegerAttr(ranks),
                                         b.getStringAttr("mean"));
   ret.setOperand(0, WaitOp::create(b, ret.getLoc(), start.getResult()));
@@ -467,14 +471,14 @@ struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
   using KilnFsdpBase::KilnFsdpBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    MeshAttr mesh = getModuleMesh(module);
     int64_t n = ranks;
     bool reshard = reshardAfterForward;
     if (n == 0) {
       auto fsdp = module->getAttrOfType<DictionaryAttr>("kiln.fsdp");
-      auto r = fsdp ? fsdp.getAs<IntegerAttr>("ranks") : IntegerAttr();
       auto keep = fsdp ? fsdp.getAs<BoolAttr>("reshard_after_forward")
                        : BoolAttr();
-      n = r ? r.getInt() : 1;
+      n = mesh ? mesh.getDpShard() : 1;
       reshard = keep ? keep.getValue() : true;
     }
     if (n < 1) {
@@ -483,7 +487,12 @@ struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
     }
     if (n == 1)
       return;
-    module->setAttr(kRanksAttr, OpBuilder(module).getI64IntegerAttr(n));
+    // The option overrides the mesh's dp_shard; the module then says what
+    // it was sharded for (the plan's ranks come from it).
+    if (!mesh || mesh.getDpShard() != n)
+      module->setAttr(
+          KilnDialect::kMeshAttrName,
+          MeshAttr::get(module.getContext(), n, mesh ? mesh.getTp() : 1));
     for (StringRef name : {kLossAndGradsFunc, kForwardLogitsFunc})
       if (Operation *f = module.lookupSymbol(name))
         f->erase();

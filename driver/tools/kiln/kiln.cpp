@@ -48,9 +48,10 @@ int main(int argc, char **argv) {
                          "Write each phase's IR as DIR/NN-<phase>.mlir");
   compileCmd->add_option("--set", compile.overrides,
                          "Override a key: section.key=value (repeatable)");
-  compileCmd->add_option("--world-size", compile.worldSize,
-                         "Compile one rank's step of an FSDP run over N "
-                         "ranks (default 1)")
+  compileCmd
+      ->add_option("--world-size", compile.worldSize,
+                   "Compile one rank's step of a run over N ranks, "
+                   "the mesh dp_shard x tp (default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
   compileCmd->add_flag("!--no-fuse", compile.fuse,
                        "Skip the fuse phase: every elementwise op is its own "
@@ -123,8 +124,10 @@ int main(int argc, char **argv) {
   explainCmd->add_flag("--fp8", explain.fp8,
                        "One row per linear: its GEMM, FP8 or BF16 and why; "
                        "all-gather bytes with and without FP8 all-gather");
-  explainCmd->add_option("--world-size", explain.worldSize,
-                         "Ranks of the FSDP run (default 1)")
+  explainCmd
+      ->add_option("--world-size", explain.worldSize,
+                   "Ranks of the run, the mesh dp_shard x tp "
+                   "(default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
   explainCmd->add_option("--set", explain.overrides,
                          "Override a key: section.key=value (repeatable)");

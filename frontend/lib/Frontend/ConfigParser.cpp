@@ -410,10 +410,11 @@ int64_t ModelConfig::ffnHiddenDim() const {
 
 FailureOr<Config> kiln::parseConfig(MLIRContext *context,
                                     const ModelSource &source,
-                                    llvm::ArrayRef<std::string> overrides) {
+                                    llvm::ArrayRef<std::string> overrides,
+                                    std::optional<int64_t> worldSize) {
   Config config;
   config.sourceName = source.name;
-  ConfigParser parser(context, config);
+  ConfigParser parser(context, config, worldSize);
   parser.parseDocument(source.name, source.text);
   if (parser.failed)
     return failure();

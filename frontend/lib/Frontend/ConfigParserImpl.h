@@ -20,6 +20,7 @@
 #include <toml++/toml.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace kiln::detail {
@@ -30,8 +31,9 @@ using mlir::MLIRContext;
 
 class ConfigParser {
 public:
-  ConfigParser(MLIRContext *context, Config &config)
-      : context(context), config(config) {}
+  ConfigParser(MLIRContext *context, Config &config,
+               std::optional<int64_t> worldSize)
+      : context(context), config(config), worldSize(worldSize) {}
 
   /// Parses one TOML document named `name` into the config.
   void parseDocument(llvm::StringRef name, llvm::StringRef text);
@@ -68,6 +70,8 @@ private:
 
   MLIRContext *context;
   Config &config;
+  /// The run's rank count, when known: validate() resolves the mesh for it.
+  std::optional<int64_t> worldSize;
   /// Locations of keys set by overrides, which have no line in the file.
   std::map<std::string, Location> overrideLocs;
 };

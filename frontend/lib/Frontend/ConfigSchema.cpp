@@ -89,8 +89,8 @@ const std::vector<KeySpec> &kiln::configSchema() {
                "parameter, `model.embed_tokens.weight`).",
                kImport, true),
       // [training]
-      intKey("training", "global_batch_size",
-             FIELD(training.global_batch_size), 1, 1 << 20,
+      intKey("training", "global_batch_size", FIELD(training.global_batch_size),
+             1, 1 << 20,
              "Sequences per step over all ranks; split evenly over the "
              "data-parallel ranks.",
              kImport, true),
@@ -100,9 +100,9 @@ const std::vector<KeySpec> &kiln::configSchema() {
              "Optimizer steps to train.", kOptim, true),
       intKey("training", "seed", FIELD(training.seed), 0, 9007199254740992.0,
              "Seed of parameter init and data order.", kTrainCmd, true),
-      intKey("training", "eval_interval", FIELD(training.eval_interval), 0,
-             1e9, "Steps between validation-loss evaluations (0: never).",
-             kTrainCmd, true),
+      intKey("training", "eval_interval", FIELD(training.eval_interval), 0, 1e9,
+             "Steps between validation-loss evaluations (0: never).", kTrainCmd,
+             true),
       intKey("training", "eval_steps", FIELD(training.eval_steps), 1, 1e5,
              "Batches per validation-loss evaluation.", kTrainCmd, true),
       otherKey("training", "data", FIELD(training.data), "",
@@ -143,8 +143,10 @@ const std::vector<KeySpec> &kiln::configSchema() {
       // [parallelism]
       intKey("parallelism", "data_parallel_shard_degree",
              FIELD(parallelism.data_parallel_shard_degree), -1, 65536,
-             "FSDP ranks (-1: all ranks of the run, `mpirun -np N`); any "
-             "other value must equal the run's rank count. 0 is not allowed.",
+             "FSDP ranks, the mesh's outer axis (-1: the run's ranks, "
+             "`mpirun -np N`, divided by `tensor_parallel_degree`); any "
+             "other value times `tensor_parallel_degree` must equal the "
+             "run's rank count. 0 is not allowed.",
              kFsdp, true),
       otherKey("parallelism", "reshard_after_forward",
                FIELD(parallelism.reshard_after_forward), "",
@@ -154,7 +156,8 @@ const std::vector<KeySpec> &kiln::configSchema() {
       intKey("parallelism", "tensor_parallel_degree",
              FIELD(parallelism.tensor_parallel_degree), 1, 64,
              "Tensor-parallel ranks, the mesh's inner axis (ranks of one "
-             "node); heads, kv heads and the FFN must divide by it.",
+             "node); heads, kv heads, the FFN's hidden size and `seq_len` "
+             "must divide by it.",
              kTp, false),
       otherKey("parallelism", "enable_async_tensor_parallel",
                FIELD(parallelism.enable_async_tensor_parallel), "",
@@ -212,8 +215,8 @@ const std::vector<KeySpec> &kiln::configSchema() {
                "max|most_recent",
                "How the delayed recipe reads its amax history.", kFp8, true),
       // [comm]
-      intKey("comm", "train_timeout_seconds",
-             FIELD(comm.train_timeout_seconds), 0, 1e6,
+      intKey("comm", "train_timeout_seconds", FIELD(comm.train_timeout_seconds),
+             0, 1e6,
              "Deadline of every collective of a multi-rank run: one not "
              "complete this many seconds after a rank began it ends the run "
              "with a line naming it, the step and the ranks that did not "

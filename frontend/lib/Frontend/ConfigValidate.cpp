@@ -1,7 +1,7 @@
 //===- ConfigValidate.cpp - Checks of a model file across its keys -------===//
 //
 // What no single key can say: heads that divide the width and kv heads that
-// divide the heads, the sequence length, the data-parallel degree, an FFN
+// divide the heads, the sequence length, the mesh (Mesh.cpp), an FFN
 // that does not round to zero, min_lr below lr, the checkpoint folder, the
 // FP8 filters and policy (the dialect's own verifier), batches that split
 // over ranks, sizes within the documented element bound, and keys whose
@@ -13,6 +13,7 @@
 #include "ConfigParserImpl.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
+#include "kiln/Frontend/Mesh.h"
 #include "kiln/Frontend/ModelImporter.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -87,13 +88,6 @@ void ConfigParser::validate() {
         << ") exceeds model.max_seq_len (" << m.max_seq_len << ")";
     return;
   }
-  if (config.parallelism.data_parallel_shard_degree == 0) {
-    error(at("parallelism.data_parallel_shard_degree"))
-        << "parallelism.data_parallel_shard_degree must be -1 (all ranks) or "
-           "at least 1, got 0";
-    return;
-  }
-
   if (m.ffnHiddenDim() < 1) {
     error(at("model.ffn_dim_multiplier"))
         << "the FFN's hidden size rounds to " << m.ffnHiddenDim()
@@ -101,6 +95,14 @@ void ConfigParser::validate() {
         << m.ffn_dim_multiplier << "); it must be at least 1";
     return;
   }
+  // The mesh, decided in one place; with tp > 1 still refused below as not
+  // implemented, once it is known to be a valid mesh.
+  FailureOr<std::optional<MeshShape>> mesh =
+      resolveMesh(config, worldSize,
+                  [&](llvm::StringRef key) { return error(at(key.str())); });
+  if (mlir::failed(mesh))
+    return;
+  config.mesh = *mesh;
   if (config.lr_scheduler.min_lr > config.optimizer.lr) {
     error(at("lr_scheduler.min_lr"))
         << "lr_scheduler.min_lr (" << config.lr_scheduler.min_lr

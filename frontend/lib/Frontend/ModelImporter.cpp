@@ -78,10 +78,9 @@ std::vector<ParamSpec> kiln::modelParameters(const Config &config) {
 }
 
 namespace {
-/// Data-parallel ranks the module is built for (1 unless resolved).
-int64_t ranksOf(const Config &config) {
-  return std::max<int64_t>(1, config.parallelism.data_parallel_shard_degree);
-}
+/// Data-parallel ranks the module is built for: the mesh's dp_shard (the tp
+/// ranks of a group share their batch).
+int64_t ranksOf(const Config &config) { return config.runMesh().dpShard; }
 
 /// The batch one rank computes on: its share of the global batch.
 int64_t localBatch(const Config &config) {
@@ -323,13 +322,17 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
   module->getOperation()->setAttr(
       "kiln.activation_checkpoint",
       b.getStringAttr(config.activation_checkpoint.mode));
+  // The mesh the config and the run's world size decided (Mesh.cpp): where
+  // the world size enters the compiler.
+  MeshShape mesh = config.runMesh();
+  module->getOperation()->setAttr(
+      KilnDialect::kMeshAttrName,
+      MeshAttr::get(context, mesh.dpShard, mesh.tp));
   module->getOperation()->setAttr(
       "kiln.fsdp",
-      b.getDictionaryAttr(
-          {b.getNamedAttr("ranks", b.getI64IntegerAttr(ranksOf(config))),
-           b.getNamedAttr("reshard_after_forward",
-                          b.getBoolAttr(
-                              config.parallelism.reshard_after_forward))}));
+      b.getDictionaryAttr({b.getNamedAttr(
+          "reshard_after_forward",
+          b.getBoolAttr(config.parallelism.reshard_after_forward))}));
 
   if (config.float8.enable) {
     Location at = keyLocation(context, config, "float8.enable");

@@ -66,6 +66,49 @@ bool launchedByMpi() {
   return false;
 }
 
+Expected<std::unique_ptr<Communicator>> Communicator::split(int, int) {
+  return Error(std::string(backendName()) +
+               ": this communicator cannot be split into sub-communicators");
+}
+
+Expected<AxisCommunicators> splitMesh(Communicator &world, int64_t dpShard,
+                                      int64_t tp) {
+  if (dpShard < 1 || tp < 1 || dpShard * tp != world.size())
+    return Error("the mesh dp_shard " + std::to_string(dpShard) + " x tp " +
+                 std::to_string(tp) + " is not the run's " +
+                 std::to_string(world.size()) + " ranks");
+  int rank = world.rank();
+  AxisCommunicators axes;
+  // An axis spanning the world is the world; one of size 1 is local. When
+  // both axes are real, the splits are made in this order on every rank.
+  auto make =
+      [&](int64_t size, int color,
+          std::unique_ptr<Communicator> &owned) -> Expected<Communicator *> {
+    if (size == world.size())
+      return &world;
+    if (size == 1) {
+      owned = createLocalCommunicator();
+    } else {
+      Expected<std::unique_ptr<Communicator>> made = world.split(color, rank);
+      if (!made)
+        return made.takeError();
+      owned = *std::move(made);
+    }
+    return owned.get();
+  };
+  Expected<Communicator *> dp =
+      make(dpShard, static_cast<int>(rank % tp), axes.ownedDpShard);
+  if (!dp)
+    return dp.takeError();
+  axes.dpShard = *dp;
+  Expected<Communicator *> inner =
+      make(tp, static_cast<int>(rank / tp), axes.ownedTp);
+  if (!inner)
+    return inner.takeError();
+  axes.tp = *inner;
+  return axes;
+}
+
 Expected<std::unique_ptr<Communicator>> createCommunicator() {
   if (launchedByMpi())
     return createMpiCommunicator();

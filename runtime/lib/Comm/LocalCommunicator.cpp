@@ -39,6 +39,15 @@ public:
 
   bool test(CommHandle) override { return true; }
 
+  /// A world of one rank splits into one rank: the local backend has no
+  /// groups of several ranks.
+  Expected<std::unique_ptr<Communicator>> split(int color, int) override {
+    if (color < 0)
+      return Error("local: split needs a color of 0 or more, got " +
+                   std::to_string(color));
+    return createLocalCommunicator();
+  }
+
   Error barrier() override { return issueBarrier(); }
 
   Error failure() const override {

@@ -57,6 +57,8 @@ Error MpiCommunicator::runCaught(const Request &r) {
   // Nothing may escape this thread: scratch space that cannot be had is
   // the collective's error.
   try {
+    if (r.task)
+      return r.task();
     return run(r);
   } catch (const std::exception &e) {
     return Error("mpi " +

@@ -92,8 +92,45 @@ MpiCommunicator::~MpiCommunicator() {
   workCv_.notify_one();
   if (thread_.joinable())
     thread_.join();
+  if (handed_ != MPI_COMM_NULL)
+    return; // a sub-communicator: the world's still holds MPI
   std::lock_guard<std::mutex> lock(processMutex);
   communicatorExists = false;
+}
+
+Expected<std::unique_ptr<Communicator>> MpiCommunicator::split(int color,
+                                                               int key) {
+  if (color < 0)
+    return Error("mpi: split needs a color of 0 or more, got " +
+                 std::to_string(color));
+  if (provided_ < MPI_THREAD_MULTIPLE)
+    return Error("mpi: a sub-communicator has its own communication thread, "
+                 "which needs MPI_THREAD_MULTIPLE; this MPI provides less "
+                 "(or KILN_MPI_THREAD_LEVEL asked for less)");
+  // MPI_Comm_split is collective over comm_: it runs on this
+  // communicator's thread in its place in the issue order.
+  auto made = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  Request request;
+  request.task = [this, made, color, key]() -> Error {
+    int rc = MPI_Comm_split(comm_, color, key, made.get());
+    if (rc != MPI_SUCCESS)
+      return Error("mpi: MPI_Comm_split failed: " + mpiErrorText(rc));
+    return Error::success();
+  };
+  CommHandle handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    request.id = handle.id = nextId_++;
+    queue_.push_back(std::move(request));
+  }
+  workCv_.notify_one();
+  if (Error e = wait(handle))
+    return e;
+  auto child = std::make_unique<MpiCommunicator>(*made);
+  child->provided_ = provided_;
+  if (Error e = child->launch())
+    return e;
+  return std::unique_ptr<Communicator>(std::move(child));
 }
 
 CommHandle MpiCommunicator::issue(CollectiveKind kind, const void *send,
@@ -196,6 +233,28 @@ void MpiCommunicator::threadMain() {
 }
 
 Error MpiCommunicator::setUp() {
+  if (handed_ != MPI_COMM_NULL) {
+    // A sub-communicator: MPI is up (the world's holds it); this thread
+    // uses the split's communicator and a duplicate of it for the side
+    // channel.
+    comm_ = handed_;
+    int rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Comm_dup(comm_, &side_);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Comm_rank(comm_, &rank_);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Comm_size(comm_, &size_);
+    if (rc != MPI_SUCCESS) {
+      Error error("mpi: setting up a sub-communicator failed: " +
+                  mpiErrorText(rc));
+      tearDown();
+      return error;
+    }
+    return Error::success();
+  }
   int initialised = 0, finalised = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
@@ -209,6 +268,7 @@ Error MpiCommunicator::setUp() {
     if (rc != MPI_SUCCESS)
       return Error("mpi: MPI_Init_thread failed: " + mpiErrorText(rc));
     ownsMpi_ = true;
+    provided_ = provided;
     // This thread makes every MPI call and is the one that initialised
     // MPI, which is all that FUNNELED asks.
     if (provided < MPI_THREAD_FUNNELED) {
@@ -219,6 +279,7 @@ Error MpiCommunicator::setUp() {
     }
   } else {
     MPI_Query_thread(&provided);
+    provided_ = provided;
     if (provided < MPI_THREAD_MULTIPLE)
       return Error("mpi: MPI was initialised elsewhere without "
                    "MPI_THREAD_MULTIPLE; the communication thread "

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -50,6 +51,9 @@ struct Request {
   /// Set at start when the arguments are invalid: the request fails
   /// (in its turn) without MPI calls.
   std::string invalid;
+  /// Work other than a collective, run in its turn on the communication
+  /// thread (split's MPI_Comm_split).
+  std::function<Error()> task;
 };
 
 /// MPI_THREAD_MULTIPLE, unless KILN_MPI_THREAD_LEVEL asks for funneled or
@@ -62,6 +66,10 @@ MPI_Datatype mpiType(ElementType type);
 
 class MpiCommunicator final : public IssuingCommunicator<Communicator> {
 public:
+  /// The world's communicator (MPI_COMM_WORLD, duplicated).
+  MpiCommunicator() = default;
+  /// A sub-communicator over `comm`, which split() made and this one owns.
+  explicit MpiCommunicator(MPI_Comm comm) : handed_(comm) {}
   ~MpiCommunicator() override;
 
   /// Starts the communication thread and waits for it to set MPI up.
@@ -87,6 +95,8 @@ public:
     timeoutSeconds_.store(std::max<int64_t>(0, seconds));
   }
   [[noreturn]] void abortRun(int code) override;
+
+  Expected<std::unique_ptr<Communicator>> split(int color, int key) override;
 
 private:
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
@@ -139,6 +149,11 @@ private:
   int64_t asked_ = 0;
   std::vector<int64_t> peerReached_;
   bool ownsMpi_ = false;
+  /// A sub-communicator's split result (null for the world's).
+  MPI_Comm handed_ = MPI_COMM_NULL;
+  /// The thread level MPI provides: a sub-communicator's own thread needs
+  /// MPI_THREAD_MULTIPLE.
+  int provided_ = MPI_THREAD_SINGLE;
   std::vector<unsigned char> rows_;
   std::vector<float> scratch_;
   std::vector<int> sendCounts_, sendDispls_, recvCounts_, recvDispls_;

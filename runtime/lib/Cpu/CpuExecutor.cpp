@@ -77,6 +77,15 @@ Error CpuExecutor::setCommunicator(comm::Communicator *c) {
                  " ranks but the run has " + std::to_string(size));
   communicator = c;
   rankIndex = c ? c->rank() : 0;
+  shardIndex =
+      static_cast<int>(planRef.mesh.axisIndex(plan::Axis::DpShard, rankIndex));
+  if (c) {
+    Expected<comm::AxisCommunicators> split =
+        comm::splitMesh(*c, planRef.mesh.dpShard, planRef.mesh.tp);
+    if (!split)
+      return split.takeError();
+    axes = *std::move(split);
+  }
   return Error::success();
 }
 
@@ -92,17 +101,17 @@ std::string CpuExecutor::describe() const {
 }
 
 Error CpuExecutor::initialize(uint64_t seed) {
-  initializeStates(planRef, rankIndex, seed, states);
+  initializeStates(planRef, shardIndex, seed, states);
   return Error::success();
 }
 
 Expected<std::vector<FloatTensor>> CpuExecutor::unshardedState() {
-  return unshardedStates(planRef, states, communicator);
+  return unshardedStates(planRef, states, axes.dpShard);
 }
 
 Error CpuExecutor::setUnshardedState(
     const std::map<std::string, const FloatTensor *> &byName) {
-  return setUnshardedStates(planRef, rankIndex, byName, states);
+  return setUnshardedStates(planRef, shardIndex, byName, states);
 }
 
 Error CpuExecutor::startCollective(const PlanStep &step) {
@@ -111,6 +120,8 @@ Error CpuExecutor::startCollective(const PlanStep &step) {
                            : isFp8(in.dtype)     ? comm::ElementType::U8
                                                  : comm::ElementType::F32;
   Pending p;
+  p.comm = *plan::parseAxis(step.str("axis")) == plan::Axis::Tp ? axes.tp
+                                                                : axes.dpShard;
   p.name = step.op.substr(0, step.op.size() - 6) + // drop "_start"
            (step.attrs.count("group") ? " " + step.str("group") : "");
   p.started = Trace::Clock::now();
@@ -119,23 +130,23 @@ Error CpuExecutor::startCollective(const PlanStep &step) {
   comm::ReduceOp op =
       reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
   if (reduction == "mean")
-    p.divisor = planRef.ranks;
+    p.divisor = step.i64("ranks"); // the axis's size
   if (step.kind == plan::Op::AllGatherStart)
-    p.handle = communicator->startAllGather(in.data, out.data,
-                                             in.numElements(), type);
+    p.handle =
+        p.comm->startAllGather(in.data, out.data, in.numElements(), type);
   else if (step.kind == plan::Op::ReduceScatterStart)
-    p.handle = communicator->startReduceScatter(in.data, out.data,
-                                                 out.numElements(), type, op);
+    p.handle = p.comm->startReduceScatter(in.data, out.data, out.numElements(),
+                                          type, op);
   else
-    p.handle = communicator->startAllReduce(in.data, out.data,
-                                             in.numElements(), type, op);
+    p.handle =
+        p.comm->startAllReduce(in.data, out.data, in.numElements(), type, op);
   pending[step.results[0]] = p;
   return Error::success();
 }
 
 void CpuExecutor::traceCompleted() {
   for (auto &[id, p] : pending)
-    if (!p.recorded && communicator->test(p.handle)) {
+    if (!p.recorded && p.comm->test(p.handle)) {
       trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
       p.recorded = true;
     }
@@ -147,7 +158,7 @@ Error CpuExecutor::waitCollective(const PlanStep &step) {
     return Error("waits for a collective that was not started");
   Pending p = it->second;
   pending.erase(it);
-  if (Error failure = communicator->wait(p.handle))
+  if (Error failure = p.comm->wait(p.handle))
     return Error(p.name + ": " + failure.message());
   if (trace && !p.recorded)
     trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
@@ -311,7 +322,7 @@ Error CpuExecutor::runShardOp(const PlanStep &s,
   std::vector<cpu::FlatRange> weights;
   for (size_t i = 0; i < offsets.size(); ++i)
     weights.push_back({offsets[i], sizes[i]});
-  int64_t n = shard.numElements(), first = rankIndex * n;
+  int64_t n = shard.numElements(), first = shardIndex * n;
   if (s.kind == plan::Op::ShardAmax) {
     cpu::shardAmax(shard.f32(), n, first, weights.data(),
                    static_cast<int64_t>(weights.size()),

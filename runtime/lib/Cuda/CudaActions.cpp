@@ -399,7 +399,7 @@ Error Builder::collective(const PlanStep &s) {
   act.reduce = reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
   act.count = s.kind == plan::Op::ReduceScatterStart ? res.numElements()
                                                       : in.numElements();
-  divisors[res.id] = reduction == "mean" ? plan.ranks : 1;
+  divisors[res.id] = reduction == "mean" ? s.i64("ranks") : 1; // the axis's
   return Error::success();
 }
 

@@ -130,6 +130,12 @@ Error CudaExecutor::setCommunicator(comm::Communicator *c) {
                  " ranks but the run has " + std::to_string(size));
   if (s->prepared)
     return Error("the communicator is set before the executor's first use");
+  // The world's NCCL communicator is the dp_shard axis's while tp = 1; the
+  // tp axis's (ncclCommSplit) is not built yet (docs/tp.md).
+  if (s->plan.mesh.tp > 1)
+    return Error("the plan's mesh has tp = " + std::to_string(s->plan.mesh.tp) +
+                 "; the CUDA backend runs tp = 1 meshes only (no tp "
+                 "communicator yet)");
   s->host = c;
   s->rankIndex = c ? c->rank() : 0;
   if (s->plan.ranks > 1) {

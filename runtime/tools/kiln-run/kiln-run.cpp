@@ -37,7 +37,9 @@ void describe(const Plan &plan) {
       params += v.init.kind != InitSpec::Zeros ? v.numElements() : 0;
     }
   std::cout << std::fixed << std::setprecision(1) << "plan version "
-            << plan.version << ", vocab " << plan.vocabSize << "\n"
+            << plan.version << ", vocab " << plan.vocabSize << ", mesh "
+            << plan.mesh.dpShard << " x " << plan.mesh.tp
+            << " (dp_shard x tp)\n"
             << "state: " << states << " tensors, " << mib(plan.stateBytes)
             << " MiB (" << params << " parameters)\n"
             << "arena: " << mib(plan.arenaBytes) << " MiB\n";

@@ -470,7 +470,7 @@ func.func @fused_group_c3_terminal(%a: tensor<8x8xf32>) {
 
 func.func @all_gather_start_c1(%s: tensor<8xbf16>) {
   // expected-error @+1 {{'kiln.all_gather_start' op shard and buffer must be rank-1 tensors of one element type, the buffer 2 times as long; got 'tensor<8xbf16>' and 'tensor<8xbf16>'}}
-  %0 = kiln.all_gather_start %s {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<8xbf16>
+  %0 = kiln.all_gather_start %s over dp_shard {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<8xbf16>
   %1 = kiln.wait %0 : tensor<8xbf16>
   return
 }
@@ -479,7 +479,7 @@ func.func @all_gather_start_c1(%s: tensor<8xbf16>) {
 
 func.func @all_gather_start_c2(%s: tensor<8xbf16>) {
   // expected-error @+1 {{'kiln.all_gather_start' op result must have one user, a kiln.wait}}
-  %0 = kiln.all_gather_start %s {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %0 = kiln.all_gather_start %s over dp_shard {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
   return
 }
 
@@ -487,7 +487,7 @@ func.func @all_gather_start_c2(%s: tensor<8xbf16>) {
 
 func.func @reduce_scatter_start_c2(%s: tensor<16xf32>) {
   // expected-error @+1 {{'kiln.reduce_scatter_start' op reduction must be 'sum' or 'mean', got 'max'}}
-  %0 = kiln.reduce_scatter_start %s {group = "g", ranks = 2 : i64, reduction = "max"} : tensor<16xf32> -> tensor<8xf32>
+  %0 = kiln.reduce_scatter_start %s over dp_shard {group = "g", ranks = 2 : i64, reduction = "max"} : tensor<16xf32> -> tensor<8xf32>
   %1 = kiln.wait %0 : tensor<8xf32>
   return
 }
@@ -607,5 +607,88 @@ func.func @fp8_choice_c2_bf16(%x: tensor<16x16xbf16>, %w: tensor<16x16xbf16>) {
 func.func @scaled_matmul_fast_accumulation(%a: tensor<16x16xf8E4M3FN>, %s: tensor<f32>) {
   // expected-error @+1 {{'kiln.scaled_matmul' op requires attribute 'fast_accumulation'}}
   %0 = kiln.scaled_matmul "output" wq %a, %s, %a, %s param("q") : tensor<16x16xf8E4M3FN>, tensor<f32>, tensor<16x16xf8E4M3FN>, tensor<f32> -> tensor<16x16xbf16>
+  return
+}
+
+// -----
+
+// #kiln.mesh: one case per rule of KilnAttrs.td, then where it may be.
+
+// expected-error @+1 {{#kiln.mesh: dp_shard and tp must be at least 1, got dp_shard = 0, tp = 2}}
+module @mesh_c1 attributes {kiln.mesh = #kiln.mesh<dp_shard = 0, tp = 2>} {
+}
+
+// -----
+
+// expected-error @+1 {{#kiln.mesh: dp_shard and tp must be at least 1, got dp_shard = 2, tp = -1}}
+module @mesh_c1_tp attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = -1>} {
+}
+
+// -----
+
+// expected-error @+1 {{#kiln.mesh: dp_shard x tp (65536 x 65536) must be below 2^31 ranks}}
+module @mesh_c2 attributes {kiln.mesh = #kiln.mesh<dp_shard = 65536, tp = 65536>} {
+}
+
+// -----
+
+// Both axes are required (the struct parser asks for the next one).
+// expected-error @+1 {{expected ','}}
+module @mesh_missing_axis attributes {kiln.mesh = #kiln.mesh<dp_shard = 2>} {
+}
+
+// -----
+
+// expected-error @+1 {{'kiln.mesh' must be a #kiln.mesh attribute}}
+module @mesh_not_a_mesh attributes {kiln.mesh = {dp_shard = 2 : i64, tp = 1 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'func.func' op 'kiln.mesh' belongs on a module}}
+func.func @mesh_on_a_function() attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>} {
+  return
+}
+
+// -----
+
+// collective_axis: a collective's ranks are its axis's size in the mesh.
+module @collective_axis attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} {
+  func.func @gather_over_tp(%s: tensor<8xbf16>) {
+    // expected-error @+1 {{'kiln.all_gather_start' op runs over 2 ranks, but the mesh's tp axis has 4 (#kiln.mesh<dp_shard = 2, tp = 4>)}}
+    %0 = kiln.all_gather_start %s over tp {group = "g", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+    %1 = kiln.wait %0 : tensor<16xbf16>
+    return
+  }
+}
+
+// -----
+
+module @collective_axis_rs attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} {
+  func.func @scatter_over_dp(%s: tensor<32xf32>) {
+    // expected-error @+1 {{'kiln.reduce_scatter_start' op runs over 4 ranks, but the mesh's dp_shard axis has 2}}
+    %0 = kiln.reduce_scatter_start %s over dp_shard {group = "g", ranks = 4 : i64, reduction = "sum"} : tensor<32xf32> -> tensor<8xf32>
+    %1 = kiln.wait %0 : tensor<8xf32>
+    return
+  }
+}
+
+// -----
+
+module @collective_axis_ar attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} {
+  func.func @reduce_over_tp(%s: tensor<4xf32>) {
+    // expected-error @+1 {{'kiln.all_reduce_start' op runs over 2 ranks, but the mesh's tp axis has 4}}
+    %0 = kiln.all_reduce_start %s over tp {ranks = 2 : i64, reduction = "max"} : tensor<4xf32>
+    %1 = kiln.wait %0 : tensor<4xf32>
+    return
+  }
+}
+
+// -----
+
+func.func @collective_axis_unknown(%s: tensor<4xf32>) {
+  // expected-error @+2 {{expected ::kiln::MeshAxis to be one of: dp_shard, tp}}
+  // expected-error @+1 {{failed to parse Kiln_MeshAxisAttr parameter 'value'}}
+  %0 = kiln.all_reduce_start %s over pp {ranks = 2 : i64, reduction = "max"} : tensor<4xf32>
   return
 }

@@ -79,6 +79,26 @@ module @fp8_policy attributes {kiln.float8 = #kiln.float8<enable_fsdp_float8_all
 module @fp8_delayed attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len = 16, amax_compute_algo = most_recent, auto_filter_small_kn = true>} {
 }
 
+// The device mesh: its two axes print in their order (dp_shard, then tp),
+// whatever order they were written in.
+// Each collective names its axis, whose size in the mesh is its ranks.
+// CHECK-LABEL: module @mesh
+// CHECK-SAME: kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>
+module @mesh attributes {kiln.mesh = #kiln.mesh<tp = 4, dp_shard = 2>} {
+  // CHECK: kiln.all_gather_start %{{.+}} over tp {group = "g", ranks = 4 : i64} : tensor<8xbf16> -> tensor<32xbf16>
+  // CHECK: kiln.reduce_scatter_start %{{.+}} over tp {group = "g", ranks = 4 : i64, reduction = "sum"} : tensor<32xbf16> -> tensor<8xbf16>
+  // CHECK: kiln.all_reduce_start %{{.+}} over dp_shard {ranks = 2 : i64, reduction = "max"} : tensor<8xbf16>
+  func.func @collectives(%s: tensor<8xbf16>) -> tensor<8xbf16> {
+    %0 = kiln.all_gather_start %s over tp {group = "g", ranks = 4 : i64} : tensor<8xbf16> -> tensor<32xbf16>
+    %1 = kiln.wait %0 : tensor<32xbf16>
+    %2 = kiln.reduce_scatter_start %1 over tp {group = "g", ranks = 4 : i64, reduction = "sum"} : tensor<32xbf16> -> tensor<8xbf16>
+    %3 = kiln.wait %2 : tensor<8xbf16>
+    %4 = kiln.all_reduce_start %3 over dp_shard {ranks = 2 : i64, reduction = "max"} : tensor<8xbf16>
+    %5 = kiln.wait %4 : tensor<8xbf16>
+    return %5 : tensor<8xbf16>
+  }
+}
+
 // kiln-fp8-select's mark, one per reason, and the forward GEMM's fast
 // accumulation.
 // CHECK-LABEL: func.func @fp8_marks

@@ -25,8 +25,6 @@ inline constexpr llvm::StringLiteral kForwardLogitsFunc = "forward_logits";
 inline constexpr llvm::StringLiteral kFp8CalibrationFunc = "fp8_calibration";
 inline constexpr llvm::StringLiteral kOptimizerAttr = "kiln.optimizer";
 inline constexpr llvm::StringLiteral kPrecisionAttr = "kiln.precision";
-/// The ranks a sharded module runs on (set by kiln-fsdp).
-inline constexpr llvm::StringLiteral kRanksAttr = "kiln.ranks";
 /// Marks the forward ops kiln-activation-checkpoint cloned into a backward.
 inline constexpr llvm::StringLiteral kRecomputedAttr = "kiln.recomputed";
 /// Written by kiln-assign-buffers, read by the plan emitter. On an op: the

@@ -107,9 +107,11 @@ def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
 def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
   let summary = "Shard parameters, gradients and optimizer state over ranks (FSDP)";
   let description = [{
-    Reads `ranks` and `reshard_after_forward` from the module's `kiln.fsdp`
-    dictionary (the frontend's, from `[parallelism]` and the world size)
-    unless the `ranks` option is set. For `ranks` > 1, rewrites
+    Shards over the mesh's `dp_shard` axis: `ranks` is the module's
+    `#kiln.mesh`'s `dp_shard` (the frontend's, from `[parallelism]` and the
+    world size; one rank without a mesh), `reshard_after_forward` its
+    `kiln.fsdp` dictionary's, unless the `ranks` option is set (then the
+    module's mesh is set to that `dp_shard`). For `ranks` > 1, rewrites
     `@train_step` and `@forward_loss` (the IR of
     one rank: its share of the batch) so that each parameter group (the
     embedding, each transformer block `model.layers.<i>`, and `head`: the
@@ -155,7 +157,7 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"ranks", "ranks", "int64_t", "0",
-           "Ranks of the data-parallel mesh (0: the module's kiln.fsdp)">,
+           "Ranks of the mesh's dp_shard axis (0: the module's kiln.mesh)">,
     Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
            "Gather each group again for its backward (with ranks = 0: the "
            "module's kiln.fsdp)">,

@@ -34,14 +34,12 @@ struct ModelSession {
   std::optional<Config> config;
 
   /// Loads and validates; prints what went wrong and returns false if not.
-  bool load(const std::string &model,
-            const std::vector<std::string> &overrides);
-
-  /// Compiles for `ranks` data-parallel ranks (the world size of the run):
-  /// resolves `parallelism.data_parallel_shard_degree` (-1: all ranks) and
-  /// checks that the global batch splits evenly. Prints what is wrong and
-  /// returns false if not.
-  bool setRanks(int64_t ranks);
+  /// With the run's `worldSize`, also decides the mesh for it
+  /// (Config::mesh; parseConfig): a mesh that does not fit the run, or a
+  /// global batch that does not split over its dp_shard ranks, is an error
+  /// at the key it names.
+  bool load(const std::string &model, const std::vector<std::string> &overrides,
+            std::optional<int64_t> worldSize = std::nullopt);
 
   /// Runs every built phase (with `fuse` false, all but the fuse phase) and
   /// returns the plan as JSON text, or nothing after printing the
@@ -56,7 +54,7 @@ struct ModelSession {
 
   /// compilePlan's result, as the runtime reads it, from the on-disk cache
   /// ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed
-  /// by the model text, the `overrides` it was loaded with, the ranks it is
+  /// by the model text, the `overrides` it was loaded with, the mesh it is
   /// compiled for and this build; compiled and stored there when missing.
   /// An entry that does not load is discarded with a warning naming it and
   /// compiled again; a cache that cannot be written only costs time. `hit`

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,8 +71,8 @@ struct CheckpointConfig {
 struct ParallelismConfig {
   int64_t data_parallel_shard_degree = -1;
   bool reshard_after_forward = true;
-  // Tensor parallel (issue #17, docs/tp.md): in the schema so that
-  // TorchTitan's files load, refused until the passes exist.
+  // Tensor parallel (issue #17, docs/tp.md): validated with the mesh
+  // (Mesh.h), then refused above 1 until the partition pass exists.
   int64_t tensor_parallel_degree = 1;
   bool enable_async_tensor_parallel = false;
   bool disable_loss_parallel = false;
@@ -102,6 +103,18 @@ struct Float8Config {
   std::string amax_compute_algo = "max";
 };
 
+/// The device mesh of a run, `[dp_shard, tp]` with tp innermost: rank `r`
+/// sits at `(r / tp, r % tp)`, so a tp group is consecutive ranks (one
+/// node's GPUs). Decided by resolveMesh (Mesh.h) alone.
+struct MeshShape {
+  int64_t dpShard = 1;
+  int64_t tp = 1;
+
+  int64_t ranks() const { return dpShard * tp; }
+  int64_t dpShardIndex(int64_t rank) const { return rank / tp; }
+  int64_t tpIndex(int64_t rank) const { return rank % tp; }
+};
+
 /// Where a key's value was written: for diagnostics and IR locations.
 struct SourcePos {
   unsigned line = 0, column = 0;
@@ -124,6 +137,12 @@ struct Config {
   /// Where each key that was set (canonical "section.key") was written, and
   /// where each section header is.
   std::map<std::string, SourcePos> positions;
+  /// The run's mesh, when parseConfig was given the run's world size; a
+  /// config parsed without one (`kiln config`, `kiln sample`) is imported
+  /// for one rank. Not a key: renderConfigToml never shows it.
+  std::optional<MeshShape> mesh;
+
+  MeshShape runMesh() const { return mesh.value_or(MeshShape{}); }
 };
 
 } // namespace kiln

@@ -30,10 +30,13 @@ std::optional<ModelSource> loadModelSource(llvm::StringRef arg,
 /// Parses and validates a model description plus `--set section.key=value`
 /// overrides. Every problem is emitted as an MLIR diagnostic at a
 /// FileLineColLoc into the source (or into the override); returns failure if
-/// there was any.
-mlir::FailureOr<Config> parseConfig(mlir::MLIRContext *context,
-                                    const ModelSource &source,
-                                    llvm::ArrayRef<std::string> overrides = {});
+/// there was any. With the run's `worldSize` (`--world-size`, or the ranks
+/// mpirun started), the mesh is resolved for it into Config::mesh, and a
+/// mesh that does not fit the run is one of the problems (Mesh.h).
+mlir::FailureOr<Config>
+parseConfig(mlir::MLIRContext *context, const ModelSource &source,
+            llvm::ArrayRef<std::string> overrides = {},
+            std::optional<int64_t> worldSize = std::nullopt);
 
 /// The location of `key` ("section.key") in the source, falling back to the
 /// first of `fallbacks` that was written, then to the section header, then

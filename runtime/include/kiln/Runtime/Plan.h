@@ -100,11 +100,26 @@ struct TrainingSpec {
   int64_t commTimeoutSeconds = 100; // a collective's deadline; 0: none
 };
 
+/// The device mesh a plan runs on (docs/tp.md, "The mesh"): `dp_shard`
+/// outer, `tp` inner; rank r sits at (r / tp, r % tp).
+struct PlanMesh {
+  int64_t dpShard = 1, tp = 1;
+
+  int64_t axisSize(plan::Axis axis) const {
+    return axis == plan::Axis::Tp ? tp : dpShard;
+  }
+  /// This rank's position along `axis`.
+  int64_t axisIndex(plan::Axis axis, int64_t rank) const {
+    return axis == plan::Axis::Tp ? rank % tp : rank / tp;
+  }
+};
+
 struct Plan {
   int version = 0;
   TrainingSpec training;
   int64_t vocabSize = 0;
-  int64_t ranks = 1; // data-parallel ranks the plan runs on
+  int64_t ranks = 1; // the ranks the plan runs on: mesh.dpShard x mesh.tp
+  PlanMesh mesh;
   int64_t arenaBytes = 0, stateBytes = 0;
   std::vector<PlanValue> values;
   std::map<std::string, PlanEntry> entries;

@@ -4,12 +4,14 @@
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Regex.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace kiln;
@@ -309,6 +311,27 @@ Fp8ChoiceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "#kiln.fp8_choice: a pattern goes with the reason "
                           "'filtered' and no other";
   return success();
+}
+
+LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               int64_t dpShard, int64_t tp) {
+  if (dpShard < 1 || tp < 1)
+    return emitError() << "#kiln.mesh: dp_shard and tp must be at least 1, "
+                          "got dp_shard = "
+                       << dpShard << ", tp = " << tp;
+  int64_t ranks;
+  if (__builtin_mul_overflow(dpShard, tp, &ranks) ||
+      ranks > std::numeric_limits<int32_t>::max())
+    return emitError() << "#kiln.mesh: dp_shard x tp (" << dpShard << " x "
+                       << tp << ") must be below 2^31 ranks";
+  return success();
+}
+
+MeshAttr kiln::getModuleMesh(Operation *op) {
+  auto module =
+      isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  return module ? module->getAttrOfType<MeshAttr>(KilnDialect::kMeshAttrName)
+                : MeshAttr();
 }
 
 void KilnDialect::registerAttributes() {

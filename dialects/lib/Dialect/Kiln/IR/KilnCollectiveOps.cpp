@@ -21,6 +21,16 @@ LogicalResult checkShards(Operation *op, Value small, Value big,
   return success();
 }
 
+/// collective_axis: `ranks` is the size of `axis` in the module's mesh.
+LogicalResult checkAxis(Operation *op, MeshAxis axis, int64_t ranks) {
+  MeshAttr mesh = getModuleMesh(op);
+  if (!mesh || mesh.getAxisSize(axis) == ranks)
+    return success();
+  return op->emitOpError("runs over ")
+         << ranks << " ranks, but the mesh's " << stringifyMeshAxis(axis)
+         << " axis has " << mesh.getAxisSize(axis) << " (" << mesh << ")";
+}
+
 LogicalResult checkWaited(Operation *op) {
   if (!op->getResult(0).hasOneUse() ||
       !isa<WaitOp>(*op->getResult(0).getUsers().begin()))
@@ -30,13 +40,15 @@ LogicalResult checkWaited(Operation *op) {
 } // namespace
 
 LogicalResult AllGatherStartOp::verify() {
-  if (failed(checkShards(*this, getShard(), getResult(), getRanks())))
+  if (failed(checkShards(*this, getShard(), getResult(), getRanks())) ||
+      failed(checkAxis(*this, getAxis(), getRanks())))
     return failure();
   return checkWaited(*this);
 }
 
 LogicalResult ReduceScatterStartOp::verify() {
-  if (failed(checkShards(*this, getResult(), getInput(), getRanks())))
+  if (failed(checkShards(*this, getResult(), getInput(), getRanks())) ||
+      failed(checkAxis(*this, getAxis(), getRanks())))
     return failure();
   if (getReduction() != "sum" && getReduction() != "mean")
     return emitOpError("reduction must be 'sum' or 'mean', got '")
@@ -47,6 +59,8 @@ LogicalResult ReduceScatterStartOp::verify() {
 LogicalResult AllReduceStartOp::verify() {
   if (getRanks() < 1)
     return emitOpError("needs at least one rank, got ") << getRanks();
+  if (failed(checkAxis(*this, getAxis(), getRanks())))
+    return failure();
   if (getReduction() != "sum" && getReduction() != "mean" &&
       getReduction() != "max")
     return emitOpError("reduction must be 'sum', 'mean' or 'max', got '")

@@ -5,6 +5,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 
 using namespace mlir;
@@ -77,5 +78,20 @@ LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
   if (!str || str.getValue().empty())
     return op->emitOpError() << "result " << resultIndex << ": '" << name
                              << "' must be a non-empty string";
+  return success();
+}
+
+/// Discardable attributes on operations: `kiln.mesh` is a #kiln.mesh on a
+/// module. The others (kiln.float8, kiln.training, the passes' marks) are
+/// checked by their readers.
+LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName().getValue() != kMeshAttrName)
+    return success();
+  if (!isa<ModuleOp>(op))
+    return op->emitOpError() << "'" << kMeshAttrName << "' belongs on a module";
+  if (!isa<MeshAttr>(attr.getValue()))
+    return op->emitOpError()
+           << "'" << kMeshAttrName << "' must be a #kiln.mesh attribute";
   return success();
 }

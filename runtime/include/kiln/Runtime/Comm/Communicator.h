@@ -129,7 +129,33 @@ public:
   /// (NCCL) returns false and documents what it guarantees instead; the
   /// conformance suite then checks its sums against an error bound.
   virtual bool exactRankOrderReduction() const { return true; }
+
+  /// The communicator of the ranks of this one that pass the same `color`
+  /// (>= 0), numbered by `key` then by rank: MPI_Comm_split's rule. Issued
+  /// like a collective, so every rank calls it in the same place of the
+  /// issue order; it returns once the new communicator is ready. It has
+  /// its own issue order, handles and failed state; it must be destroyed
+  /// before this one. A one-line error where the backend cannot split
+  /// (MPI without MPI_THREAD_MULTIPLE, NCCL before #6 ran on GPUs).
+  virtual Expected<std::unique_ptr<Communicator>> split(int color, int key);
 };
+
+/// The communicators of the two axes of the mesh `[dp_shard, tp]` (docs/tp.md),
+/// made from the world's: rank r sits at (r / tp, r % tp); its dp_shard
+/// axis is the ranks with its tp coordinate (color r % tp), its tp axis
+/// the ranks with its dp_shard coordinate (color r / tp), both numbered by
+/// world rank, so a rank's position on an axis is its coordinate there.
+/// An axis of size 1 is a local communicator and one that spans the world
+/// is `world` itself, so with tp = 1 the dp_shard axis is exactly today's
+/// world communicator and nothing is split.
+struct AxisCommunicators {
+  Communicator *dpShard = nullptr;
+  Communicator *tp = nullptr;
+  std::unique_ptr<Communicator> ownedDpShard, ownedTp;
+};
+/// `world.size()` must be dpShard x tp; every rank calls it alike.
+Expected<AxisCommunicators> splitMesh(Communicator &world, int64_t dpShard,
+                                      int64_t tp);
 
 /// The communicator the launcher asks for: MPI when this process was
 /// started by an MPI launcher (launchedByMpi()), else a local one of world

@@ -79,10 +79,17 @@ private:
   int64_t arenaFloats = 0;
   bool checkNumerics = false;
   comm::Communicator *communicator = nullptr;
+  /// The communicators of the plan's mesh axes (splitMesh): each
+  /// collective step runs on its `axis`'s.
+  comm::AxisCommunicators axes;
   int rankIndex = 0;
-  /// Collectives in flight, by the value id of their result: the handle
-  /// and the divisor of a mean (1 otherwise).
+  /// This rank's position on the dp_shard axis: which shard of each flat
+  /// buffer it holds.
+  int shardIndex = 0;
+  /// Collectives in flight, by the value id of their result: the
+  /// communicator, the handle and the divisor of a mean (1 otherwise).
   struct Pending {
+    comm::Communicator *comm = nullptr;
     comm::CommHandle handle;
     int64_t divisor = 1;
     // For the trace: the collective, when it started, whether its end

@@ -23,13 +23,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 namespace kiln::plan {
 
 /// The plan format's version: the emitter writes it, the loader reads only
 /// it. Changes are listed in docs/plan.md's changelog.
-inline constexpr int kVersion = 3;
+inline constexpr int kVersion = 4;
 
 /// The largest element count of one value, and of a fused group's
 /// iteration space: 2^48, far past any device and small enough that
@@ -49,6 +50,25 @@ inline constexpr int64_t kMaxEvalSteps = 100000;
 /// The collective deadline in seconds (0 waits forever), as the config
 /// key comm.train_timeout_seconds allows.
 inline constexpr int64_t kMaxTimeoutSeconds = 1000000;
+
+/// The device mesh's axes (docs/tp.md, "The mesh"), as a collective's
+/// `axis` names them: `dp_shard` outer, `tp` inner, rank r at
+/// (r / tp, r % tp). A collective over an axis runs among the ranks that
+/// share the other axis's coordinate.
+enum class Axis : uint8_t { DpShard, Tp };
+#define KILN_PLAN_AXES "dp_shard|tp"
+inline constexpr const char *kAxisNames[] = {"dp_shard", "tp"};
+
+inline constexpr const char *axisName(Axis axis) {
+  return kAxisNames[static_cast<int>(axis)];
+}
+/// The axis called `name`, or nothing if there is none of that name.
+inline std::optional<Axis> parseAxis(std::string_view name) {
+  for (int i = 0; i < 2; ++i)
+    if (name == kAxisNames[i])
+      return static_cast<Axis>(i);
+  return std::nullopt;
+}
 
 /// What kind of step an op is, which decides who runs it.
 enum class Category : uint8_t {
@@ -204,20 +224,17 @@ inline constexpr AttrSpec kAttrs[] = {
     {Op::Attention, "causal", AttrType::Bool, false, 0, 0, nullptr},
     {Op::Attention, "scale", AttrType::Float, true, kTiny, kHuge, nullptr},
     {Op::AttentionGrad, "causal", AttrType::Bool, false, 0, 0, nullptr},
-    {Op::AttentionGrad, "scale", AttrType::Float, true, kTiny, kHuge,
-     nullptr},
+    {Op::AttentionGrad, "scale", AttrType::Float, true, kTiny, kHuge, nullptr},
     {Op::Transpose, "permutation", AttrType::IntList, true, 0, 63, nullptr},
     {Op::Flatten, "offsets", AttrType::IntList, true, 0, kMaxOffset, nullptr},
     {Op::Unflatten, "offset", AttrType::Int, true, 0, kMaxOffset, nullptr},
-    {Op::DelayedAmax, "algo", AttrType::String, true, 0, 0,
-     "max|most_recent"},
+    {Op::DelayedAmax, "algo", AttrType::String, true, 0, 0, "max|most_recent"},
     {Op::GradNorm, "squared", AttrType::Bool, false, 0, 0, nullptr},
     {Op::LrSchedule, "peak", AttrType::Float, true, 0, kHuge, nullptr},
     {Op::LrSchedule, "min_lr", AttrType::Float, true, 0, kHuge, nullptr},
     {Op::LrSchedule, "warmup_steps", AttrType::Int, true, 0, 1e15, nullptr},
     {Op::LrSchedule, "total_steps", AttrType::Int, true, 0, 1e15, nullptr},
-    {Op::LrSchedule, "decay", AttrType::String, true, 0, 0,
-     "cosine|constant"},
+    {Op::LrSchedule, "decay", AttrType::String, true, 0, 0, "cosine|constant"},
     // AdamW's betas in [0, 1] (1 makes the bias correction divide by zero,
     // which the numerics check reports), the rest non-negative.
     {Op::AdamW, "beta1", AttrType::Float, true, 0, 1, nullptr},
@@ -225,8 +242,7 @@ inline constexpr AttrSpec kAttrs[] = {
     {Op::AdamW, "eps", AttrType::Float, true, 0, kHuge, nullptr},
     {Op::AdamW, "weight_decay", AttrType::Float, true, 0, kHuge, nullptr},
     {Op::AdamW, "max_norm", AttrType::Float, true, 0, kHuge, nullptr},
-    {Op::ShardAmax, "offsets", AttrType::IntList, true, 0, kMaxOffset,
-     nullptr},
+    {Op::ShardAmax, "offsets", AttrType::IntList, true, 0, kMaxOffset, nullptr},
     {Op::ShardAmax, "sizes", AttrType::IntList, true, 0, kMaxOffset, nullptr},
     {Op::ShardAmax, "ranks", AttrType::Int, true, 1, kMaxRanks, nullptr},
     {Op::ShardQuantize, "offsets", AttrType::IntList, true, 0, kMaxOffset,
@@ -234,13 +250,18 @@ inline constexpr AttrSpec kAttrs[] = {
     {Op::ShardQuantize, "sizes", AttrType::IntList, true, 0, kMaxOffset,
      nullptr},
     {Op::ShardQuantize, "ranks", AttrType::Int, true, 1, kMaxRanks, nullptr},
+    // Every collective runs over one mesh axis, `ranks` being its size.
+    {Op::AllGatherStart, "axis", AttrType::String, true, 0, 0, KILN_PLAN_AXES},
     {Op::AllGatherStart, "ranks", AttrType::Int, true, 1, kMaxRanks, nullptr},
     {Op::AllGatherStart, "group", AttrType::String, true, 0, 0, nullptr},
+    {Op::ReduceScatterStart, "axis", AttrType::String, true, 0, 0,
+     KILN_PLAN_AXES},
     {Op::ReduceScatterStart, "ranks", AttrType::Int, true, 1, kMaxRanks,
      nullptr},
     {Op::ReduceScatterStart, "reduction", AttrType::String, true, 0, 0,
      "sum|mean"},
     {Op::ReduceScatterStart, "group", AttrType::String, true, 0, 0, nullptr},
+    {Op::AllReduceStart, "axis", AttrType::String, true, 0, 0, KILN_PLAN_AXES},
     {Op::AllReduceStart, "ranks", AttrType::Int, true, 1, kMaxRanks, nullptr},
     {Op::AllReduceStart, "reduction", AttrType::String, true, 0, 0,
      "sum|mean|max"},
@@ -248,6 +269,7 @@ inline constexpr AttrSpec kAttrs[] = {
 };
 
 #undef KILN_PLAN_ROLES
+#undef KILN_PLAN_AXES
 
 /// Attributes named `kiln.<name>` are annotations for people (which ops
 /// activation checkpointing recomputes): booleans or strings, with no

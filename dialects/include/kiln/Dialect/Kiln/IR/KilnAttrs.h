@@ -11,4 +11,10 @@
 #define GET_ATTRDEF_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnAttrs.h.inc"
 
+namespace kiln {
+/// The `kiln.mesh` of `op`'s module (or of `op` itself, a module), or null
+/// where none is set.
+MeshAttr getModuleMesh(mlir::Operation *op);
+} // namespace kiln
+
 #endif // KILN_DIALECT_KILN_IR_KILNATTRS_H

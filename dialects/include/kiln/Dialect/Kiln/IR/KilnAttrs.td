@@ -167,4 +167,52 @@ def Kiln_Fp8ChoiceAttr : AttrDef<Kiln_Dialect, "Fp8Choice"> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// The device mesh (docs/tp.md, "The mesh"): `#kiln.mesh` on the module, and
+// the axis every collective runs over.
+//===----------------------------------------------------------------------===//
+
+def Kiln_MeshAxis : I32EnumAttr<"MeshAxis", "an axis of the device mesh", [
+  I32EnumAttrCase<"dp_shard", 0>, I32EnumAttrCase<"tp", 1>
+]> {
+  let cppNamespace = "::kiln";
+  let genSpecializedAttr = 0;
+}
+def Kiln_MeshAxisAttr : EnumAttr<Kiln_Dialect, Kiln_MeshAxis, "axis"> {
+  let assemblyFormat = "$value";
+}
+
+def Kiln_MeshAttr : AttrDef<Kiln_Dialect, "Mesh"> {
+  let mnemonic = "mesh";
+  let summary = "the device mesh [dp_shard, tp] a module runs on";
+  let description = [{
+    On the module as `kiln.mesh`, set by the frontend from the mesh the
+    config and the run's world size decide (frontend/Mesh.cpp). Two axes,
+    TorchTitan's names and order: `dp_shard` (FSDP) outer, `tp` (tensor
+    parallel) inner, so rank `r` sits at `(r / tp, r % tp)` and a tp group
+    is `tp` consecutive ranks. A collective over an axis runs among the
+    ranks that share the other axis's coordinate.
+
+    ```mlir
+    module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} { ... }
+    ```
+
+    Rules:
+    - mesh_c1: `dp_shard` and `tp` are at least 1.
+    - mesh_c2: their product (the world size) is below 2^31 (MPI's and
+      NCCL's `int` ranks).
+  }];
+  let parameters = (ins "int64_t":$dp_shard, "int64_t":$tp);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// dp_shard x tp.
+    int64_t getRanks() const { return getDpShard() * getTp(); }
+    /// The size of one axis: the ranks of a collective over it.
+    int64_t getAxisSize(MeshAxis axis) const {
+      return axis == MeshAxis::tp ? getTp() : getDpShard();
+    }
+  }];
+}
+
 #endif // KILN_DIALECT_KILN_IR_KILNATTRS_TD

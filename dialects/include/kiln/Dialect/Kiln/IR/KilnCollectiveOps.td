@@ -11,6 +11,11 @@
 // values; a start/wait pair is what lets the schedule show overlap, so
 // these are the dialect's own (docs/architecture.md, "shard").
 //
+// Every collective names the mesh axis it runs over (`over dp_shard`, `over
+// tp`: #kiln.axis): it runs among the ranks that share the other axis's
+// coordinate, and `ranks` is that axis's size in the module's #kiln.mesh
+// (docs/tp.md, "The mesh").
+//
 // Included from KilnOps.td.
 //
 //===----------------------------------------------------------------------===//
@@ -24,19 +29,26 @@ def Kiln_FlatTensor : StaticShapeTensorOf<[F32, BF16, F16, F8E4M3FN]>;
 def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start"> {
   let summary = "begins gathering every rank's shard into one buffer";
   let description = [{
-    The result (available at its `kiln.wait`) is the `ranks` shards
-    concatenated in rank order. `group` names the parameter group, for the
-    schedule and for messages.
+    The result (available at its `kiln.wait`) is the `ranks` shards of the
+    ranks along `axis` concatenated in their order on it. `group` names the
+    parameter group, for the schedule and for messages.
+
+    ```mlir
+    %s = kiln.all_gather_start %c over dp_shard {group = "model.layers.0", ranks = 2 : i64} : tensor<4160xbf16> -> tensor<8320xbf16>
+    ```
 
     Rules:
     - all_gather_start_c1: operand and result are rank-1 tensors of one
       element type, the result `ranks` times as long.
     - all_gather_start_c2: its only user is a `kiln.wait`.
+    - collective_axis: with a `#kiln.mesh` on the module, `ranks` is the
+      size of `axis` in it.
   }];
-  let arguments = (ins Kiln_FlatTensor:$shard, I64Attr:$ranks, StrAttr:$group);
+  let arguments = (ins Kiln_FlatTensor:$shard, Kiln_MeshAxisAttr:$axis,
+                       I64Attr:$ranks, StrAttr:$group);
   let results = (outs Kiln_FlatTensor:$result);
   let assemblyFormat = [{
-    $shard attr-dict `:` type($shard) `->` type($result)
+    $shard `over` $axis attr-dict `:` type($shard) `->` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -44,21 +56,23 @@ def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start"> {
 def Kiln_ReduceScatterStartOp : Kiln_Op<"reduce_scatter_start"> {
   let summary = "begins reducing a buffer over ranks, each keeping its shard";
   let description = [{
-    Every rank contributes a buffer `ranks` times the result's length; rank
-    r's result is chunk r of the element-wise reduction (`sum` or `mean`:
-    summed in rank order, then divided by `ranks`).
+    Every rank along `axis` contributes a buffer `ranks` times the result's
+    length; the rank at position r on the axis gets chunk r of the
+    element-wise reduction (`sum` or `mean`: summed in axis order, then
+    divided by `ranks`).
 
     Rules:
     - reduce_scatter_start_c1: rank-1 operand and result of one element
       type, the operand `ranks` times as long.
     - reduce_scatter_start_c2: `reduction` is `sum` or `mean`.
     - reduce_scatter_start_c3: its only user is a `kiln.wait`.
+    - collective_axis: as all_gather_start's.
   }];
-  let arguments = (ins Kiln_FlatTensor:$input, I64Attr:$ranks,
-                       StrAttr:$reduction, StrAttr:$group);
+  let arguments = (ins Kiln_FlatTensor:$input, Kiln_MeshAxisAttr:$axis,
+                       I64Attr:$ranks, StrAttr:$reduction, StrAttr:$group);
   let results = (outs Kiln_FlatTensor:$result);
   let assemblyFormat = [{
-    $input attr-dict `:` type($input) `->` type($result)
+    $input `over` $axis attr-dict `:` type($input) `->` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -67,16 +81,18 @@ def Kiln_AllReduceStartOp : Kiln_Op<"all_reduce_start",
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "begins reducing a tensor over ranks, every rank getting it";
   let description = [{
-    `sum`, `mean` (the sum in rank order divided by `ranks`) or `max`.
+    Over the ranks along `axis`: `sum`, `mean` (the sum in axis order
+    divided by `ranks`) or `max`.
 
     Rules:
     - all_reduce_start_c1: `reduction` is `sum`, `mean` or `max`.
     - all_reduce_start_c2: its only user is a `kiln.wait`.
+    - collective_axis: as all_gather_start's.
   }];
-  let arguments = (ins Kiln_FloatTensor:$input, I64Attr:$ranks,
-                       StrAttr:$reduction);
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_MeshAxisAttr:$axis,
+                       I64Attr:$ranks, StrAttr:$reduction);
   let results = (outs Kiln_FloatTensor:$result);
-  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let assemblyFormat = "$input `over` $axis attr-dict `:` type($input)";
   let hasVerifier = 1;
 }
 

@@ -31,6 +31,7 @@ def Kiln_Dialect : Dialect {
   let useDefaultAttributePrinterParser = 1;
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
   let hasCanonicalizer = 0;
   let extraClassDeclaration = [{
     static constexpr ::llvm::StringLiteral kParamAttrName = "kiln.param";
@@ -47,6 +48,8 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kOutputAttrName = "kiln.output";
     /// On the module: its FP8 policy, a #kiln.float8 (absent: no FP8).
     static constexpr ::llvm::StringLiteral kFloat8AttrName = "kiln.float8";
+    /// On the module: the device mesh, a #kiln.mesh (absent: one rank).
+    static constexpr ::llvm::StringLiteral kMeshAttrName = "kiln.mesh";
 
   private:
     void registerAttributes();
