@@ -205,6 +205,35 @@ createNcclCommunicator(std::unique_ptr<Communicator> bootstrap,
   return std::unique_ptr<NcclCommunicator>(std::move(comm));
 }
 
+Expected<std::unique_ptr<Communicator>> NcclCommunicatorImpl::split(int color,
+                                                                    int key) {
+  if (color < 0)
+    return Error("nccl: split needs a color of 0 or more, got " +
+                 std::to_string(color));
+  // The host communicator first, so that the new one's host() holds the
+  // same ranks; then NCCL's, which blocks until every rank of this
+  // communicator has called it. Under issueMu_: a split takes its place in
+  // the issue order like a collective.
+  Expected<std::unique_ptr<Communicator>> host = host_->split(color, key);
+  if (!host)
+    return Error("nccl: splitting the host communicator: " +
+                 host.error().message());
+  DeviceGuard guard(device_);
+  ncclComm_t made = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(issueMu_);
+    if (ncclResult_t rc = ncclCommSplit(comm_, color, key, &made, nullptr);
+        rc != ncclSuccess)
+      return Error("nccl: ncclCommSplit on rank " + std::to_string(rank_) +
+                   " failed: " + ncclText(rc, comm_));
+  }
+  auto child = std::make_unique<NcclCommunicatorImpl>(std::move(*host), device_,
+                                                      watchdogSeconds_);
+  if (Error failed = child->setUp(made))
+    return failed;
+  return std::unique_ptr<Communicator>(std::move(child));
+}
+
 namespace {
 /// A communicator someone else owns, seen through a unique_ptr: what the
 /// non-owning createNcclCommunicator hands to the owning one.

@@ -73,6 +73,9 @@ public:
 
   Error wait(CommHandle handle) override;
   bool test(CommHandle handle) override;
+  /// ncclCommSplit of this communicator, with the host communicator split
+  /// alike (the new one's host()), on the same GPU (NcclBootstrap.cpp).
+  Expected<std::unique_ptr<Communicator>> split(int color, int key) override;
   Error barrier() override { return issueBarrier(); }
   Error failure() const override;
 

@@ -131,7 +131,7 @@ Error CudaExecutor::setCommunicator(comm::Communicator *c) {
   if (s->prepared)
     return Error("the communicator is set before the executor's first use");
   // The world's NCCL communicator is the dp_shard axis's while tp = 1; the
-  // tp axis's (ncclCommSplit) is not built yet (docs/tp.md).
+  // executor does not pick a communicator per axis yet (docs/tp.md).
   if (s->plan.mesh.tp > 1)
     return Error("the plan's mesh has tp = " + std::to_string(s->plan.mesh.tp) +
                  "; the CUDA backend runs tp = 1 meshes only (no tp "

@@ -109,6 +109,44 @@ TEST_F(NcclCommunicatorTest, NotRankOrderExact) {
   EXPECT_EQ(device, nccl().device());
 }
 
+// ncclCommSplit: ranks of one parity form a communicator (numbered by
+// rank), whose all-reduce sums only their contributions; its host
+// communicator holds the same ranks. At world size 1 the one rank splits
+// into a communicator of itself.
+TEST_F(NcclCommunicatorTest, SplitMakesTheCommunicatorOfAColor) {
+  const int color = rank() % 2;
+  std::vector<int> members;
+  for (int r = color; r < size(); r += 2)
+    members.push_back(r);
+  kiln::runtime::Expected<std::unique_ptr<Communicator>> made =
+      nccl().split(color, rank());
+  ASSERT_TRUE(made) << made.error().message();
+  auto *sub = dynamic_cast<NcclCommunicator *>(made->get());
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->size(), static_cast<int>(members.size()));
+  EXPECT_EQ(sub->rank(), rank() / 2);
+  EXPECT_EQ(sub->host().size(), sub->size());
+  EXPECT_EQ(sub->device(), nccl().device());
+  const int64_t n = 4099;
+  Buffers b(n, n);
+  for (int64_t i = 0; i < n; ++i)
+    b.hostIn[i] = value(rank(), i);
+  EXPECT_CUDA(
+      cudaMemcpy(b.send, b.hostIn, n * sizeof(float), cudaMemcpyHostToDevice));
+  EXPECT_OK(sub->wait(
+      sub->startAllReduce(b.send, b.recv, n, ElementType::F32, ReduceOp::Sum)));
+  EXPECT_CUDA(
+      cudaMemcpy(b.hostOut, b.recv, n * sizeof(float), cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float want = 0;
+    for (int r : members)
+      want += value(r, i);
+    bad += b.hostOut[i] != want;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST_F(NcclCommunicatorTest, U8AllGather) {
   const int64_t n = 1001;
   std::vector<unsigned char> mine(n), all(size() * n);

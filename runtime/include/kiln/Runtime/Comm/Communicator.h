@@ -136,7 +136,8 @@ public:
   /// issue order; it returns once the new communicator is ready. It has
   /// its own issue order, handles and failed state; it must be destroyed
   /// before this one. A one-line error where the backend cannot split
-  /// (MPI without MPI_THREAD_MULTIPLE, NCCL before #6 ran on GPUs).
+  /// (MPI without MPI_THREAD_MULTIPLE; NCCL's needs its host
+  /// communicator to split too).
   virtual Expected<std::unique_ptr<Communicator>> split(int color, int key);
 };
 
