@@ -173,7 +173,8 @@ int kiln::runCompile(const CompileCommand &command) {
   if (!command.dumpDir.empty()) {
     llvm::SmallString<256> path(command.dumpDir);
     llvm::sys::path::append(
-        path, llvm::formatv("{0:02}-plan.kplan", pipelinePhases().size()).str());
+        path,
+        llvm::formatv("{0:02}-plan.kplan", pipelinePhases().size()).str());
     if (failed(writePlan(path.str().str())))
       return 1;
   }

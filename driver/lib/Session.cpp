@@ -56,8 +56,8 @@ bool ModelSession::refuseUnbuiltTp() {
   if (p.tensor_parallel_degree == 1)
     return true;
   if (!lastPhase || !phaseHandlesTp(*lastPhase)) {
-    emitError(keyLocation(&context, *config,
-                          "parallelism.tensor_parallel_degree"))
+    emitError(
+        keyLocation(&context, *config, "parallelism.tensor_parallel_degree"))
         << "parallelism.tensor_parallel_degree (" << p.tensor_parallel_degree
         << ") is built through phase 'train' only (kiln compile --emit=tp or "
            "--emit=train); compiling a plan, training and explaining with it "
@@ -65,8 +65,8 @@ bool ModelSession::refuseUnbuiltTp() {
     return false;
   }
   if (!p.disable_loss_parallel) {
-    emitError(keyLocation(&context, *config,
-                          "parallelism.tensor_parallel_degree"))
+    emitError(
+        keyLocation(&context, *config, "parallelism.tensor_parallel_degree"))
         << "parallelism.tensor_parallel_degree (" << p.tensor_parallel_degree
         << ") needs parallelism.disable_loss_parallel = true: loss parallel "
            "(a vocabulary-sharded cross-entropy) is not built yet (#17, "

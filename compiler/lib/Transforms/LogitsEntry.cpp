@@ -54,7 +54,8 @@ struct LogitsEntryPass : kiln::impl::KilnLogitsEntryBase<LogitsEntryPass> {
     auto targets = dyn_cast<BlockArgument>(ce.getTargets());
     newRet->setOperands(out);
     if (returned != ce.getResult()) {
-      Operation *start = returned.getDefiningOp<WaitOp>().getPending().getDefiningOp();
+      Operation *start =
+          returned.getDefiningOp<WaitOp>().getPending().getDefiningOp();
       returned.getDefiningOp()->erase();
       start->erase();
     }

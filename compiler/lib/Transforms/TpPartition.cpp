@@ -61,8 +61,8 @@ private:
   Value gatherSequence(Value seq, StringRef group, Location loc);
   /// `value` gathered (or reduce-scattered, `sum`) along `dim` over tp: the
   /// dim moved to the front, flattened, the collective, and back.
-  Value collectiveAlong(Value value, int64_t dim, bool scatter,
-                        StringRef group, Location loc);
+  Value collectiveAlong(Value value, int64_t dim, bool scatter, StringRef group,
+                        Location loc);
   LogicalResult shardDim(Operation *op, Value v, int64_t dim);
   LogicalResult expect(Operation *op, Value v, Layout layout, StringRef what);
   void setLayout(Value v, Layout l) { layouts[v] = l; }
@@ -132,8 +132,8 @@ LogicalResult Partition::shardArguments() {
     func.setArgAttr(i, KilnDialect::kTpShardAttrName,
                     TpShardAttr::get(ctx, dim, rank));
   }
-  func.setFunctionType(FunctionType::get(ctx, body.getArgumentTypes(),
-                                         func.getResultTypes()));
+  func.setFunctionType(
+      FunctionType::get(ctx, body.getArgumentTypes(), func.getResultTypes()));
   return success();
 }
 
@@ -234,8 +234,8 @@ LogicalResult Partition::rewrite(Operation *op) {
         return failure();
       linear.getInputMutable().assign(
           gatherSequence(linear.getInput(), linear.getParam(), op->getLoc()));
-      linear.getResult().setType(withDim(tensorOf(linear.getResult()), 2,
-                                         weight.getDimSize(0)));
+      linear.getResult().setType(
+          withDim(tensorOf(linear.getResult()), 2, weight.getDimSize(0)));
       setLayout(linear.getResult(), Layout::Local);
       return success();
     }
@@ -331,8 +331,8 @@ struct TpPartitionPass : kiln::impl::KilnTpPartitionBase<TpPartitionPass> {
     MeshAttr mesh = getModuleMesh(module);
     if (!mesh || mesh.getTp() == 1)
       return;
-    auto tpAttr = module->getAttrOfType<DictionaryAttr>(
-        KilnDialect::kTpAttrName);
+    auto tpAttr =
+        module->getAttrOfType<DictionaryAttr>(KilnDialect::kTpAttrName);
     auto rank = tpAttr ? tpAttr.getAs<IntegerAttr>("rank") : IntegerAttr();
     auto lossParallel =
         tpAttr ? tpAttr.getAs<BoolAttr>("loss_parallel") : BoolAttr();

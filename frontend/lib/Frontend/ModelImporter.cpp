@@ -337,9 +337,9 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
         KilnDialect::kTpAttrName,
         b.getDictionaryAttr(
             {b.getNamedAttr("rank", b.getI64IntegerAttr(0)),
-             b.getNamedAttr("loss_parallel",
-                            b.getBoolAttr(
-                                !config.parallelism.disable_loss_parallel))}));
+             b.getNamedAttr(
+                 "loss_parallel",
+                 b.getBoolAttr(!config.parallelism.disable_loss_parallel))}));
   module->getOperation()->setAttr(
       "kiln.fsdp",
       b.getDictionaryAttr({b.getNamedAttr(

@@ -63,7 +63,6 @@ private:
   bool refuseUnbuiltTp();
 
 public:
-
   /// compilePlan's result, as the runtime reads it, from the on-disk cache
   /// ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed
   /// by the model text, the `overrides` it was loaded with, the mesh it is
