@@ -117,3 +117,23 @@ func.func @forward_loss(%t: tensor<1x2xi32> {kiln.input = "targets"},
   return %l : tensor<f32>
 }
 }
+
+// -----
+
+// flatten <-> unflatten of each part at its offset, unflatten <-> flatten
+// into a zero buffer (kiln-tp-partition's loss places the rank's logits in
+// a zero buffer with flatten).
+// CHECK-LABEL: func.func @loss_and_grads(
+// CHECK: %[[DL:.+]] = kiln.cross_entropy_grad
+// CHECK: %[[DF:.+]] = kiln.reshape %[[DL]] : tensor<1x2x4xf32> -> tensor<8xf32>
+// CHECK: %[[DB:.+]] = kiln.flatten %[[DF]] [4] : tensor<8xf32> -> tensor<16xf32>
+// CHECK: %[[DW:.+]] = kiln.unflatten %[[DB]][2] : tensor<16xf32> -> tensor<1x2x3xf32>
+// CHECK: return %{{.+}}, %[[DW]] :
+func.func @forward_loss(%t: tensor<1x2xi32> {kiln.input = "targets"},
+                        %w: tensor<1x2x3xf32> {kiln.param = "w", kiln.init = #kiln.init<ones>}) -> tensor<f32> {
+  %f = kiln.flatten %w [2] : tensor<1x2x3xf32> -> tensor<16xf32>
+  %u = kiln.unflatten %f[4] : tensor<16xf32> -> tensor<8xf32>
+  %y = kiln.reshape %u : tensor<8xf32> -> tensor<1x2x4xf32>
+  %l = kiln.cross_entropy %y, %t : tensor<1x2x4xf32>, tensor<1x2xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -4,13 +4,13 @@
 // "Phase tp"): 4 query heads, 2 kv heads, FFN hidden 48, vocabulary 32,
 // batch 2, sequence 8.
 //
-// The token input becomes the rank's sequence shard; the weights of the
+// The token and target inputs become the rank's sequence shard; the weights of the
 // column-parallel linears (q, k, v, w1, w3, output) their rows, of the
 // row-parallel ones (o, w2) their columns, each marked with its shard; the
 // embedding and the norms stay whole.
 // CHECK-LABEL: func.func @forward_loss(
 // CHECK-SAME: %[[TOK:[^:]+]]: tensor<2x4xi32> {kiln.input = "tokens", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 1>}
-// CHECK-SAME: %[[TGT:[^:]+]]: tensor<2x8xi32> {kiln.input = "targets"}
+// CHECK-SAME: %[[TGT:[^:]+]]: tensor<2x4xi32> {kiln.input = "targets", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 1>}
 // CHECK-SAME: %[[EMB:[^:]+]]: tensor<32x16xf32> {kiln.init = #kiln.init<ones>, kiln.param = "model.embed_tokens.weight"}
 // CHECK-SAME: %[[N0:[^:]+]]: tensor<16xf32> {kiln.init = #kiln.init<ones>, kiln.param = "model.layers.0.input_layernorm.weight"}
 // CHECK-SAME: %[[WQ:[^:]+]]: tensor<8x16xf32> {kiln.init = #kiln.init<ones>, kiln.param = "model.layers.0.self_attn.q_proj.weight", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
@@ -77,21 +77,29 @@
 // CHECK: %[[R2:.+]] = kiln.add %[[R1]], %[[DS]] : tensor<2x4x16xf32>
 //
 // The end: the final norm on the shard, a gather, the output projection
-// over the rank's 16 of 32 vocabulary rows; without loss parallel the
-// logits are gathered along the vocabulary ([B, S, V/tp] -> [V/tp, B, S]
-// -> flat -> gather -> [V, B, S] -> [B, S, V]), every rank computes the
-// loss of every token, and the loss is the mean over tp.
+// over the rank's 16 of 32 vocabulary rows for every position. Without
+// loss parallel the rank then takes its own positions with the whole
+// vocabulary (an all-to-all as one reduce-scatter (sum): its logits as
+// [S, B, V/tp], i.e. tp sequence chunks of 128, placed at slot 1 of a zero
+// buffer [vocab slice, sequence chunk, 128], transposed to [sequence
+// chunk, vocab slice, 128]); the cross-entropy of its tokens against its
+// targets, and the loss is the mean over tp.
 // CHECK: %[[F:.+]] = kiln.rms_norm %[[R2]], %[[NF]] {{.*}} : tensor<2x4x16xf32>, tensor<16xf32>
 // CHECK: kiln.all_gather_start %{{.+}} over tp {group = "lm_head.weight", ranks = 2 : i64} : tensor<128xf32> -> tensor<256xf32>
 // CHECK: %[[FS:.+]] = kiln.transpose %{{.+}} [1, 0, 2] : tensor<8x2x16xf32> -> tensor<2x8x16xf32>
 // CHECK: %[[LG:.+]] = kiln.linear output %[[FS]], %[[OUT]] {{.*}} : tensor<2x8x16xf32>, tensor<16x16xf32> -> tensor<2x8x16xf32>
-// CHECK: %[[LT:.+]] = kiln.transpose %[[LG]] [2, 0, 1] : tensor<2x8x16xf32> -> tensor<16x2x8xf32>
-// CHECK: %[[LF:.+]] = kiln.reshape %[[LT]] : tensor<16x2x8xf32> -> tensor<256xf32>
-// CHECK: %[[LAG:.+]] = kiln.all_gather_start %[[LF]] over tp {group = "logits", ranks = 2 : i64} : tensor<256xf32> -> tensor<512xf32>
-// CHECK: %[[LW:.+]] = kiln.wait %[[LAG]] : tensor<512xf32>
-// CHECK: %[[LU:.+]] = kiln.reshape %[[LW]] : tensor<512xf32> -> tensor<32x2x8xf32>
-// CHECK: %[[L:.+]] = kiln.transpose %[[LU]] [1, 2, 0] : tensor<32x2x8xf32> -> tensor<2x8x32xf32>
-// CHECK: %[[CE:.+]] = kiln.cross_entropy %[[L]], %[[TGT]] : tensor<2x8x32xf32>, tensor<2x8xi32> -> tensor<f32>
+// CHECK: %[[LT:.+]] = kiln.transpose %[[LG]] [1, 0, 2] : tensor<2x8x16xf32> -> tensor<8x2x16xf32>
+// CHECK: %[[LF:.+]] = kiln.reshape %[[LT]] : tensor<8x2x16xf32> -> tensor<256xf32>
+// CHECK: %[[PAD:.+]] = kiln.flatten %[[LF]] [256] : tensor<256xf32> -> tensor<512xf32>
+// CHECK: %[[GRID:.+]] = kiln.reshape %[[PAD]] : tensor<512xf32> -> tensor<2x2x128xf32>
+// CHECK: %[[BYSEQ:.+]] = kiln.transpose %[[GRID]] [1, 0, 2] : tensor<2x2x128xf32> -> tensor<2x2x128xf32>
+// CHECK: %[[SEND:.+]] = kiln.reshape %[[BYSEQ]] : tensor<2x2x128xf32> -> tensor<512xf32>
+// CHECK: %[[LRS:.+]] = kiln.reduce_scatter_start %[[SEND]] over tp {group = "logits", ranks = 2 : i64, reduction = "sum"} : tensor<512xf32> -> tensor<256xf32>
+// CHECK: %[[LW:.+]] = kiln.wait %[[LRS]] : tensor<256xf32>
+// CHECK: %[[LB:.+]] = kiln.reshape %[[LW]] : tensor<256xf32> -> tensor<2x4x2x16xf32>
+// CHECK: %[[LO:.+]] = kiln.transpose %[[LB]] [2, 1, 0, 3] : tensor<2x4x2x16xf32> -> tensor<2x4x2x16xf32>
+// CHECK: %[[L:.+]] = kiln.reshape %[[LO]] : tensor<2x4x2x16xf32> -> tensor<2x4x32xf32>
+// CHECK: %[[CE:.+]] = kiln.cross_entropy %[[L]], %[[TGT]] : tensor<2x4x32xf32>, tensor<2x4xi32> -> tensor<f32>
 // CHECK: %[[MEAN:.+]] = kiln.all_reduce_start %[[CE]] over tp {ranks = 2 : i64, reduction = "mean"} : tensor<f32>
 // CHECK: %[[LOSS:.+]] = kiln.wait %[[MEAN]] : tensor<f32>
 // CHECK: return %[[LOSS]] : tensor<f32>
@@ -161,15 +169,17 @@ func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: ten
 // -----
 
 // B = 1, tp = 4, rank 0: the output projection's input is gathered along
-// the sequence, each rank holds 8 of the 32 vocabulary rows.
+// the sequence, each rank holds 8 of the 32 vocabulary rows, then its one
+// position with the whole vocabulary.
 // CHECK-LABEL: func.func @forward_loss(
 // CHECK-SAME: tensor<1x1xi32> {kiln.input = "tokens", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 0>}
 // CHECK-SAME: tensor<8x8xf32> {kiln.param = "w", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 0>}
 // CHECK: kiln.embedding {{.*}} -> tensor<1x1x8xf32>
 // CHECK: kiln.all_gather_start %{{.+}} over tp {group = "w", ranks = 4 : i64} : tensor<8xf32> -> tensor<32xf32>
 // CHECK: kiln.linear output {{.*}} : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32>
-// CHECK: kiln.all_gather_start %{{.+}} over tp {group = "logits", ranks = 4 : i64} : tensor<32xf32> -> tensor<128xf32>
-// CHECK: kiln.cross_entropy {{.*}} : tensor<1x4x32xf32>, tensor<1x4xi32> -> tensor<f32>
+// CHECK: kiln.flatten %{{.+}} [0] : tensor<32xf32> -> tensor<128xf32>
+// CHECK: kiln.reduce_scatter_start %{{.+}} over tp {group = "logits", ranks = 4 : i64, reduction = "sum"} : tensor<128xf32> -> tensor<32xf32>
+// CHECK: kiln.cross_entropy {{.*}} : tensor<1x1x32xf32>, tensor<1x1xi32> -> tensor<f32>
 // CHECK: kiln.all_reduce_start %{{.+}} over tp {ranks = 4 : i64, reduction = "mean"} : tensor<f32>
 module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 0 : i64, loss_parallel = false}} {
 func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},

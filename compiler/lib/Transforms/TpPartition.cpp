@@ -63,6 +63,9 @@ private:
   /// dim moved to the front, flattened, the collective, and back.
   Value collectiveAlong(Value value, int64_t dim, bool scatter, StringRef group,
                         Location loc);
+  /// The loss without loss parallel: each rank's tokens with the whole
+  /// vocabulary, then the mean over tp.
+  LogicalResult rewriteLoss(CrossEntropyOp ce);
   LogicalResult shardDim(Operation *op, Value v, int64_t dim);
   LogicalResult expect(Operation *op, Value v, Layout layout, StringRef what);
   void setLayout(Value v, Layout l) { layouts[v] = l; }
@@ -101,8 +104,10 @@ LogicalResult Partition::shardArguments() {
     unsigned i = arg.getArgNumber();
     auto input =
         func.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttrName);
-    if (input && input.getValue() == "tokens") {
-      // Sequence parallel starts at the embedding's input.
+    if (input &&
+        (input.getValue() == "tokens" || input.getValue() == "targets")) {
+      // Sequence parallel starts at the embedding's input; the loss is
+      // over the rank's tokens too.
       if (failed(shardDim(func, arg, 1)))
         return failure();
       func.setArgAttr(i, KilnDialect::kTpShardAttrName,
@@ -282,29 +287,63 @@ LogicalResult Partition::rewrite(Operation *op) {
     setLayout(attn.getLogsumexp(), Layout::Local);
     return success();
   }
-  if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-    if (failed(expect(op, ce.getLogits(), Layout::Local,
-                      "the rank's vocabulary slice of the logits")))
-      return failure();
-    // The loss of every token on every rank from the gathered logits, then
-    // a mean over tp of the (equal) losses: its gradient rule divides the
-    // seed by tp (docs/tp.md, "The ends").
-    Value logits =
-        collectiveAlong(ce.getLogits(), tensorOf(ce.getLogits()).getRank() - 1,
-                        /*scatter=*/false, "logits", op->getLoc());
-    ce.getLogitsMutable().assign(logits);
-    b.setInsertionPointAfter(op);
-    auto start = AllReduceStartOp::create(
-        b, op->getLoc(), ce.getResult(),
-        MeshAxisAttr::get(b.getContext(), MeshAxis::tp),
-        b.getI64IntegerAttr(tp), b.getStringAttr("mean"));
-    Value loss = WaitOp::create(b, op->getLoc(), start.getType(), start);
-    ce.getResult().replaceAllUsesExcept(loss, start);
-    setLayout(loss, Layout::Scalar);
-    return success();
-  }
+  if (auto ce = dyn_cast<CrossEntropyOp>(op))
+    return rewriteLoss(ce);
   return op->emitOpError("kiln-tp-partition does not know how to partition "
                          "this op (docs/tp.md)");
+}
+
+LogicalResult Partition::rewriteLoss(CrossEntropyOp ce) {
+  Operation *op = ce;
+  Location loc = op->getLoc();
+  if (failed(expect(op, ce.getLogits(), Layout::Local,
+                    "the rank's vocabulary slice of the logits")))
+    return failure();
+  RankedTensorType local = tensorOf(ce.getLogits()); // [B, S, V/tp]
+  if (local.getRank() != 3)
+    return op->emitOpError("kiln-tp-partition expects logits [B, S, V]");
+  int64_t batch = local.getDimSize(0), seq = local.getDimSize(1),
+          vocab = local.getDimSize(2), part = seq / tp * batch * vocab;
+  auto type = [&](ArrayRef<int64_t> shape) { return local.clone(shape); };
+  // From [B, S, V/tp] on every rank to [B, S/tp, V] (all-to-all as a
+  // reduce-scatter of zero-padded buffers): the rank's logits as [S, B,
+  // V/tp], i.e. tp sequence chunks of `part` elements, placed at slot
+  // `rank` of a zero buffer [tp (vocab slice), tp (sequence chunk), part];
+  // transposed to [sequence chunk, vocab slice, part], the reduce-scatter
+  // (sum) hands rank j chunk j of every rank's vocabulary slice.
+  Value t = TransposeOp::create(b, loc, type({seq, batch, vocab}),
+                                ce.getLogits(), ArrayRef<int64_t>{1, 0, 2});
+  Value flat = ReshapeOp::create(b, loc, type({tp * part}), t);
+  Value padded =
+      FlattenOp::create(b, loc, type({tp * tp * part}), ValueRange{flat},
+                        b.getDenseI64ArrayAttr({rank * tp * part}));
+  Value grid = ReshapeOp::create(b, loc, type({tp, tp, part}), padded);
+  Value bySeq = TransposeOp::create(b, loc, type({tp, tp, part}), grid,
+                                    ArrayRef<int64_t>{1, 0, 2});
+  Value send = ReshapeOp::create(b, loc, type({tp * tp * part}), bySeq);
+  auto axis = MeshAxisAttr::get(b.getContext(), MeshAxis::tp);
+  auto scatter = ReduceScatterStartOp::create(
+      b, loc, type({tp * part}), send, axis, b.getI64IntegerAttr(tp),
+      b.getStringAttr("sum"), b.getStringAttr("logits"));
+  Value mine = WaitOp::create(b, loc, scatter.getType(), scatter);
+  Value blocks =
+      ReshapeOp::create(b, loc, type({tp, seq / tp, batch, vocab}), mine);
+  Value ordered =
+      TransposeOp::create(b, loc, type({batch, seq / tp, tp, vocab}), blocks,
+                          ArrayRef<int64_t>{2, 1, 0, 3});
+  Value logits =
+      ReshapeOp::create(b, loc, type({batch, seq / tp, tp * vocab}), ordered);
+  ce.getLogitsMutable().assign(logits);
+  // The mean over the rank's tokens, then over tp (equal token counts): the
+  // mean over all tokens. Its gradient rule divides by tp.
+  b.setInsertionPointAfter(op);
+  auto start = AllReduceStartOp::create(b, loc, ce.getResult(), axis,
+                                        b.getI64IntegerAttr(tp),
+                                        b.getStringAttr("mean"));
+  Value loss = WaitOp::create(b, loc, start.getType(), start);
+  ce.getResult().replaceAllUsesExcept(loss, start);
+  setLayout(loss, Layout::Scalar);
+  return success();
 }
 
 LogicalResult Partition::run() {

@@ -20,21 +20,22 @@ def KilnTpPartition : Pass<"kiln-tp-partition", "mlir::ModuleOp"> {
       heads, FFN columns or vocabulary slice; o and w2 are row-parallel:
       columns `[r * K/tp, (r+1) * K/tp)`. Each such argument is retyped and
       marked `kiln.tp_shard = #kiln.tp_shard<dim = 0|1, index = r>`.
-    - Sequence parallel: the token input becomes the rank's sequence shard
-      `[B, S/tp]` (`#kiln.tp_shard<dim = 1, index = r>`), so the embedding
-      (whole on every rank), the norms and the residual adds run on
-      `[B, S/tp, D]`. One all-gather over tp rebuilds `[B, S, D]` before
-      each column-parallel group (shared by q/k/v, by w1/w3); one
+    - Sequence parallel: the token and target inputs become the rank's
+      sequence shard `[B, S/tp]` (`#kiln.tp_shard<dim = 1, index = r>`), so
+      the embedding (whole on every rank), the norms and the residual adds
+      run on `[B, S/tp, D]`. One all-gather over tp rebuilds `[B, S, D]`
+      before each column-parallel group (shared by q/k/v, by w1/w3); one
       reduce-scatter (sum) over tp follows each row-parallel linear.
       Collectives move flat buffers, so a gather or scatter along the
       sequence of `[B, S, D]` is a transpose to `[S, B, D]` and a reshape
-      around it (none for B = 1 after canonicalization).
-    - The loss (`loss_parallel = false`): the vocabulary-sharded logits are
-      all-gathered over tp along the vocabulary, every rank computes the
-      cross-entropy of all tokens, and an `all_reduce_start {mean}` over tp
-      returns it; its gradient rule divides by tp, which is what makes the
-      logits gather's dual reduce-scatter (sum) hand each rank the whole
-      gradient of its vocabulary slice. Loss parallel is refused (not built).
+      around it.
+    - The loss (`loss_parallel = false`): the rank's logits `[B, S, V/tp]`
+      become its positions with the whole vocabulary `[B, S/tp, V]` (an
+      all-to-all written as `flatten` into a zero buffer at the rank's slot
+      and one reduce-scatter (sum) over tp), the cross-entropy of its
+      tokens, and an `all_reduce_start {mean}` over tp gives the mean over
+      all tokens; its gradient rule divides by tp. Loss parallel is refused
+      (not built).
 
     ```mlir
     %h = kiln.rms_norm %x, %n : tensor<2x8x16xf32>, tensor<16xf32>     // x: [B, S/tp, D]

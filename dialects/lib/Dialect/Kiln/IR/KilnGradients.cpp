@@ -155,3 +155,19 @@ SmallVector<Value> AllReduceStartOp::buildGradients(OpBuilder &b,
     return {divideByRanks(b, getLoc(), grads[0], getRanks())};
   return {grads[0]};
 }
+
+SmallVector<Value> FlattenOp::buildGradients(OpBuilder &b,
+                                             ArrayRef<Value> grads) {
+  SmallVector<Value> parts;
+  for (auto [part, offset] : llvm::zip(getParts(), getOffsets()))
+    parts.push_back(UnflattenOp::create(b, getLoc(), part.getType(), grads[0],
+                                        b.getI64IntegerAttr(offset)));
+  return parts;
+}
+
+SmallVector<Value> UnflattenOp::buildGradients(OpBuilder &b,
+                                               ArrayRef<Value> grads) {
+  return {FlattenOp::create(b, getLoc(), getFlat().getType(),
+                            ValueRange{grads[0]},
+                            b.getDenseI64ArrayAttr({getOffset()}))};
+}

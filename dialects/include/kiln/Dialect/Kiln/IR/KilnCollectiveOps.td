@@ -15,7 +15,9 @@
 // differentiates like any op (KilnGradients.cpp, Megatron's convention):
 // all_gather <-> reduce_scatter `sum` over the same axis, reduce_scatter <->
 // all_gather, all_reduce `sum` <-> identity, `mean` <-> division by `ranks`,
-// `max` <-> no gradient; `wait` passes its gradient through.
+// `max` <-> no gradient; `wait` passes its gradient through; flatten and
+// unflatten are each other's (kiln-tp-partition's loss uses flatten to
+// place the rank's logits in a zero buffer).
 //
 // Every collective names the mesh axis it runs over (`over dp_shard`, `over
 // tp`: #kiln.axis): it runs among the ranks that share the other axis's
@@ -117,7 +119,8 @@ def Kiln_WaitOp : Kiln_Op<"wait", [AllTypesMatch<["pending", "result"]>,
   let assemblyFormat = "$pending attr-dict `:` type($result)";
 }
 
-def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure]> {
+def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "one parameter's elements of a flat buffer, in its shape";
   let description = [{
     `result = reshape(flat[offset : offset + numel(result)])`. Also takes
@@ -136,7 +139,8 @@ def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Kiln_FlattenOp : Kiln_Op<"flatten", [Pure]> {
+def Kiln_FlattenOp : Kiln_Op<"flatten", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "tensors packed into one flat buffer, zeros elsewhere";
   let description = [{
     Operand i's elements (row-major) at `offsets[i]`; the rest (padding) is
