@@ -21,7 +21,7 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 for tool in ["kiln-group-kernel-check", "kiln-op-kernel-check",
              "kiln-plan-fuzz",
              "kiln-cuda-actions-check",
-             "kiln-nvrtc-check", "kiln-run",
+             "kiln-nvrtc-check", "kiln-tp-oracle", "kiln-run",
              "kiln-opt", "kiln"]:
     config.substitutions.append(
         ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))

@@ -102,6 +102,7 @@ int kiln::runCompile(const CompileCommand &command) {
     return 1;
 
   ModelSession session;
+  session.lastPhase = last;
   if (!session.load(command.model, command.overrides, command.worldSize))
     return 1;
   // The result never replaces the model file it came from (a symbolic
@@ -171,7 +172,9 @@ int kiln::runCompile(const CompileCommand &command) {
   };
   if (!command.dumpDir.empty()) {
     llvm::SmallString<256> path(command.dumpDir);
-    llvm::sys::path::append(path, "08-plan.kplan");
+    llvm::sys::path::append(
+        path,
+        llvm::formatv("{0:02}-plan.kplan", pipelinePhases().size()).str());
     if (failed(writePlan(path.str().str())))
       return 1;
   }

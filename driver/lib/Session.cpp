@@ -48,6 +48,41 @@ bool ModelSession::load(const std::string &model,
   if (failed(parsed))
     return false;
   config = std::move(*parsed);
+  return refuseUnbuiltTp();
+}
+
+bool ModelSession::refuseUnbuiltTp() {
+  const ParallelismConfig &p = config->parallelism;
+  if (p.tensor_parallel_degree == 1)
+    return true;
+  if (!lastPhase || !phaseHandlesTp(*lastPhase)) {
+    emitError(
+        keyLocation(&context, *config, "parallelism.tensor_parallel_degree"))
+        << "parallelism.tensor_parallel_degree (" << p.tensor_parallel_degree
+        << ") is built through phase 'train' only (kiln compile --emit=tp or "
+           "--emit=train); compiling a plan, training and explaining with it "
+           "are not implemented yet (#17, docs/tp.md)";
+    return false;
+  }
+  if (!p.disable_loss_parallel) {
+    emitError(
+        keyLocation(&context, *config, "parallelism.tensor_parallel_degree"))
+        << "parallelism.tensor_parallel_degree (" << p.tensor_parallel_degree
+        << ") needs parallelism.disable_loss_parallel = true: loss parallel "
+           "(a vocabulary-sharded cross-entropy) is not built yet (#17, "
+           "docs/tp.md)";
+    return false;
+  }
+  if (config->model.tie_embeddings) {
+    emitError(keyLocation(&context, *config, "model.tie_embeddings",
+                          {"parallelism.tensor_parallel_degree"}))
+        << "model.tie_embeddings with parallelism.tensor_parallel_degree ("
+        << p.tensor_parallel_degree
+        << ") is not implemented yet: the table would be whole for the "
+           "embedding and vocabulary-sharded for the output projection "
+           "(#17, docs/tp.md)";
+    return false;
+  }
   return true;
 }
 

@@ -14,6 +14,12 @@ void kiln::buildImportPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
+void kiln::buildTpPipeline(OpPassManager &pm) {
+  // A no-op unless the module's mesh has tp > 1.
+  pm.addPass(createKilnTpPartition());
+  pm.addPass(createCanonicalizerPass());
+}
+
 void kiln::buildTrainPipeline(OpPassManager &pm) {
   pm.addPass(createKilnAutodiff());
   pm.addPass(createKilnOptimizer());
@@ -67,6 +73,10 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   static const PhaseInfo phases[] = {
       {"import", "the model description as kiln ops (@forward_loss)",
        buildImportPipeline},
+      {"tp",
+       "@forward_loss as one rank of the tp axis (Megatron, sequence "
+       "parallel; only when the mesh's tp > 1)",
+       buildTpPipeline},
       {"train", "autodiff backward and AdamW (@train_step), @forward_logits",
        buildTrainPipeline},
       {"precision", "mixed-precision casts as explicit ops",
@@ -83,6 +93,19 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
       {"plan", "the serialized runtime plan", buildPlanPipeline},
   };
   return phases;
+}
+
+bool kiln::phaseHandlesTp(const PhaseInfo &phase) {
+  // Tensor parallel is built through autodiff (docs/tp.md): the phases
+  // after it (FSDP over tp-replicated parameters, the plan's per-rank
+  // shards) do not know it yet.
+  for (const PhaseInfo &p : pipelinePhases()) {
+    if (&p == &phase)
+      return true;
+    if (llvm::StringRef(p.name) == "train")
+      return false;
+  }
+  return false;
 }
 
 const PhaseInfo *kiln::findPhase(StringRef name) {

@@ -18,6 +18,15 @@ using namespace mlir;
 using namespace kiln;
 
 namespace {
+/// The cross-entropy's result under a returned loss: the loss itself, or,
+/// under tensor parallel, the wait of its mean over tp (kiln-tp-partition).
+Value lossOp(Value returned) {
+  if (auto wait = returned.getDefiningOp<WaitOp>())
+    if (auto mean = wait.getPending().getDefiningOp<AllReduceStartOp>())
+      return mean.getInput();
+  return returned;
+}
+
 struct LogitsEntryPass : kiln::impl::KilnLogitsEntryBase<LogitsEntryPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -26,7 +35,7 @@ struct LogitsEntryPass : kiln::impl::KilnLogitsEntryBase<LogitsEntryPass> {
       return;
     auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
     auto loss = ret.getNumOperands() == 1
-                    ? ret.getOperand(0).getDefiningOp<CrossEntropyOp>()
+                    ? lossOp(ret.getOperand(0)).getDefiningOp<CrossEntropyOp>()
                     : CrossEntropyOp();
     if (!loss) {
       forward.emitOpError("must return one kiln.cross_entropy to derive @")
@@ -39,10 +48,17 @@ struct LogitsEntryPass : kiln::impl::KilnLogitsEntryBase<LogitsEntryPass> {
     auto logits = cast<func::FuncOp>(b.clone(*forward));
     logits.setSymName(kForwardLogitsFunc);
     auto newRet = cast<func::ReturnOp>(logits.getBody().front().getTerminator());
-    auto ce = newRet.getOperand(0).getDefiningOp<CrossEntropyOp>();
+    Value returned = newRet.getOperand(0);
+    auto ce = lossOp(returned).getDefiningOp<CrossEntropyOp>();
     Value out = ce.getLogits();
     auto targets = dyn_cast<BlockArgument>(ce.getTargets());
     newRet->setOperands(out);
+    if (returned != ce.getResult()) {
+      Operation *start =
+          returned.getDefiningOp<WaitOp>().getPending().getDefiningOp();
+      returned.getDefiningOp()->erase();
+      start->erase();
+    }
     ce->erase();
     logits.setFunctionType(FunctionType::get(
         module.getContext(), logits.getArgumentTypes(), {out.getType()}));

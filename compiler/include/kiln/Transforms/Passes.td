@@ -5,6 +5,53 @@
 
 include "mlir/Pass/PassBase.td"
 
+def KilnTpPartition : Pass<"kiln-tp-partition", "mlir::ModuleOp"> {
+  let summary = "Partition @forward_loss over the mesh's tp axis (Megatron, sequence parallel)";
+  let description = [{
+    Rewrites `@forward_loss` into what one rank of the tp axis computes
+    (docs/tp.md), when the module's `#kiln.mesh` has `tp` > 1; the rank's
+    position on the axis and the loss mode come from the module's `kiln.tp`
+    dictionary (`{rank = r, loss_parallel = false}`, written by the
+    frontend). Before autodiff, so the backward's collectives come from the
+    forward's (KilnGradients.cpp).
+
+    - q/k/v, w1/w3 and the output projection are column-parallel: their
+      weights become rows `[r * N/tp, (r+1) * N/tp)`, the rank's heads, kv
+      heads, FFN columns or vocabulary slice; o and w2 are row-parallel:
+      columns `[r * K/tp, (r+1) * K/tp)`. Each such argument is retyped and
+      marked `kiln.tp_shard = #kiln.tp_shard<dim = 0|1, index = r>`.
+    - Sequence parallel: the token and target inputs become the rank's
+      sequence shard `[B, S/tp]` (`#kiln.tp_shard<dim = 1, index = r>`), so
+      the embedding (whole on every rank), the norms and the residual adds
+      run on `[B, S/tp, D]`. One all-gather over tp rebuilds `[B, S, D]`
+      before each column-parallel group (shared by q/k/v, by w1/w3); one
+      reduce-scatter (sum) over tp follows each row-parallel linear.
+      Collectives move flat buffers, so a gather or scatter along the
+      sequence of `[B, S, D]` is a transpose to `[S, B, D]` and a reshape
+      around it.
+    - The loss (`loss_parallel = false`): the rank's logits `[B, S, V/tp]`
+      become its positions with the whole vocabulary `[B, S/tp, V]` (an
+      all-to-all written as `flatten` into a zero buffer at the rank's slot
+      and one reduce-scatter (sum) over tp), the cross-entropy of its
+      tokens, and an `all_reduce_start {mean}` over tp gives the mean over
+      all tokens; its gradient rule divides by tp. Loss parallel is refused
+      (not built).
+
+    ```mlir
+    %h = kiln.rms_norm %x, %n : tensor<2x8x16xf32>, tensor<16xf32>     // x: [B, S/tp, D]
+    %q = kiln.linear wq %h, %wq param("...q_proj.weight") : ... -> tensor<2x16x32xf32>
+    // becomes, at tp = 2:
+    %t = kiln.transpose %h [1, 0, 2] : tensor<2x8x16xf32> -> tensor<8x2x16xf32>
+    %f = kiln.reshape %t : tensor<8x2x16xf32> -> tensor<256xf32>
+    %s = kiln.all_gather_start %f over tp {group = "...q_proj.weight", ranks = 2 : i64} : tensor<256xf32> -> tensor<512xf32>
+    %g = kiln.wait %s : tensor<512xf32>
+    %u = kiln.reshape %g : tensor<512xf32> -> tensor<16x2x16xf32>
+    %hh = kiln.transpose %u [1, 0, 2] : tensor<16x2x16xf32> -> tensor<2x16x16xf32>
+    %q = kiln.linear wq %hh, %wq param("...q_proj.weight") : tensor<2x16x16xf32>, tensor<16x16xf32> -> tensor<2x16x16xf32>
+    ```
+  }];
+}
+
 def KilnAutodiff : Pass<"kiln-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation of @forward_loss";
   let description = [{
@@ -237,7 +284,10 @@ def KilnLogitsEntry : Pass<"kiln-logits-entry", "mlir::ModuleOp"> {
     of the `kiln.cross_entropy` that computed the loss (the logits,
     `[batch, seq, vocab]`, tagged `kiln.output = "logits"`) and no longer
     takes the targets. The plan writes it as the entry `logits`; `kiln
-    sample` runs it. A module without `@forward_loss` is left alone.
+    sample` runs it. A module without `@forward_loss` is left alone. Under
+    tensor parallel the loss is the wait of an `all_reduce_start {mean}`
+    over tp of the cross-entropy (kiln-tp-partition); the logits are then
+    the gathered `[batch, seq, vocab]` every tp rank holds.
 
     ```mlir
     func.func @forward_loss(%tok: tensor<1x8xi32> {kiln.input = "tokens"},

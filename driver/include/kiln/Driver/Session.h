@@ -3,6 +3,7 @@
 #ifndef KILN_DRIVER_SESSION_H
 #define KILN_DRIVER_SESSION_H
 
+#include "kiln/Compiler/Pipeline.h"
 #include "kiln/Frontend/Config.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Runtime/Plan.h"
@@ -33,6 +34,11 @@ struct ModelSession {
   std::optional<ModelSource> source;
   std::optional<Config> config;
 
+  /// The last phase the command compiles through (kiln compile --emit);
+  /// null: a plan. A mesh with tp > 1 is refused at load unless tensor
+  /// parallel is built through that phase (phaseHandlesTp).
+  const PhaseInfo *lastPhase = nullptr;
+
   /// Loads and validates; prints what went wrong and returns false if not.
   /// With the run's `worldSize`, also decides the mesh for it
   /// (Config::mesh; parseConfig): a mesh that does not fit the run, or a
@@ -52,6 +58,11 @@ struct ModelSession {
   mlir::OwningOpRef<mlir::ModuleOp> compileThrough(llvm::StringRef phase,
                                                    bool fuse = true);
 
+private:
+  /// The load-time refusal of what tensor parallel does not build yet.
+  bool refuseUnbuiltTp();
+
+public:
   /// compilePlan's result, as the runtime reads it, from the on-disk cache
   /// ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln or ~/.cache/kiln), keyed
   /// by the model text, the `overrides` it was loaded with, the mesh it is

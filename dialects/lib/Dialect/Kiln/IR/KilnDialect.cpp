@@ -60,6 +60,11 @@ LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op,
     }
     return success();
   }
+  if (name == kTpShardAttrName) {
+    if (!isa<TpShardAttr>(attr.getValue()))
+      return fail() << "must be a #kiln.tp_shard attribute";
+    return success();
+  }
   return fail() << "is not an attribute of the kiln dialect";
 }
 

@@ -9,6 +9,7 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
@@ -94,4 +95,79 @@ SmallVector<Value> CrossEntropyOp::buildGradients(OpBuilder &b,
 
 SmallVector<Value> CastOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads) {
   return {CastOp::create(b, getLoc(), getInput().getType(), grads[0])};
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (tensor parallel in @forward_loss, docs/tp.md)
+//
+// Megatron's convention: a value produced by an all-gather feeds a
+// computation that each rank does on its own part (column-parallel heads,
+// the rank's vocabulary slice), so each rank's gradient of it is a partial
+// sum and the dual reduce-scatter (`sum`) adds the partials up; a value
+// produced by an all-reduce feeds a computation every rank repeats, so each
+// rank's gradient of it is already the whole one. A start's gradient is a
+// start + wait of the dual collective over the same axis.
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// `grad / ranks`, for the `mean` reductions.
+Value divideByRanks(OpBuilder &b, Location loc, Value grad, int64_t ranks) {
+  if (ranks == 1)
+    return grad;
+  auto type = cast<RankedTensorType>(grad.getType());
+  Value scale = arith::ConstantOp::create(
+      b, loc,
+      DenseElementsAttr::get(
+          type, b.getFloatAttr(type.getElementType(), 1.0 / ranks)));
+  return MulOp::create(b, loc, grad, scale);
+}
+} // namespace
+
+SmallVector<Value> WaitOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads) {
+  return {grads[0]};
+}
+
+SmallVector<Value> AllGatherStartOp::buildGradients(OpBuilder &b,
+                                                    ArrayRef<Value> grads) {
+  auto start = ReduceScatterStartOp::create(
+      b, getLoc(), getShard().getType(), grads[0], getAxisAttr(),
+      getRanksAttr(), b.getStringAttr("sum"), getGroupAttr());
+  return {WaitOp::create(b, getLoc(), start.getType(), start)};
+}
+
+SmallVector<Value> ReduceScatterStartOp::buildGradients(OpBuilder &b,
+                                                        ArrayRef<Value> grads) {
+  auto start =
+      AllGatherStartOp::create(b, getLoc(), getInput().getType(), grads[0],
+                               getAxisAttr(), getRanksAttr(), getGroupAttr());
+  Value gathered = WaitOp::create(b, getLoc(), start.getType(), start);
+  if (getReduction() == "mean")
+    return {divideByRanks(b, getLoc(), gathered, getRanks())};
+  return {gathered};
+}
+
+SmallVector<Value> AllReduceStartOp::buildGradients(OpBuilder &b,
+                                                    ArrayRef<Value> grads) {
+  // The max is the softmax's shift: a constant of the loss.
+  if (getReduction() == "max")
+    return {Value()};
+  if (getReduction() == "mean")
+    return {divideByRanks(b, getLoc(), grads[0], getRanks())};
+  return {grads[0]};
+}
+
+SmallVector<Value> FlattenOp::buildGradients(OpBuilder &b,
+                                             ArrayRef<Value> grads) {
+  SmallVector<Value> parts;
+  for (auto [part, offset] : llvm::zip(getParts(), getOffsets()))
+    parts.push_back(UnflattenOp::create(b, getLoc(), part.getType(), grads[0],
+                                        b.getI64IntegerAttr(offset)));
+  return parts;
+}
+
+SmallVector<Value> UnflattenOp::buildGradients(OpBuilder &b,
+                                               ArrayRef<Value> grads) {
+  return {FlattenOp::create(b, getLoc(), getFlat().getType(),
+                            ValueRange{grads[0]},
+                            b.getDenseI64ArrayAttr({getOffset()}))};
 }

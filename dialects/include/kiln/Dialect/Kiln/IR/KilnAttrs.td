@@ -182,6 +182,25 @@ def Kiln_MeshAxisAttr : EnumAttr<Kiln_Dialect, Kiln_MeshAxis, "axis"> {
   let assemblyFormat = "$value";
 }
 
+def Kiln_TpShardAttr : AttrDef<Kiln_Dialect, "TpShard"> {
+  let mnemonic = "tp_shard";
+  let summary = "which slice of a whole tensor a tensor-parallel rank holds";
+  let description = [{
+    On an argument of `@forward_loss` as `kiln.tp_shard`, written by
+    `kiln-tp-partition`: the argument is chunk `index` (the rank's position
+    on the mesh's tp axis) of `tp` equal chunks of the whole tensor along
+    `dim`. Parameters keep their HF name (`kiln.param`), so a checkpoint can
+    gather the whole tensor; the token input is the rank's sequence shard.
+
+    ```mlir
+    %wq: tensor<32x64xf32> {kiln.param = "model.layers.0.self_attn.q_proj.weight",
+                            kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
+    ```
+  }];
+  let parameters = (ins "int64_t":$dim, "int64_t":$index);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
 def Kiln_MeshAttr : AttrDef<Kiln_Dialect, "Mesh"> {
   let mnemonic = "mesh";
   let summary = "the device mesh [dp_shard, tp] a module runs on";

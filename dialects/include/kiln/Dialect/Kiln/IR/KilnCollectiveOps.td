@@ -11,6 +11,14 @@
 // values; a start/wait pair is what lets the schedule show overlap, so
 // these are the dialect's own (docs/architecture.md, "shard").
 //
+// A collective in @forward_loss (tensor parallel's, docs/tp.md)
+// differentiates like any op (KilnGradients.cpp, Megatron's convention):
+// all_gather <-> reduce_scatter `sum` over the same axis, reduce_scatter <->
+// all_gather, all_reduce `sum` <-> identity, `mean` <-> division by `ranks`,
+// `max` <-> no gradient; `wait` passes its gradient through; flatten and
+// unflatten are each other's (kiln-tp-partition's loss uses flatten to
+// place the rank's logits in a zero buffer).
+//
 // Every collective names the mesh axis it runs over (`over dp_shard`, `over
 // tp`: #kiln.axis): it runs among the ranks that share the other axis's
 // coordinate, and `ranks` is that axis's size in the module's #kiln.mesh
@@ -26,7 +34,8 @@
 // FP8 codes travel too: `kiln-fp8-all-gather` gathers e4m3 shards.
 def Kiln_FlatTensor : StaticShapeTensorOf<[F32, BF16, F16, F8E4M3FN]>;
 
-def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start"> {
+def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start",
+    [DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "begins gathering every rank's shard into one buffer";
   let description = [{
     The result (available at its `kiln.wait`) is the `ranks` shards of the
@@ -53,7 +62,8 @@ def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start"> {
   let hasVerifier = 1;
 }
 
-def Kiln_ReduceScatterStartOp : Kiln_Op<"reduce_scatter_start"> {
+def Kiln_ReduceScatterStartOp : Kiln_Op<"reduce_scatter_start",
+    [DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "begins reducing a buffer over ranks, each keeping its shard";
   let description = [{
     Every rank along `axis` contributes a buffer `ranks` times the result's
@@ -78,7 +88,8 @@ def Kiln_ReduceScatterStartOp : Kiln_Op<"reduce_scatter_start"> {
 }
 
 def Kiln_AllReduceStartOp : Kiln_Op<"all_reduce_start",
-    [AllTypesMatch<["input", "result"]>]> {
+    [AllTypesMatch<["input", "result"]>,
+     DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "begins reducing a tensor over ranks, every rank getting it";
   let description = [{
     Over the ranks along `axis`: `sum`, `mean` (the sum in axis order
@@ -96,7 +107,8 @@ def Kiln_AllReduceStartOp : Kiln_Op<"all_reduce_start",
   let hasVerifier = 1;
 }
 
-def Kiln_WaitOp : Kiln_Op<"wait", [AllTypesMatch<["pending", "result"]>]> {
+def Kiln_WaitOp : Kiln_Op<"wait", [AllTypesMatch<["pending", "result"]>,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "the result of a collective, once it has completed";
   let description = [{
     Its operand is the result of a `*_start` op; the value is usable from
@@ -107,7 +119,8 @@ def Kiln_WaitOp : Kiln_Op<"wait", [AllTypesMatch<["pending", "result"]>]> {
   let assemblyFormat = "$pending attr-dict `:` type($result)";
 }
 
-def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure]> {
+def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "one parameter's elements of a flat buffer, in its shape";
   let description = [{
     `result = reshape(flat[offset : offset + numel(result)])`. Also takes
@@ -126,7 +139,8 @@ def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Kiln_FlattenOp : Kiln_Op<"flatten", [Pure]> {
+def Kiln_FlattenOp : Kiln_Op<"flatten", [Pure,
+    DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "tensors packed into one flat buffer, zeros elsewhere";
   let description = [{
     Operand i's elements (row-major) at `offsets[i]`; the rest (padding) is

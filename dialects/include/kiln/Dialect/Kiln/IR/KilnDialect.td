@@ -50,6 +50,10 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kFloat8AttrName = "kiln.float8";
     /// On the module: the device mesh, a #kiln.mesh (absent: one rank).
     static constexpr ::llvm::StringLiteral kMeshAttrName = "kiln.mesh";
+    // Tensor parallel (docs/tp.md): the module's `kiln.tp` dictionary (the
+    // rank's position on the tp axis, loss parallel) and an argument's shard.
+    static constexpr ::llvm::StringLiteral kTpAttrName = "kiln.tp";
+    static constexpr ::llvm::StringLiteral kTpShardAttrName = "kiln.tp_shard";
 
   private:
     void registerAttributes();

@@ -1,0 +1,408 @@
+//===- TpPartition.cpp - @forward_loss as one rank of the tp axis ---------===//
+//
+// Megatron's partition with sequence parallel between blocks (docs/tp.md).
+// The pass walks @forward_loss once, in order, and retypes each op for the
+// rank's part, tracking where each value lives:
+//
+// - Seq: the rank's sequence shard [B, S/tp, ...] (embedding, norms,
+//   residual adds);
+// - Full: every position, the same on every rank (an all-gather's result);
+// - Local: every position, the rank's heads / FFN columns / vocabulary
+//   slice, always dim 2 ([B, S, N/tp] or [B, S, H/tp, hd]);
+// - Scalar: the loss.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "kiln-tp-partition"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNTPPARTITION
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+enum class Layout { Seq, Full, Local, Scalar };
+
+bool isColumnParallel(LinearRole role) {
+  return role == LinearRole::wq || role == LinearRole::wk ||
+         role == LinearRole::wv || role == LinearRole::w1 ||
+         role == LinearRole::w3 || role == LinearRole::output;
+}
+
+RankedTensorType withDim(RankedTensorType type, int64_t dim, int64_t size) {
+  SmallVector<int64_t> shape(type.getShape());
+  shape[dim] = size;
+  return type.clone(shape);
+}
+
+class Partition {
+public:
+  Partition(func::FuncOp func, int64_t tp, int64_t rank)
+      : func(func), tp(tp), rank(rank), b(func.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult shardArguments();
+  LogicalResult rewrite(Operation *op);
+  /// The whole-sequence value of a sequence-sharded one (one all-gather per
+  /// value, shared by its column-parallel consumers).
+  Value gatherSequence(Value seq, StringRef group, Location loc);
+  /// `value` gathered (or reduce-scattered, `sum`) along `dim` over tp: the
+  /// dim moved to the front, flattened, the collective, and back.
+  Value collectiveAlong(Value value, int64_t dim, bool scatter, StringRef group,
+                        Location loc);
+  /// The loss without loss parallel: each rank's tokens with the whole
+  /// vocabulary, then the mean over tp.
+  LogicalResult rewriteLoss(CrossEntropyOp ce);
+  LogicalResult shardDim(Operation *op, Value v, int64_t dim);
+  LogicalResult expect(Operation *op, Value v, Layout layout, StringRef what);
+  void setLayout(Value v, Layout l) { layouts[v] = l; }
+
+  func::FuncOp func;
+  int64_t tp, rank;
+  OpBuilder b;
+  DenseMap<Value, Layout> layouts;
+  DenseMap<Value, Value> gathered;
+};
+} // namespace
+
+/// The shard of `v` along `dim`: that dim divided by tp, or an error.
+LogicalResult Partition::shardDim(Operation *op, Value v, int64_t dim) {
+  RankedTensorType type = tensorOf(v);
+  if (type.getDimSize(dim) % tp != 0)
+    return op->emitOpError("dim ")
+           << dim << " of " << type << " does not divide by tp (" << tp << ")";
+  v.setType(withDim(type, dim, type.getDimSize(dim) / tp));
+  return success();
+}
+
+LogicalResult Partition::expect(Operation *op, Value v, Layout layout,
+                                StringRef what) {
+  auto it = layouts.find(v);
+  if (it != layouts.end() && it->second == layout)
+    return success();
+  return op->emitOpError("kiln-tp-partition expects ")
+         << what << " here (docs/tp.md)";
+}
+
+LogicalResult Partition::shardArguments() {
+  Block &body = func.getBody().front();
+  MLIRContext *ctx = func.getContext();
+  for (BlockArgument arg : body.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto input =
+        func.getArgAttrOfType<StringAttr>(i, KilnDialect::kInputAttrName);
+    if (input &&
+        (input.getValue() == "tokens" || input.getValue() == "targets")) {
+      // Sequence parallel starts at the embedding's input; the loss is
+      // over the rank's tokens too.
+      if (failed(shardDim(func, arg, 1)))
+        return failure();
+      func.setArgAttr(i, KilnDialect::kTpShardAttrName,
+                      TpShardAttr::get(ctx, 1, rank));
+      continue;
+    }
+    auto param =
+        func.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttrName);
+    if (!param)
+      continue;
+    // A linear's weight is sharded by the linear's role; any other
+    // parameter (embedding, norms) stays whole on every tp rank.
+    LinearOp linear;
+    for (Operation *user : arg.getUsers())
+      if (auto l = dyn_cast<LinearOp>(user); l && l.getWeight() == arg)
+        linear = l;
+    if (!linear)
+      continue;
+    if (!arg.hasOneUse())
+      return func.emitOpError("parameter '")
+             << param.getValue()
+             << "' is a linear's weight and also used otherwise (tied "
+                "embeddings?): kiln-tp-partition cannot shard it";
+    int64_t dim = isColumnParallel(linear.getRole()) ? 0 : 1;
+    if (failed(shardDim(func, arg, dim)))
+      return failure();
+    func.setArgAttr(i, KilnDialect::kTpShardAttrName,
+                    TpShardAttr::get(ctx, dim, rank));
+  }
+  func.setFunctionType(
+      FunctionType::get(ctx, body.getArgumentTypes(), func.getResultTypes()));
+  return success();
+}
+
+Value Partition::collectiveAlong(Value value, int64_t dim, bool scatter,
+                                 StringRef group, Location loc) {
+  RankedTensorType type = tensorOf(value);
+  int64_t rankOf = type.getRank();
+  SmallVector<int64_t> perm = {dim};
+  for (int64_t d = 0; d < rankOf; ++d)
+    if (d != dim)
+      perm.push_back(d);
+  SmallVector<int64_t> inverse(rankOf);
+  for (auto [i, p] : llvm::enumerate(perm))
+    inverse[p] = i;
+  SmallVector<int64_t> moved;
+  for (int64_t p : perm)
+    moved.push_back(type.getDimSize(p));
+  auto movedType = type.clone(moved);
+
+  Value front = value;
+  if (dim != 0)
+    front = TransposeOp::create(b, loc, movedType, value, perm);
+  int64_t n = type.getNumElements();
+  auto flatType = type.clone({n});
+  Value flat = ReshapeOp::create(b, loc, flatType, front);
+
+  auto axis = MeshAxisAttr::get(b.getContext(), MeshAxis::tp);
+  Value done;
+  int64_t outFront;
+  if (scatter) {
+    auto start = ReduceScatterStartOp::create(
+        b, loc, type.clone({n / tp}), flat, axis, b.getI64IntegerAttr(tp),
+        b.getStringAttr("sum"), b.getStringAttr(group));
+    done = WaitOp::create(b, loc, start.getType(), start);
+    outFront = moved[0] / tp;
+  } else {
+    auto start = AllGatherStartOp::create(b, loc, type.clone({n * tp}), flat,
+                                          axis, b.getI64IntegerAttr(tp),
+                                          b.getStringAttr(group));
+    done = WaitOp::create(b, loc, start.getType(), start);
+    outFront = moved[0] * tp;
+  }
+  auto outMoved = withDim(movedType, 0, outFront);
+  Value back = ReshapeOp::create(b, loc, outMoved, done);
+  if (dim == 0)
+    return back;
+  auto outType = withDim(type, dim, outFront);
+  return TransposeOp::create(b, loc, outType, back, inverse);
+}
+
+Value Partition::gatherSequence(Value seq, StringRef group, Location loc) {
+  Value &slot = gathered[seq];
+  if (slot)
+    return slot;
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointAfterValue(seq);
+  slot = collectiveAlong(seq, 1, /*scatter=*/false, group, loc);
+  setLayout(slot, Layout::Full);
+  return slot;
+}
+
+LogicalResult Partition::rewrite(Operation *op) {
+  b.setInsertionPoint(op);
+  if (auto emb = dyn_cast<EmbeddingOp>(op)) {
+    RankedTensorType tokens = tensorOf(emb.getTokens());
+    SmallVector<int64_t> shape(tokens.getShape());
+    shape.push_back(tensorOf(emb.getTable()).getDimSize(1));
+    emb.getResult().setType(tensorOf(emb.getResult()).clone(shape));
+    setLayout(emb.getResult(), Layout::Seq);
+    return success();
+  }
+  if (auto norm = dyn_cast<RMSNormOp>(op)) {
+    if (failed(expect(op, norm.getInput(), Layout::Seq,
+                      "a sequence shard [B, S/tp, D]")))
+      return failure();
+    norm.getResult().setType(norm.getInput().getType());
+    setLayout(norm.getResult(), Layout::Seq);
+    return success();
+  }
+  if (isa<AddOp, MulOp>(op)) {
+    Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+    auto it = layouts.find(lhs);
+    if (it == layouts.end() ||
+        (it->second != Layout::Seq && it->second != Layout::Local) ||
+        failed(expect(op, rhs, it->second, "operands laid out alike")))
+      return op->emitOpError("kiln-tp-partition expects both operands on the "
+                             "sequence shard or both on the rank's columns");
+    op->getResult(0).setType(lhs.getType());
+    setLayout(op->getResult(0), it->second);
+    return success();
+  }
+  if (auto linear = dyn_cast<LinearOp>(op)) {
+    RankedTensorType weight = tensorOf(linear.getWeight());
+    if (isColumnParallel(linear.getRole())) {
+      if (failed(expect(op, linear.getInput(), Layout::Seq,
+                        "the input of a column-parallel linear on a "
+                        "sequence shard")))
+        return failure();
+      linear.getInputMutable().assign(
+          gatherSequence(linear.getInput(), linear.getParam(), op->getLoc()));
+      linear.getResult().setType(
+          withDim(tensorOf(linear.getResult()), 2, weight.getDimSize(0)));
+      setLayout(linear.getResult(), Layout::Local);
+      return success();
+    }
+    // Row-parallel (o, w2): a partial sum of every position, reduced and
+    // scattered back to the sequence shard.
+    if (failed(expect(op, linear.getInput(), Layout::Local,
+                      "the rank's columns as the input of a row-parallel "
+                      "linear")))
+      return failure();
+    b.setInsertionPointAfter(op);
+    Value seq = collectiveAlong(linear.getResult(), 1, /*scatter=*/true,
+                                linear.getParam(), op->getLoc());
+    // The scatter's chain starts right after the linear.
+    linear.getResult().replaceAllUsesExcept(seq, op->getNextNode());
+    setLayout(seq, Layout::Seq);
+    return success();
+  }
+  if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+    if (failed(expect(op, reshape.getInput(), Layout::Local,
+                      "the rank's heads or columns")))
+      return failure();
+    if (failed(shardDim(op, reshape.getResult(), 2)))
+      return failure();
+    setLayout(reshape.getResult(), Layout::Local);
+    return success();
+  }
+  if (isa<RopeOp, SiluOp>(op)) {
+    if (failed(expect(op, op->getOperand(0), Layout::Local,
+                      "the rank's heads or columns")))
+      return failure();
+    op->getResult(0).setType(op->getOperand(0).getType());
+    setLayout(op->getResult(0), Layout::Local);
+    return success();
+  }
+  if (auto attn = dyn_cast<AttentionOp>(op)) {
+    for (Value v : op->getOperands())
+      if (failed(expect(op, v, Layout::Local, "the rank's heads")))
+        return failure();
+    attn.getResult().setType(attn.getQuery().getType());
+    // The logsumexp is [B, H, S]: the rank's heads are dim 1.
+    if (failed(shardDim(op, attn.getLogsumexp(), 1)))
+      return failure();
+    setLayout(attn.getResult(), Layout::Local);
+    setLayout(attn.getLogsumexp(), Layout::Local);
+    return success();
+  }
+  if (auto ce = dyn_cast<CrossEntropyOp>(op))
+    return rewriteLoss(ce);
+  return op->emitOpError("kiln-tp-partition does not know how to partition "
+                         "this op (docs/tp.md)");
+}
+
+LogicalResult Partition::rewriteLoss(CrossEntropyOp ce) {
+  Operation *op = ce;
+  Location loc = op->getLoc();
+  if (failed(expect(op, ce.getLogits(), Layout::Local,
+                    "the rank's vocabulary slice of the logits")))
+    return failure();
+  RankedTensorType local = tensorOf(ce.getLogits()); // [B, S, V/tp]
+  if (local.getRank() != 3)
+    return op->emitOpError("kiln-tp-partition expects logits [B, S, V]");
+  int64_t batch = local.getDimSize(0), seq = local.getDimSize(1),
+          vocab = local.getDimSize(2), part = seq / tp * batch * vocab;
+  auto type = [&](ArrayRef<int64_t> shape) { return local.clone(shape); };
+  // From [B, S, V/tp] on every rank to [B, S/tp, V] (all-to-all as a
+  // reduce-scatter of zero-padded buffers): the rank's logits as [S, B,
+  // V/tp], i.e. tp sequence chunks of `part` elements, placed at slot
+  // `rank` of a zero buffer [tp (vocab slice), tp (sequence chunk), part];
+  // transposed to [sequence chunk, vocab slice, part], the reduce-scatter
+  // (sum) hands rank j chunk j of every rank's vocabulary slice.
+  Value t = TransposeOp::create(b, loc, type({seq, batch, vocab}),
+                                ce.getLogits(), ArrayRef<int64_t>{1, 0, 2});
+  Value flat = ReshapeOp::create(b, loc, type({tp * part}), t);
+  Value padded =
+      FlattenOp::create(b, loc, type({tp * tp * part}), ValueRange{flat},
+                        b.getDenseI64ArrayAttr({rank * tp * part}));
+  Value grid = ReshapeOp::create(b, loc, type({tp, tp, part}), padded);
+  Value bySeq = TransposeOp::create(b, loc, type({tp, tp, part}), grid,
+                                    ArrayRef<int64_t>{1, 0, 2});
+  Value send = ReshapeOp::create(b, loc, type({tp * tp * part}), bySeq);
+  auto axis = MeshAxisAttr::get(b.getContext(), MeshAxis::tp);
+  auto scatter = ReduceScatterStartOp::create(
+      b, loc, type({tp * part}), send, axis, b.getI64IntegerAttr(tp),
+      b.getStringAttr("sum"), b.getStringAttr("logits"));
+  Value mine = WaitOp::create(b, loc, scatter.getType(), scatter);
+  Value blocks =
+      ReshapeOp::create(b, loc, type({tp, seq / tp, batch, vocab}), mine);
+  Value ordered =
+      TransposeOp::create(b, loc, type({batch, seq / tp, tp, vocab}), blocks,
+                          ArrayRef<int64_t>{2, 1, 0, 3});
+  Value logits =
+      ReshapeOp::create(b, loc, type({batch, seq / tp, tp * vocab}), ordered);
+  ce.getLogitsMutable().assign(logits);
+  // The mean over the rank's tokens, then over tp (equal token counts): the
+  // mean over all tokens. Its gradient rule divides by tp.
+  b.setInsertionPointAfter(op);
+  auto start = AllReduceStartOp::create(b, loc, ce.getResult(), axis,
+                                        b.getI64IntegerAttr(tp),
+                                        b.getStringAttr("mean"));
+  Value loss = WaitOp::create(b, loc, start.getType(), start);
+  ce.getResult().replaceAllUsesExcept(loss, start);
+  setLayout(loss, Layout::Scalar);
+  return success();
+}
+
+LogicalResult Partition::run() {
+  if (failed(shardArguments()))
+    return failure();
+  Block &body = func.getBody().front();
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    ops.push_back(&op);
+  for (Operation *op : ops)
+    if (failed(rewrite(op)))
+      return failure();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  if (failed(expect(ret, ret.getOperand(0), Layout::Scalar,
+                    "the loss, all-reduced over tp")))
+    return failure();
+  return success();
+}
+
+namespace {
+struct TpPartitionPass : kiln::impl::KilnTpPartitionBase<TpPartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MeshAttr mesh = getModuleMesh(module);
+    if (!mesh || mesh.getTp() == 1)
+      return;
+    auto tpAttr =
+        module->getAttrOfType<DictionaryAttr>(KilnDialect::kTpAttrName);
+    auto rank = tpAttr ? tpAttr.getAs<IntegerAttr>("rank") : IntegerAttr();
+    auto lossParallel =
+        tpAttr ? tpAttr.getAs<BoolAttr>("loss_parallel") : BoolAttr();
+    if (!rank || !lossParallel) {
+      module.emitError("a module with tp > 1 needs '")
+          << KilnDialect::kTpAttrName
+          << "' = {rank = <position on the tp axis> : i64, loss_parallel = "
+             "<bool>}";
+      return signalPassFailure();
+    }
+    if (rank.getInt() < 0 || rank.getInt() >= mesh.getTp()) {
+      module.emitError("kiln.tp's rank ")
+          << rank.getInt() << " is not a position on the tp axis [0, "
+          << mesh.getTp() << ")";
+      return signalPassFailure();
+    }
+    if (lossParallel.getValue()) {
+      module.emitError("loss parallel (a vocabulary-sharded cross-entropy) "
+                       "is not built yet; set "
+                       "parallelism.disable_loss_parallel = true (docs/tp.md)");
+      return signalPassFailure();
+    }
+    auto forward = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
+    if (!forward) {
+      module.emitError("kiln-tp-partition needs a func.func @forward_loss");
+      return signalPassFailure();
+    }
+    LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": rank " << rank.getInt() << " of "
+                            << mesh.getTp() << "\n");
+    if (failed(Partition(forward, mesh.getTp(), rank.getInt()).run()))
+      return signalPassFailure();
+  }
+};
+} // namespace
