@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
       ->required();
   compileCmd->add_option("--emit", compile.emit,
                          "Stop after this phase and print its IR "
-                         "(import, train, precision, shard, fp8, fuse, "
+                         "(import, tp, train, precision, shard, fp8, fuse, "
                          "schedule, plan)");
   compileCmd->add_option("-o,--output", compile.output,
                          "Write the result here instead of stdout");
