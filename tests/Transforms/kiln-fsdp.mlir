@@ -143,3 +143,15 @@ module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {re
     return %norm, %p : tensor<f32>, tensor<4xf32>
   }
 }
+
+// -----
+
+// dp_shard x tp: refused until the gradient norm spans both axes
+// (docs/tp.md, "FSDP on top").
+// expected-error @+1 {{kiln-fsdp: dp_shard (2) x tp (2) is not built yet: the gradient norm over both axes (docs/tp.md)}}
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 2>} {
+  func.func @forward_loss(%a: tensor<4xf32> {kiln.param = "model.layers.0.a", kiln.init = #kiln.init<ones>},
+                          %l: tensor<f32>) -> tensor<f32> {
+    return %l : tensor<f32>
+  }
+}

@@ -56,6 +56,36 @@ module attributes {kiln.precision = {param = "bfloat16", reduce = "float32"}} {
 
 // -----
 
+// kiln-tp-grad-sync's sums over tp, bf16 compute and f32 reduce: they run
+// in the reduce dtype, as the gradient sums do: the embedding's f32
+// gradient is summed as it is, a norm's bf16 gradient is cast to f32
+// before its all-reduce (not after).
+// CHECK-LABEL: func.func @tp_sums(
+// CHECK: %[[DE:.+]] = kiln.embedding_grad {{.*}} -> tensor<16x8xf32>
+// CHECK-NEXT: %[[SE:.+]] = kiln.all_reduce_start %[[DE]] over tp {ranks = 2 : i64, reduction = "sum"} : tensor<16x8xf32>
+// CHECK-NEXT: %[[WE:.+]] = kiln.wait %[[SE]] : tensor<16x8xf32>
+// CHECK: %[[DN:.+]] = kiln.mul %{{.+}}, %{{.+}} : tensor<8xbf16>
+// CHECK-NEXT: %[[CN:.+]] = kiln.cast %[[DN]] : tensor<8xbf16> -> tensor<8xf32>
+// CHECK-NEXT: %[[SN:.+]] = kiln.all_reduce_start %[[CN]] over tp {ranks = 2 : i64, reduction = "sum"} : tensor<8xf32>
+// CHECK-NEXT: %[[WN:.+]] = kiln.wait %[[SN]] : tensor<8xf32>
+// CHECK-NEXT: return %[[WE]], %[[WN]] :
+module attributes {kiln.precision = {param = "bfloat16", reduce = "float32"}} {
+  func.func @tp_sums(%tok: tensor<2x4xi32> {kiln.input = "tokens"},
+                     %e: tensor<16x8xf32> {kiln.param = "e", kiln.init = #kiln.init<ones>},
+                     %a: tensor<2x4x8xf32>, %n1: tensor<8xf32>, %n2: tensor<8xf32>)
+      -> (tensor<16x8xf32> {kiln.grad = "e"}, tensor<8xf32> {kiln.grad = "n"}) {
+    %de = kiln.embedding_grad %a, %tok param("e") : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
+    %se = kiln.all_reduce_start %de over tp {ranks = 2 : i64, reduction = "sum"} : tensor<16x8xf32>
+    %we = kiln.wait %se : tensor<16x8xf32>
+    %dn = kiln.mul %n1, %n2 : tensor<8xf32>
+    %sn = kiln.all_reduce_start %dn over tp {ranks = 2 : i64, reduction = "sum"} : tensor<8xf32>
+    %wn = kiln.wait %sn : tensor<8xf32>
+    return %we, %wn : tensor<16x8xf32>, tensor<8xf32>
+  }
+}
+
+// -----
+
 // A tied embedding, bf16 compute and f32 reduce: the output projection's
 // weight gradient (a GEMM, bf16 like every linear_grad_weight) is cast to
 // f32 and added to the f32 embedding gradient; the sum goes to grad_norm

@@ -12,9 +12,12 @@
 // - the loss, on every rank;
 // - each tp-sharded parameter's gradient against its slice of the
 //   reference's;
-// - each tp-replicated parameter's gradient (embedding, norms), summed
-//   over the ranks here (what the FSDP reduce-scatter over dp_shard x tp
-//   will do; docs/tp.md), against the reference's.
+// - each tp-replicated parameter's gradient (embedding, norms), which
+//   kiln-tp-grad-sync has summed over tp in the step, against the
+//   reference's whole gradient on every rank;
+// - then `train_step`'s grad_norm (the norm AdamW clips with, of the same
+//   gradients: the step reads the weights before it updates them) against
+//   the reference's norm of all its gradients.
 //
 // Prints the worst relative errors (norm-wise per tensor) and fails above
 // the bound given as argv[1].
@@ -244,22 +247,11 @@ int main(int argc, char **argv) {
   for (const Param &p : params) {
     std::vector<float> &g = out->at("grad:" + p.name);
     const std::vector<double> &r = ref.grads.at(p.name);
-    std::vector<double> got(g.begin(), g.end()), want;
+    std::vector<double> got(g.begin(), g.end()), want = r;
     if (p.shardDim >= 0) {
+      want.clear();
       for (int64_t i = 0; i < numel(p.local); ++i)
         want.push_back(r[wholeIndex(p, tp, rank, i)]);
-    } else {
-      // The sum over tp of the ranks' partial gradients.
-      std::vector<float> sum(g.size());
-      comm::CommHandle h = comm.startAllReduce(
-          g.data(), sum.data(), static_cast<int64_t>(g.size()),
-          comm::ElementType::F32, comm::ReduceOp::Sum);
-      if (Error e = comm.wait(h)) {
-        std::fprintf(stderr, "error: %s\n", e.message().c_str());
-        return 1;
-      }
-      got.assign(sum.begin(), sum.end());
-      want = r;
     }
     double e = relError(got, want);
     double &worst = p.shardDim >= 0 ? worstSharded : worstReplicated;
@@ -268,14 +260,31 @@ int main(int argc, char **argv) {
       (p.shardDim >= 0 ? shardedName : replicatedName) = p.name;
     }
   }
+
+  // The clipping norm of train_step (step 1), from the same weights.
+  Expected<EntryOutputs> step =
+      (*exec)->run("train_step", shard, shardTargets, 1);
+  if (!step) {
+    std::fprintf(stderr, "error: %s\n", step.error().message().c_str());
+    return 1;
+  }
+  double refNorm = 0;
+  for (const auto &[name, r] : ref.grads)
+    for (double v : r)
+      refNorm += v * v;
+  refNorm = std::sqrt(refNorm);
+  double normError = std::fabs(step->at("grad_norm")[0] - refNorm) / refNorm;
+
   std::printf("rank %lld of tp %lld: loss %.9g (reference %.9g), relative "
               "error %.3g; worst gradient errors: sharded %.3g (%s), "
-              "replicated, summed over tp, %.3g (%s)\n",
+              "replicated %.3g (%s); grad_norm %.9g (reference %.9g), "
+              "relative error %.3g\n",
               static_cast<long long>(rank), static_cast<long long>(tp),
               out->at("loss")[0], ref.loss, lossError, worstSharded,
-              shardedName.c_str(), worstReplicated, replicatedName.c_str());
-  bool ok =
-      lossError <= bound && worstSharded <= bound && worstReplicated <= bound;
+              shardedName.c_str(), worstReplicated, replicatedName.c_str(),
+              step->at("grad_norm")[0], refNorm, normError);
+  bool ok = lossError <= bound && worstSharded <= bound &&
+            worstReplicated <= bound && normError <= bound;
   if (!ok)
     std::printf("rank %lld: FAILED: above the bound %g\n",
                 static_cast<long long>(rank), bound);

@@ -23,6 +23,9 @@ void kiln::buildTpPipeline(OpPassManager &pm) {
 void kiln::buildTrainPipeline(OpPassManager &pm) {
   pm.addPass(createKilnAutodiff());
   pm.addPass(createKilnOptimizer());
+  // A no-op unless the mesh's tp > 1: the replicated parameters' gradients
+  // and the grad norm summed over tp, in @loss_and_grads and @train_step.
+  pm.addPass(createKilnTpGradSync());
   pm.addPass(createKilnLogitsEntry());
   pm.addPass(createCSEPass());
 }

@@ -487,6 +487,17 @@ struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
     }
     if (n == 1)
       return;
+    // The gradients would compose (kiln-tp-grad-sync has summed the
+    // replicated ones over tp); the norm does not yet: a block's flat buffer
+    // mixes tp-sharded and tp-replicated parameters, whose squares must be
+    // summed over tp and counted once (docs/tp.md, "FSDP on top").
+    if (mesh && mesh.getTp() > 1) {
+      module.emitError("kiln-fsdp: dp_shard (")
+          << n << ") x tp (" << mesh.getTp()
+          << ") is not built yet: the gradient norm over both axes "
+             "(docs/tp.md)";
+      return signalPassFailure();
+    }
     // The option overrides the mesh's dp_shard; the module then says what
     // it was sharded for (the plan's ranks come from it).
     if (!mesh || mesh.getDpShard() != n)

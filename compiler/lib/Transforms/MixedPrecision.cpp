@@ -95,7 +95,8 @@ void forEachExit(func::FuncOp func,
 /// The ops that sum into a parameter's gradient: every embedding_grad (a
 /// scatter-add over the tokens, in f32 on every backend) and the adds that
 /// a gradient is built of (a tied embedding's: the output projection's
-/// linear_grad_weight plus the embedding_grad).
+/// linear_grad_weight plus the embedding_grad), and a replicated gradient's
+/// all-reduce (sum) over tp with its wait.
 llvm::SmallPtrSet<Operation *, 4> gradientSums(func::FuncOp func) {
   llvm::SmallPtrSet<Operation *, 4> sums;
   func.walk([&](EmbeddingGradOp op) { sums.insert(op); });
@@ -105,9 +106,16 @@ llvm::SmallPtrSet<Operation *, 4> gradientSums(func::FuncOp func) {
       work.push_back(operand.get());
   });
   while (!work.empty()) {
-    auto add = work.pop_back_val().getDefiningOp<AddOp>();
-    if (add && sums.insert(add).second)
-      llvm::append_range(work, add->getOperands());
+    Operation *op = work.pop_back_val().getDefiningOp();
+    // kiln-tp-grad-sync's sum over tp is one too (its wait and start).
+    if (auto wait = dyn_cast_or_null<WaitOp>(op))
+      if (!wait.getPending().getDefiningOp<AllReduceStartOp>())
+        continue;
+    auto reduce = dyn_cast_or_null<AllReduceStartOp>(op);
+    bool isSum = isa_and_nonnull<AddOp, WaitOp>(op) ||
+                 (reduce && reduce.getReduction() == "sum");
+    if (isSum && sums.insert(op).second)
+      llvm::append_range(work, op->getOperands());
   }
   return sums;
 }
@@ -129,10 +137,10 @@ void applyPolicy(func::FuncOp func, Type param, Type reduce) {
     if (isOptimizerOp(&op) || isa<CastOp, func::ReturnOp>(op) ||
         op.getDialect() != func->getContext()->getLoadedDialect<KilnDialect>())
       continue;
-    // embedding_grad reads its operand in the param dtype; an add takes its
-    // operands in its result's dtype.
+    // embedding_grad reads its operand in the param dtype; an add or a sum
+    // over ranks takes its operands in its result's dtype.
     bool isSum = sums.contains(&op);
-    Type in = isSum && isa<AddOp>(op) ? sumType : param;
+    Type in = isSum && !isa<EmbeddingGradOp>(op) ? sumType : param;
     Type out = isSum ? sumType : param;
     b.setInsertionPoint(&op);
     for (OpOperand &operand : op.getOpOperands())

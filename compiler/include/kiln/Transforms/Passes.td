@@ -116,6 +116,38 @@ def KilnOptimizer : Pass<"kiln-optimizer", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnTpGradSync : Pass<"kiln-tp-grad-sync", "mlir::ModuleOp"> {
+  let summary = "Sum the tp-replicated gradients over tp; the grad norm over tp";
+  let description = [{
+    When the module's `#kiln.mesh` has `tp` > 1 (a no-op otherwise), in
+    `@loss_and_grads` and `@train_step` (right after `kiln-optimizer`): the
+    gradient of each tp-replicated parameter (a `kiln.param` argument
+    without `kiln.tp_shard`: the embedding, the norms), which autodiff
+    leaves as the rank's share from its sequence shard, is summed over tp
+    by an `all_reduce_start over tp {reduction = "sum"}` + `wait` right
+    after its definition; every use (the `kiln.grad` result, AdamW,
+    `kiln.grad_norm`) reads the sum. Each `kiln.grad_norm` becomes the
+    square root of the tp-sharded gradients' squares summed over tp plus
+    the replicated gradients' squares (the same on every rank: counted
+    once).
+
+    ```mlir
+    %g = kiln.embedding_grad ... : ... -> tensor<64x16xf32>
+    %n = kiln.grad_norm %g, %w : tensor<64x16xf32>, tensor<8x16xf32>
+    // becomes, at tp = 2 (%w's parameter is tp-sharded):
+    %g = kiln.embedding_grad ... : ... -> tensor<64x16xf32>
+    %s = kiln.all_reduce_start %g over tp {ranks = 2 : i64, reduction = "sum"} : tensor<64x16xf32>
+    %G = kiln.wait %s : tensor<64x16xf32>
+    %q = kiln.grad_norm %w {squared} : tensor<8x16xf32>
+    %t = kiln.all_reduce_start %q over tp {ranks = 2 : i64, reduction = "sum"} : tensor<f32>
+    %T = kiln.wait %t : tensor<f32>
+    %r = kiln.grad_norm %G {squared} : tensor<64x16xf32>
+    %a = kiln.add %T, %r : tensor<f32>
+    %n = kiln.sqrt %a : tensor<f32>
+    ```
+  }];
+}
+
 def KilnMixedPrecision : Pass<"kiln-mixed-precision", "mlir::ModuleOp"> {
   let summary = "Compute in the param dtype, reduce in the reduce dtype, update in f32";
   let description = [{
