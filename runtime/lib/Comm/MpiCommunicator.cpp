@@ -238,16 +238,7 @@ Error MpiCommunicator::setUp() {
     // uses the split's communicator and a duplicate of it for the side
     // channel.
     comm_ = handed_;
-    int rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Comm_dup(comm_, &side_);
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Comm_rank(comm_, &rank_);
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Comm_size(comm_, &size_);
-    if (rc != MPI_SUCCESS) {
+    if (int rc = adoptComm(); rc != MPI_SUCCESS) {
       Error error("mpi: setting up a sub-communicator failed: " +
                   mpiErrorText(rc));
       tearDown();
@@ -287,15 +278,7 @@ Error MpiCommunicator::setUp() {
   }
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
   if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_dup(MPI_COMM_WORLD, &side_);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_rank(comm_, &rank_);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_size(comm_, &size_);
+    rc = adoptComm();
   if (rc != MPI_SUCCESS) {
     Error error("mpi: setting up the communicator of MPI_COMM_WORLD "
                 "failed: " +
@@ -304,6 +287,19 @@ Error MpiCommunicator::setUp() {
     return error;
   }
   return Error::success();
+}
+
+int MpiCommunicator::adoptComm() {
+  int rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_dup(comm_, &side_);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_rank(comm_, &rank_);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_size(comm_, &size_);
+  return rc;
 }
 
 void MpiCommunicator::tearDown() {

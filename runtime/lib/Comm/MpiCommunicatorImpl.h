@@ -105,6 +105,9 @@ private:
   // On the communication thread only.
   void threadMain();
   Error setUp();
+  /// Makes comm_ (and side_, a duplicate of it for the progress channel)
+  /// return error codes, and reads this rank and the size: an MPI code.
+  int adoptComm();
   void tearDown();
   Error runCaught(const Request &request);
   Error run(const Request &request);
