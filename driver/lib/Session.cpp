@@ -55,24 +55,23 @@ bool ModelSession::refuseUnbuiltTp() {
   const ParallelismConfig &p = config->parallelism;
   if (p.tensor_parallel_degree == 1)
     return true;
-  if (!lastPhase || !phaseHandlesTp(*lastPhase)) {
+  // An error at the tp key: "parallelism.tensor_parallel_degree (N) <why>".
+  auto refuseTp = [&](llvm::StringRef why) {
     emitError(
         keyLocation(&context, *config, "parallelism.tensor_parallel_degree"))
         << "parallelism.tensor_parallel_degree (" << p.tensor_parallel_degree
-        << ") is built through phase 'train' only (kiln compile --emit=tp or "
-           "--emit=train); compiling a plan, training and explaining with it "
-           "are not implemented yet (#17, docs/tp.md)";
+        << ") " << why;
     return false;
-  }
-  if (!p.disable_loss_parallel) {
-    emitError(
-        keyLocation(&context, *config, "parallelism.tensor_parallel_degree"))
-        << "parallelism.tensor_parallel_degree (" << p.tensor_parallel_degree
-        << ") needs parallelism.disable_loss_parallel = true: loss parallel "
-           "(a vocabulary-sharded cross-entropy) is not built yet (#17, "
-           "docs/tp.md)";
-    return false;
-  }
+  };
+  if (!lastPhase || !phaseHandlesTp(*lastPhase))
+    return refuseTp("is built through phase 'train' only (kiln compile "
+                    "--emit=tp or --emit=train); compiling a plan, training "
+                    "and explaining with it are not implemented yet (#17, "
+                    "docs/tp.md)");
+  if (!p.disable_loss_parallel)
+    return refuseTp("needs parallelism.disable_loss_parallel = true: loss "
+                    "parallel (a vocabulary-sharded cross-entropy) is not "
+                    "built yet (#17, docs/tp.md)");
   if (config->model.tie_embeddings) {
     emitError(keyLocation(&context, *config, "model.tie_embeddings",
                           {"parallelism.tensor_parallel_degree"}))
