@@ -102,7 +102,6 @@ int kiln::runCompile(const CompileCommand &command) {
     return 1;
 
   ModelSession session;
-  session.lastPhase = last;
   if (!session.load(command.model, command.overrides, command.worldSize))
     return 1;
   // The result never replaces the model file it came from (a symbolic

@@ -32,7 +32,8 @@ int kiln::commandError(const llvm::Twine &message) {
 
 bool ModelSession::load(const std::string &model,
                         const std::vector<std::string> &overrides,
-                        std::optional<int64_t> worldSize) {
+                        std::optional<int64_t> worldSize,
+                        std::optional<int64_t> worldRank) {
   std::string error;
   source = loadModelSource(model, error);
   if (!source) {
@@ -48,6 +49,8 @@ bool ModelSession::load(const std::string &model,
   if (failed(parsed))
     return false;
   config = std::move(*parsed);
+  if (worldRank)
+    config->tpPosition = config->runMesh().tpIndex(*worldRank);
   return refuseUnbuiltTp();
 }
 
@@ -63,11 +66,10 @@ bool ModelSession::refuseUnbuiltTp() {
         << ") " << why;
     return false;
   };
-  if (!lastPhase || !phaseHandlesTp(*lastPhase))
-    return refuseTp("is built through phase 'train' only (kiln compile "
-                    "--emit=tp or --emit=train); compiling a plan, training "
-                    "and explaining with it are not implemented yet (#17, "
-                    "docs/tp.md)");
+  if (config->float8.enable)
+    return refuseTp("with float8.enable is not implemented yet: FP8 under "
+                    "tensor parallel needs its tensorwise amax all-reduced "
+                    "over tp (#17, docs/tp.md)");
   if (!p.disable_loss_parallel)
     return refuseTp("needs parallelism.disable_loss_parallel = true: loss "
                     "parallel (a vocabulary-sharded cross-entropy) is not "
@@ -135,8 +137,9 @@ ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
   for (const std::string &o : overrides)
     key += "\n--set " + o;
   MeshShape mesh = config->runMesh();
-  key +=
-      "\nmesh " + std::to_string(mesh.dpShard) + " " + std::to_string(mesh.tp);
+  key += "\nmesh " + std::to_string(mesh.dpShard) + " " +
+         std::to_string(mesh.tp) + " tp position " +
+         std::to_string(config->tpPosition);
   key += "\n" + buildIdentity() + "\nplan " + std::to_string(plan::kVersion);
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kplan",

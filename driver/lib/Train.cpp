@@ -101,7 +101,7 @@ int kiln::runTrain(const TrainCommand &command) {
     return commandError(created.error().message());
   std::unique_ptr<comm::Communicator> ranks = *std::move(created);
   ModelSession session;
-  if (!session.load(command.model, overrides, ranks->size()))
+  if (!session.load(command.model, overrides, ranks->size(), ranks->rank()))
     return 1;
   // As written: checkpoints say "all ranks", not this run's count (the
   // mesh is Config::mesh, never written back into the keys).

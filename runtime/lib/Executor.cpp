@@ -11,4 +11,24 @@ namespace kiln::runtime {
 
 Executor::~Executor() = default;
 
+Error checkRunFits(const Plan &plan, const comm::Communicator *c) {
+  int size = c ? c->size() : 1;
+  if (size == 1 && plan.ranks != 1)
+    return Error("the plan is for " + std::to_string(plan.ranks) +
+                 " ranks; start it with mpirun -np " +
+                 std::to_string(plan.ranks));
+  if (size != plan.ranks)
+    return Error("the plan is for " + std::to_string(plan.ranks) +
+                 " ranks but the run has " + std::to_string(size));
+  int rank = c ? c->rank() : 0;
+  if (rank % plan.mesh.tp != plan.tpIndex)
+    return Error("the plan is tp position " + std::to_string(plan.tpIndex) +
+                 "'s of a mesh with tp " + std::to_string(plan.mesh.tp) +
+                 ", but rank " + std::to_string(rank) + " sits at position " +
+                 std::to_string(rank % plan.mesh.tp) +
+                 "; each rank runs its own position's plan (kiln train "
+                 "MODEL compiles it)");
+  return Error::success();
+}
+
 } // namespace kiln::runtime

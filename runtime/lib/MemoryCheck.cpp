@@ -165,8 +165,14 @@ int64_t cpuBackendBytes(const Plan &plan) {
   for (const PlanValue &v : plan.values) {
     if (v.kind == PlanValue::Input)
       inputs += v.bytes();
-    if (v.kind == PlanValue::State)
-      unsharded += v.bytes() * (v.shardOf.empty() ? 1 : plan.ranks);
+    if (v.kind != PlanValue::State)
+      continue;
+    // A checkpoint gathers every rank's whole tensors: flat shards over
+    // dp_shard, tp slices over tp.
+    bool sliced = v.tp || std::any_of(v.shardOf.begin(), v.shardOf.end(),
+                                      [](const ShardPart &p) { return p.tp; });
+    unsharded += v.bytes() * (v.shardOf.empty() ? 1 : plan.mesh.dpShard) *
+                 (sliced ? plan.mesh.tp : 1);
   }
   return scratch + inputs + unsharded;
 }

@@ -385,6 +385,26 @@ parseGroup(const json &j, const PlanStep &step, const Plan &plan,
   return std::shared_ptr<const FusedGroup>(std::move(group));
 }
 
+/// The optional `tp_shard` member of a value or a flat shard's part: which
+/// slice of the whole tensor it is (the verifier checks it against the
+/// shape and the mesh).
+Error parseTpSlice(const json &j, const std::string &at,
+                   std::optional<TpSlice> &slice) {
+  if (!j.is_object() || !j.contains("tp_shard"))
+    return Error::success();
+  const json &js = j["tp_shard"];
+  std::string what = at + " tp_shard";
+  Expected<int64_t> dim = integerMember(js, "dim", 0, 7, what);
+  if (!dim)
+    return dim.takeError();
+  Expected<int64_t> index =
+      integerMember(js, "index", 0, plan::kMaxRanks - 1, what);
+  if (!index)
+    return index.takeError();
+  slice = TpSlice{*dim, *index};
+  return Error::success();
+}
+
 /// One part of a sharded state's `shard_of`.
 Expected<ShardPart> parseShardPart(const json &jp, const std::string &at) {
   ShardPart part;
@@ -405,6 +425,8 @@ Expected<ShardPart> parseShardPart(const json &jp, const std::string &at) {
   if (!init)
     return init.takeError();
   part.init = *init;
+  if (Error e = parseTpSlice(jp, at, part.tp))
+    return e;
   return part;
 }
 
@@ -447,6 +469,9 @@ Expected<PlanValue> parseValue(const json &jv, const Plan &plan) {
       return init.takeError();
     v.init = *init;
   }
+  if (v.kind == PlanValue::State || v.kind == PlanValue::Input)
+    if (Error e = parseTpSlice(jv, what, v.tp))
+      return e;
   if (v.kind == PlanValue::State && jv.contains("shard_of")) {
     const json &parts = jv["shard_of"];
     if (Error e = array(parts, what + " shard_of"))
@@ -699,6 +724,15 @@ Expected<Plan> parse(const json &j) {
     if (!v)
       return v.takeError();
     plan.values.push_back(std::move(*v));
+  }
+  // The plan's tp position: its slices' index (the verifier checks that
+  // they agree).
+  for (const PlanValue &v : plan.values) {
+    if (v.tp)
+      plan.tpIndex = v.tp->index;
+    for (const ShardPart &p : v.shardOf)
+      if (p.tp)
+        plan.tpIndex = p.tp->index;
   }
   Expected<const json *> entries = member(j, "entries", top);
   if (!entries)

@@ -100,10 +100,21 @@ void unshardedShapes(const Plan &plan,
     if (v.kind != PlanValue::State)
       continue;
     if (v.shardOf.empty())
-      (isOptimizerState(v.name) ? optimizer : model)[v.name] = v.shape;
+      (isOptimizerState(v.name) ? optimizer : model)[v.name] =
+          wholeShape(plan, v.shape, v.tp);
     for (const ShardPart &p : v.shardOf)
-      (isOptimizerState(p.name) ? optimizer : model)[p.name] = p.shape;
+      (isOptimizerState(p.name) ? optimizer : model)[p.name] =
+          wholeShape(plan, p.shape, p.tp);
   }
+}
+
+std::vector<int64_t> wholeShape(const Plan &plan,
+                                const std::vector<int64_t> &shape,
+                                const std::optional<TpSlice> &tp) {
+  std::vector<int64_t> whole = shape;
+  if (tp)
+    whole[tp->dim] *= plan.mesh.tp;
+  return whole;
 }
 
 const PlanEntry *Plan::entry(const std::string &name) const {

@@ -43,6 +43,35 @@ std::string stepName(const std::string &entry, size_t i, const PlanStep &s) {
   return text + ")";
 }
 
+/// A tensor-parallel slice (`tp_shard`) of `what`, whose shape is `shape`:
+/// its dim is one of the shape's, its index the plan's one tp position on
+/// a mesh with tp > 1, and the whole tensor (the slice's dim times tp) has
+/// at most 2^48 elements.
+Error checkTpSlice(const Plan &plan, const std::optional<TpSlice> &slice,
+                   const std::vector<int64_t> &shape,
+                   const std::string &what) {
+  if (!slice)
+    return Error::success();
+  if (plan.mesh.tp == 1)
+    return Error(what + " is a tp slice (tp_shard), but the mesh has tp 1");
+  if (slice->dim >= static_cast<int64_t>(shape.size()))
+    return Error(what + " tp_shard dim " + std::to_string(slice->dim) +
+                 " is not a dim of its rank-" + std::to_string(shape.size()) +
+                 " shape");
+  if (slice->index != plan.tpIndex)
+    return Error(what + " is tp slice " + std::to_string(slice->index) +
+                 " in a plan for tp position " +
+                 std::to_string(plan.tpIndex) +
+                 " (a plan holds one position's slices)");
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d; // the shapes' element counts are checked to be at most 2^48
+  if (n > plan::kMaxElements / plan.mesh.tp)
+    return Error(what + " is a tp slice of a tensor of more than 2^48 "
+                        "elements");
+  return Error::success();
+}
+
 /// Inputs as the trainer and the sampler feed them; constants as one f32;
 /// states in f32 (every backend keeps state in f32); arena values inside
 /// the arena; the state bytes the plan states.
@@ -55,6 +84,8 @@ Error checkValues(const Plan &plan) {
     if ((v.kind == PlanValue::State || v.kind == PlanValue::Input) &&
         !names.insert({v.kind, v.name}).second)
       return fail(where, "'" + v.name + "' is declared twice");
+    if (Error e = checkTpSlice(plan, v.tp, v.shape, "'" + v.name + "'"))
+      return fail(where, e.message());
     switch (v.kind) {
     case PlanValue::Input: {
       const auto &known = plan::kInputs;
@@ -74,6 +105,11 @@ Error checkValues(const Plan &plan) {
                                "' must be a non-empty [batch, seq] tensor");
       if (v.name == "targets" && tokens && v.shape != tokens->shape)
         return fail(where, "input 'targets' must have the shape of 'tokens'");
+      // Under tp every rank feeds its sequence slice (the trainer cuts it).
+      if (ids && plan.mesh.tp > 1 && (!v.tp || v.tp->dim != 1))
+        return fail(where, "input '" + v.name +
+                               "' must be a sequence slice (tp_shard dim 1) "
+                               "on a mesh with tp > 1");
       break;
     }
     case PlanValue::Const:
@@ -90,6 +126,9 @@ Error checkValues(const Plan &plan) {
       if (stateBytes > plan::kMaxBytes)
         return fail(where, "the states hold more than 2^62 bytes");
       if (!v.shardOf.empty()) {
+        if (v.tp)
+          return fail(where, "a flat shard is no tp slice (its parts say "
+                             "theirs)");
         if (v.shape.size() != 1)
           return fail(where, "a sharded state must be a flat [numel] shard");
         for (const ShardPart &p : v.shardOf) {
@@ -102,6 +141,9 @@ Error checkValues(const Plan &plan) {
             return fail(where, "part '" + p.name +
                                    "' lies outside the flat buffer of " +
                                    std::to_string(shards) + " shards");
+          if (Error e =
+                  checkTpSlice(plan, p.tp, p.shape, "part '" + p.name + "'"))
+            return fail(where, e.message());
         }
       }
       break;

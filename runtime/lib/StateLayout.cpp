@@ -21,6 +21,99 @@ std::pair<int64_t, int64_t> overlap(const ShardPart &part, int64_t lo,
   int64_t end = std::min(hi, part.offset + part.numElements());
   return {begin, std::max<int64_t>(0, end - begin)};
 }
+
+/// Where a tensor-parallel slice's elements sit in its whole tensor. The
+/// slice of shape [outer..., L, inner...] (L along the slice's dim) is
+/// `rows` runs of `row` = L x inner contiguous elements; run o of slice i
+/// is elements [(o tp + i) row, (o tp + i + 1) row) of the whole tensor.
+/// Without a slice, one run: the tensor is whole.
+struct SliceRuns {
+  int64_t row = 0, tp = 1, index = 0;
+
+  SliceRuns(const Plan &plan, const std::vector<int64_t> &shape,
+            const std::optional<TpSlice> &slice) {
+    row = 1;
+    for (size_t d = slice ? slice->dim : 0; d < shape.size(); ++d)
+      row *= shape[d];
+    if (slice) {
+      tp = plan.mesh.tp;
+      index = slice->index;
+    }
+  }
+  /// The whole tensor's index of the slice's element `e`.
+  int64_t whole(int64_t e, int64_t slice) const {
+    return row == 0 ? e : (e / row * tp + slice) * row + e % row;
+  }
+  /// Calls fn(slice element, whole element, count) for the runs covering
+  /// the slice's elements [first, first + count).
+  template <typename Fn>
+  void forRuns(int64_t first, int64_t count, int64_t slice, Fn fn) const {
+    for (int64_t e = first, end = first + count; e < end;) {
+      int64_t n = row == 0 ? end - e : std::min(end - e, row - e % row);
+      fn(e, whole(e, slice), n);
+      e += n;
+    }
+  }
+};
+
+/// Elements [first, first + count) of a tensor `name` (shape `shape`, a
+/// slice or whole) from its initialiser, into `out`.
+void initializeRange(const Plan &plan, const InitSpec &init, uint64_t seed,
+                     const std::string &name,
+                     const std::vector<int64_t> &shape,
+                     const std::optional<TpSlice> &slice, int64_t first,
+                     int64_t count, float *out) {
+  SliceRuns runs(plan, shape, slice);
+  runs.forRuns(first, count, runs.index,
+               [&](int64_t e, int64_t w, int64_t n) {
+                 runtime::initialize(init, seed, name, w, n,
+                                     out + (e - first));
+               });
+}
+
+/// The whole tensor from this rank's slice `local`: the tp ranks'
+/// slices gathered over `tp` (every tp rank must call this, in step).
+Expected<std::vector<float>> gatherSlice(const Plan &plan,
+                                         const std::vector<float> &local,
+                                         const std::vector<int64_t> &shape,
+                                         const std::optional<TpSlice> &slice,
+                                         comm::Communicator *tp,
+                                         const std::string &name) {
+  if (!slice)
+    return local;
+  if (!tp || tp->size() != plan.mesh.tp)
+    return Error("gathering '" + name + "' needs the tp communicator");
+  int64_t n = static_cast<int64_t>(local.size());
+  std::vector<float> all(n * plan.mesh.tp), whole(all.size());
+  comm::CommHandle h = tp->startAllGather(local.data(), all.data(), n,
+                                          comm::ElementType::F32);
+  if (Error failure = tp->wait(h))
+    return Error("gathering '" + name + "' over tp: " + failure.message());
+  SliceRuns runs(plan, shape, slice);
+  for (int64_t r = 0; r < plan.mesh.tp; ++r)
+    runs.forRuns(0, n, r, [&](int64_t e, int64_t w, int64_t count) {
+      std::copy_n(all.begin() + r * n + e, count, whole.begin() + w);
+    });
+  return whole;
+}
+
+/// This plan's slice of the whole tensor `whole` (the tensor itself when
+/// it is not sliced).
+std::vector<float> sliceOf(const Plan &plan, const std::vector<float> &whole,
+                           const std::vector<int64_t> &shape,
+                           const std::optional<TpSlice> &slice) {
+  if (!slice)
+    return whole;
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  std::vector<float> local(n);
+  SliceRuns runs(plan, shape, slice);
+  runs.forRuns(0, n, runs.index, [&](int64_t e, int64_t w, int64_t count) {
+    std::copy_n(whole.begin() + w, count, local.begin() + e);
+  });
+  return local;
+}
 } // namespace
 
 HostStates zeroStates(const Plan &plan) {
@@ -38,8 +131,8 @@ void initializeStates(const Plan &plan, int rank, uint64_t seed,
     std::vector<float> &data = states[v.id];
     data.resize(v.numElements());
     if (v.shardOf.empty()) {
-      runtime::initialize(v.init, seed, v.name, 0, v.numElements(),
-                          data.data());
+      initializeRange(plan, v.init, seed, v.name, v.shape, v.tp, 0,
+                      v.numElements(), data.data());
       continue;
     }
     std::fill(data.begin(), data.end(), 0.0f); // padding
@@ -47,40 +140,51 @@ void initializeStates(const Plan &plan, int rank, uint64_t seed,
     for (const ShardPart &part : v.shardOf) {
       auto [begin, count] = overlap(part, lo, hi);
       if (count > 0)
-        runtime::initialize(part.init, seed, part.name, begin - part.offset,
-                            count, data.data() + (begin - lo));
+        initializeRange(plan, part.init, seed, part.name, part.shape, part.tp,
+                        begin - part.offset, count,
+                        data.data() + (begin - lo));
     }
   }
 }
 
 Expected<std::vector<FloatTensor>>
 unshardedStates(const Plan &plan, const HostStates &states,
-                comm::Communicator *communicator) {
+                comm::Communicator *dpShard, comm::Communicator *tp) {
   std::vector<FloatTensor> out;
   for (const PlanValue &v : plan.values) {
     if (v.kind != PlanValue::State)
       continue;
     const std::vector<float> &data = states.at(v.id);
     if (v.shardOf.empty()) {
-      out.push_back({v.name, v.shape, data});
+      Expected<std::vector<float>> whole =
+          gatherSlice(plan, data, v.shape, v.tp, tp, v.name);
+      if (!whole)
+        return whole.takeError();
+      out.push_back({v.name, wholeShape(plan, v.shape, v.tp), *whole});
       continue;
     }
     std::vector<float> flat = data; // one rank: the shard is everything
-    if (plan.ranks > 1) {
-      if (!communicator)
+    if (plan.mesh.dpShard > 1) {
+      if (!dpShard)
         return Error("gathering '" + v.name + "' needs a communicator");
-      flat.resize(data.size() * plan.ranks);
-      comm::CommHandle h = communicator->startAllGather(
+      flat.resize(data.size() * plan.mesh.dpShard);
+      comm::CommHandle h = dpShard->startAllGather(
           data.data(), flat.data(), static_cast<int64_t>(data.size()),
           comm::ElementType::F32);
-      if (Error failure = communicator->wait(h))
+      if (Error failure = dpShard->wait(h))
         return Error("gathering '" + v.name + "': " + failure.message());
     }
-    for (const ShardPart &part : v.shardOf)
-      out.push_back({part.name, part.shape,
-                     std::vector<float>(flat.begin() + part.offset,
-                                        flat.begin() + part.offset +
-                                            part.numElements())});
+    for (const ShardPart &part : v.shardOf) {
+      Expected<std::vector<float>> whole = gatherSlice(
+          plan,
+          std::vector<float>(flat.begin() + part.offset,
+                             flat.begin() + part.offset + part.numElements()),
+          part.shape, part.tp, tp, part.name);
+      if (!whole)
+        return whole.takeError();
+      out.push_back(
+          {part.name, wholeShape(plan, part.shape, part.tp), *whole});
+    }
   }
   return out;
 }
@@ -89,34 +193,35 @@ Error setUnshardedStates(
     const Plan &plan, int rank,
     const std::map<std::string, const FloatTensor *> &byName,
     HostStates &states) {
+  // The slice of the whole tensor `name` that a value or part holds.
   auto find = [&](const std::string &name, const std::vector<int64_t> &shape,
-                  const FloatTensor *&t) -> Error {
+                  const std::optional<TpSlice> &slice,
+                  std::vector<float> &local) -> Error {
     auto it = byName.find(name);
     if (it == byName.end())
       return Error("no tensor '" + name + "'");
-    if (it->second->shape != shape)
+    if (it->second->shape != wholeShape(plan, shape, slice))
       return Error("tensor '" + name + "' has another shape than the model's");
-    t = it->second;
+    local = sliceOf(plan, it->second->data, shape, slice);
     return Error::success();
   };
   for (const PlanValue &v : plan.values) {
     if (v.kind != PlanValue::State)
       continue;
     std::vector<float> &data = states[v.id];
-    const FloatTensor *t = nullptr;
     if (v.shardOf.empty()) {
-      if (Error e = find(v.name, v.shape, t))
+      if (Error e = find(v.name, v.shape, v.tp, data))
         return e;
-      data = t->data;
       continue;
     }
     data.assign(v.numElements(), 0.0f);
     auto [lo, hi] = shardRange(v, rank);
+    std::vector<float> local;
     for (const ShardPart &part : v.shardOf) {
-      if (Error e = find(part.name, part.shape, t))
+      if (Error e = find(part.name, part.shape, part.tp, local))
         return e;
       auto [begin, count] = overlap(part, lo, hi);
-      std::copy_n(t->data.begin() + (begin - part.offset), count,
+      std::copy_n(local.begin() + (begin - part.offset), count,
                   data.begin() + (begin - lo));
     }
   }

@@ -126,20 +126,14 @@ int main(int argc, char **argv) {
       "model.n_kv_heads=" + std::string(tp <= 2 ? "2" : "4"),
   };
 
+  // Compiled for this rank's tp position, as kiln train compiles it.
   ModelSession session;
-  session.lastPhase = findPhase("train");
-  if (!session.load(KILN_SOURCE_DIR "/examples/tiny.toml", sets, tp))
+  if (!session.load(KILN_SOURCE_DIR "/examples/tiny.toml", sets, tp, rank))
     return 1;
   mlir::OwningOpRef<mlir::ModuleOp> module =
       importModel(&session.context, *session.config);
   if (!module)
     return 1;
-  mlir::Builder b(&session.context);
-  (*module)->setAttr(
-      KilnDialect::kTpAttrName,
-      b.getDictionaryAttr(
-          {b.getNamedAttr("rank", b.getI64IntegerAttr(rank)),
-           b.getNamedAttr("loss_parallel", b.getBoolAttr(false))}));
 
   // Through tp, read the parameters' shards, then the rest.
   auto none = [](unsigned, const PhaseInfo &) { return mlir::success(); };

@@ -98,19 +98,6 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   return phases;
 }
 
-bool kiln::phaseHandlesTp(const PhaseInfo &phase) {
-  // Tensor parallel is built through autodiff (docs/tp.md): the phases
-  // after it (FSDP over tp-replicated parameters, the plan's per-rank
-  // shards) do not know it yet.
-  for (const PhaseInfo &p : pipelinePhases()) {
-    if (&p == &phase)
-      return true;
-    if (llvm::StringRef(p.name) == "train")
-      return false;
-  }
-  return false;
-}
-
 const PhaseInfo *kiln::findPhase(StringRef name) {
   for (const PhaseInfo &phase : pipelinePhases())
     if (name == phase.name)

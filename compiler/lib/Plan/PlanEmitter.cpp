@@ -172,6 +172,7 @@ struct ValueRow {
   InitAttr init;       // a parameter's
   bool zeros = false;  // a state that starts at zero
   ArrayAttr shardOf;   // a flat shard's parts
+  TpShardAttr tpShard; // a tensor-parallel slice's place in its whole
   double value = 0;    // a constant's
   int64_t offset = -1; // an arena buffer's
 };
@@ -204,7 +205,7 @@ private:
   }
   FailureOr<int64_t> named(Operation *at, StringRef kind, StringRef name,
                            Type type, InitAttr init = {}, bool zeros = false,
-                           ArrayAttr shardOf = {});
+                           ArrayAttr shardOf = {}, TpShardAttr tpShard = {});
   FailureOr<json::Object> step(const EntryPoint &entry, Operation &op);
   json::Object valueJson(int64_t id) const;
   LogicalResult writeEntry(json::OStream &j, const EntryPoint &entry);
@@ -219,7 +220,8 @@ private:
 
 FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
                                       StringRef name, Type type, InitAttr init,
-                                      bool zeros, ArrayAttr shardOf) {
+                                      bool zeros, ArrayAttr shardOf,
+                                      TpShardAttr tpShard) {
   std::string key = (kind + ":" + name).str();
   if (auto it = byName.find(key); it != byName.end())
     return it->second;
@@ -230,9 +232,15 @@ FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
     stateBytes += byteSize(type);
   int64_t id = addValue({kind == "state" ? "state" : "input", name,
                          cast<RankedTensorType>(type).getShape(), *dtype, init,
-                         zeros, shardOf});
+                         zeros, shardOf, tpShard});
   byName[key] = id;
   return id;
+}
+
+/// `{"dim": d, "index": r}`: the slice r of the mesh's tp equal slices of
+/// the whole tensor along d (docs/plan.md).
+json::Object tpShardJson(TpShardAttr slice) {
+  return json::Object{{"dim", slice.getDim()}, {"index", slice.getIndex()}};
 }
 
 json::Object PlanBuilder::valueJson(int64_t id) const {
@@ -250,15 +258,22 @@ json::Object PlanBuilder::valueJson(int64_t id) const {
   if (row.shardOf) {
     // A flat shard: what each part of the whole flat buffer holds.
     json::Array parts;
-    for (auto part : row.shardOf.getAsRange<DictionaryAttr>())
-      parts.push_back(json::Object{
+    for (auto part : row.shardOf.getAsRange<DictionaryAttr>()) {
+      json::Object o{
           {"name", part.getAs<StringAttr>("name").getValue().str()},
           {"offset", part.getAs<IntegerAttr>("offset").getInt()},
           {"shape", json::Array(part.getAs<DenseI64ArrayAttr>("shape")
                                     .asArrayRef())},
-          {"init", initToJson(part.getAs<InitAttr>("init"))}});
+          {"init", initToJson(part.getAs<InitAttr>("init"))}};
+      if (auto slice =
+              part.getAs<TpShardAttr>("tp_shard"))
+        o["tp_shard"] = tpShardJson(slice);
+      parts.push_back(std::move(o));
+    }
     entry["shard_of"] = std::move(parts);
   }
+  if (row.tpShard)
+    entry["tp_shard"] = tpShardJson(row.tpShard);
   if (row.kind == "const")
     entry["value"] = row.value;
   if (row.offset >= 0)
@@ -281,19 +296,24 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
   for (BlockArgument arg : body.getArguments()) {
     unsigned i = arg.getArgNumber();
     FailureOr<int64_t> id = failure();
+    auto slice =
+        func.getArgAttrOfType<TpShardAttr>(i, KilnDialect::kTpShardAttrName);
     if (auto p = func.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttrName))
-      id =
-          named(func, "state", p.getValue(), arg.getType(),
-                func.getArgAttrOfType<InitAttr>(i, KilnDialect::kInitAttrName));
+      id = named(
+          func, "state", p.getValue(), arg.getType(),
+          func.getArgAttrOfType<InitAttr>(i, KilnDialect::kInitAttrName),
+          /*zeros=*/false, ArrayAttr(), slice);
     else if (auto s = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kStateAttrName))
       id = named(
           func, "state", s.getValue(), arg.getType(), InitAttr(),
           /*zeros=*/true,
-          func.getArgAttrOfType<ArrayAttr>(i, KilnDialect::kShardOfAttrName));
+          func.getArgAttrOfType<ArrayAttr>(i, KilnDialect::kShardOfAttrName),
+          slice);
     else if (auto in = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kInputAttrName))
-      id = named(func, "input", in.getValue(), arg.getType());
+      id = named(func, "input", in.getValue(), arg.getType(), InitAttr(),
+                 /*zeros=*/false, ArrayAttr(), slice);
     else
       return func.emitOpError("argument ")
              << i << " is neither a parameter, a state nor an input";

@@ -93,8 +93,15 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   // New arguments: the two AdamW states of every parameter, then the step,
   // appended in one call (one at a time, each insertion would copy the
   // whole signature and its attributes again: quadratic in the layers).
-  auto stateAttrs = [&](StringRef name) {
-    return b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(name)));
+  // A moment is sliced like its parameter: the runtime initialises and
+  // checkpoints it as that slice of the whole tensor (docs/tp.md).
+  auto stateAttrs = [&](StringRef name, BlockArgument param) {
+    SmallVector<NamedAttribute> attrs = {
+        b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(name))};
+    if (Attribute slice = func.getArgAttr(param.getArgNumber(),
+                                          KilnDialect::kTpShardAttrName))
+      attrs.push_back(b.getNamedAttr(KilnDialect::kTpShardAttrName, slice));
+    return b.getDictionaryAttr(attrs);
   };
   unsigned firstNew = func.getNumArguments();
   SmallVector<unsigned> newIndices;
@@ -102,8 +109,10 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   SmallVector<DictionaryAttr> newAttrs;
   for (auto &[param, name] : params) {
     newTypes.append(2, param.getType());
-    newAttrs.push_back(stateAttrs(("exp_avg." + name.getValue()).str()));
-    newAttrs.push_back(stateAttrs(("exp_avg_sq." + name.getValue()).str()));
+    newAttrs.push_back(
+        stateAttrs(("exp_avg." + name.getValue()).str(), param));
+    newAttrs.push_back(
+        stateAttrs(("exp_avg_sq." + name.getValue()).str(), param));
   }
   auto i64Scalar = RankedTensorType::get({}, b.getI64Type());
   newTypes.push_back(i64Scalar);
@@ -147,7 +156,7 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
     for (auto [v, p] : llvm::zip(values, params)) {
       results.push_back(v);
       resultAttrs.push_back(
-          stateAttrs((prefix + p.second.getValue()).str()));
+          stateAttrs((prefix + p.second.getValue()).str(), p.first));
     }
   };
   tag(newParams, "");

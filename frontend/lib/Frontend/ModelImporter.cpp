@@ -329,14 +329,13 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
       KilnDialect::kMeshAttrName,
       MeshAttr::get(context, mesh.dpShard, mesh.tp));
   // Tensor parallel's rank-dependent part (kiln-tp-partition, docs/tp.md):
-  // the rank's position on the tp axis, the one place it enters the IR.
-  // kiln compile builds position 0's IR; per-rank compiles (position =
-  // world rank % tp) come with the runtime's tp support.
+  // the rank's position on the tp axis (Config::tpPosition), the one place
+  // it enters the IR.
   if (mesh.tp > 1)
     module->getOperation()->setAttr(
         KilnDialect::kTpAttrName,
         b.getDictionaryAttr(
-            {b.getNamedAttr("rank", b.getI64IntegerAttr(0)),
+            {b.getNamedAttr("rank", b.getI64IntegerAttr(config.tpPosition)),
              b.getNamedAttr(
                  "loss_parallel",
                  b.getBoolAttr(!config.parallelism.disable_loss_parallel))}));

@@ -67,14 +67,8 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Plan &plan) {
 }
 
 Error CpuExecutor::setCommunicator(comm::Communicator *c) {
-  int size = c ? c->size() : 1;
-  if (size == 1 && planRef.ranks != 1)
-    return Error("the plan is for " + std::to_string(planRef.ranks) +
-                 " ranks; start it with mpirun -np " +
-                 std::to_string(planRef.ranks));
-  if (size != planRef.ranks)
-    return Error("the plan is for " + std::to_string(planRef.ranks) +
-                 " ranks but the run has " + std::to_string(size));
+  if (Error wrong = checkRunFits(planRef, c))
+    return wrong;
   communicator = c;
   rankIndex = c ? c->rank() : 0;
   shardIndex =
@@ -106,7 +100,7 @@ Error CpuExecutor::initialize(uint64_t seed) {
 }
 
 Expected<std::vector<FloatTensor>> CpuExecutor::unshardedState() {
-  return unshardedStates(planRef, states, axes.dpShard);
+  return unshardedStates(planRef, states, axes.dpShard, axes.tp);
 }
 
 Error CpuExecutor::setUnshardedState(

@@ -120,14 +120,8 @@ CudaExecutor::Memory CudaExecutor::memory() const {
 }
 
 Error CudaExecutor::setCommunicator(comm::Communicator *c) {
-  int size = c ? c->size() : 1;
-  if (size == 1 && s->plan.ranks != 1)
-    return Error("the plan is for " + std::to_string(s->plan.ranks) +
-                 " ranks; start it with mpirun -np " +
-                 std::to_string(s->plan.ranks));
-  if (size != s->plan.ranks)
-    return Error("the plan is for " + std::to_string(s->plan.ranks) +
-                 " ranks but the run has " + std::to_string(size));
+  if (Error wrong = checkRunFits(s->plan, c))
+    return wrong;
   if (s->prepared)
     return Error("the communicator is set before the executor's first use");
   // The world's NCCL communicator is the dp_shard axis's while tp = 1; the

@@ -79,15 +79,49 @@ Error agreeOnStop(comm::Communicator *c, int &signal) {
   return Error::success();
 }
 
-/// This rank's rows of the global batch `counter` (ranks x `batch` rows,
-/// drawn as one rank would draw them all).
-void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
-                   size_t end, int64_t batch, int64_t seq, uint64_t seed,
-                   uint64_t counter, int rank, int64_t ranks,
-                   std::vector<int32_t> &in, std::vector<int32_t> &tg) {
-  fillBatch(tokens, begin, end, ranks * batch, seq, seed, counter, in.data(),
-            tg.data(), rank * batch, batch);
-}
+/// What one rank feeds the plan's [batch, seq] tokens and targets: its
+/// dp_shard position's rows of the global batch (dp_shard x batch rows,
+/// drawn as one rank would draw them all) and, under tensor parallel, its
+/// tp slice of their positions (the plan's inputs are `tp_shard` dim 1:
+/// seq is the slice's length, the model's sequence seq x tp).
+class RankBatch {
+public:
+  RankBatch(const Plan &plan, int rank) {
+    const PlanValue *tokens = plan.named(PlanValue::Input, "tokens");
+    batch = tokens->shape[0];
+    seq = tokens->shape[1];
+    wholeSeq = wholeShape(plan, tokens->shape, tokens->tp)[1];
+    dpIndex = plan.mesh.axisIndex(plan::Axis::DpShard, rank);
+    dpRanks = plan.mesh.dpShard;
+    tpIndex = tokens->tp ? tokens->tp->index : 0;
+    in.resize(batch * seq);
+    tg.resize(batch * seq);
+    wholeIn.resize(batch * wholeSeq);
+    wholeTg.resize(batch * wholeSeq);
+  }
+
+  /// Batch `counter` of tokens[begin, end), into `in` and `tg`.
+  void fill(const std::vector<uint32_t> &tokens, size_t begin, size_t end,
+            uint64_t seed, uint64_t counter) {
+    fillBatch(tokens, begin, end, dpRanks * batch, wholeSeq, seed, counter,
+              wholeIn.data(), wholeTg.data(), dpIndex * batch, batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t from = b * wholeSeq + tpIndex * seq;
+      std::copy_n(wholeIn.begin() + from, seq, in.begin() + b * seq);
+      std::copy_n(wholeTg.begin() + from, seq, tg.begin() + b * seq);
+    }
+  }
+
+  /// The tokens one step trains on, over all ranks.
+  int64_t globalTokens() const { return dpRanks * batch * wholeSeq; }
+
+  int64_t batch = 0, seq = 0, wholeSeq = 0;
+  std::vector<int32_t> in, tg;
+
+private:
+  int64_t dpIndex = 0, dpRanks = 1, tpIndex = 0;
+  std::vector<int32_t> wholeIn, wholeTg;
+};
 
 /// Mean loss over `batches` fixed validation batches. A stop signal on any
 /// rank abandons it between batches: then no loss is returned and `signal`
@@ -95,19 +129,17 @@ void fillRankBatch(const std::vector<uint32_t> &tokens, size_t begin,
 Expected<std::optional<double>>
 validationLoss(Executor &exec, comm::Communicator *c,
                const std::vector<uint32_t> &tokens, const Split &split,
-               int64_t batch, int64_t seq, uint64_t seed, int64_t batches,
-               int &signal) {
-  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+               uint64_t seed, int64_t batches, int &signal) {
+  RankBatch rows(exec.plan(), exec.rank());
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     if (Error failure = agreeOnStop(c, signal))
       return Error("the ranks' agreement to go on: " + failure.message());
     if (signal)
       return std::optional<double>();
-    fillRankBatch(tokens, split.validBegin, split.validEnd, batch, seq, seed,
-                  (uint64_t(1) << 40) + i, exec.rank(), exec.plan().ranks, in,
-                  tg);
-    Expected<EntryOutputs> out = exec.run("eval_loss", in, tg, 1);
+    rows.fill(tokens, split.validBegin, split.validEnd, seed,
+              (uint64_t(1) << 40) + i);
+    Expected<EntryOutputs> out = exec.run("eval_loss", rows.in, rows.tg, 1);
     if (!out)
       return out.takeError();
     sum += out->at("loss")[0];
@@ -320,7 +352,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
       !plan.entry("train_step") || !plan.entry("eval_loss"))
     return fail("the plan has no train_step/eval_loss over [batch, seq] "
                 "tokens");
-  int64_t batch = tokensValue->shape[0], seq = tokensValue->shape[1];
+  // The model's sequence (a tp slice's times tp).
+  int64_t batch = tokensValue->shape[0],
+          seq = wholeShape(plan, tokensValue->shape, tokensValue->tp)[1];
 
   Expected<std::vector<uint32_t>> tokens = loadTokens(t.data, plan.vocabSize);
   if (!tokens)
@@ -411,16 +445,16 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     setStopPhase(before);
     return failure;
   };
-  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  RankBatch rows(plan, exec->rank());
   auto began = Clock::now();
   int64_t step = done + 1;
   // The delayed FP8 recipe's histories start empty: a fresh run first
   // measures every cast's amax on the first step's batch (the step itself
   // then scales with them; a resumed run has them from its checkpoint).
   if (done == 0 && plan.entry("fp8_calibration")) {
-    fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
-                  seed, 1, exec->rank(), plan.ranks, in, tg);
-    if (Expected<EntryOutputs> out = exec->run("fp8_calibration", in, tg, 1);
+    rows.fill(*tokens, split->trainBegin, split->trainEnd, seed, 1);
+    if (Expected<EntryOutputs> out =
+            exec->run("fp8_calibration", rows.in, rows.tg, 1);
         !out)
       return fail("the FP8 calibration step: " + out.error().message());
   }
@@ -431,10 +465,10 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                   ": the ranks' agreement to go on: " + failure.message());
     if (stopping)
       break;
-    fillRankBatch(*tokens, split->trainBegin, split->trainEnd, batch, seq,
-                  seed, step, exec->rank(), plan.ranks, in, tg);
+    rows.fill(*tokens, split->trainBegin, split->trainEnd, seed, step);
     auto t0 = Clock::now();
-    Expected<EntryOutputs> result = exec->run("train_step", in, tg, step);
+    Expected<EntryOutputs> result =
+        exec->run("train_step", rows.in, rows.tg, step);
     if (!result)
       return fail("step " + std::to_string(step) + ": " +
                   result.error().message() +
@@ -446,7 +480,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
       return fail("step " + std::to_string(step) + ": the " +
                   (std::isfinite(loss) ? "gradient norm" : "loss") +
                   " is not finite");
-    double tokensPerSecond = plan.ranks * batch * seq / secondsSince(t0);
+    double tokensPerSecond = rows.globalTokens() / secondsSince(t0);
     if (step == done + 1)
       if (std::string memory = exec->memoryReport(); !memory.empty())
         std::printf("%s\n", memory.c_str());
@@ -458,8 +492,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     std::optional<double> valid;
     if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
       Expected<std::optional<double>> measured =
-          validationLoss(*exec, options.communicator, *tokens, *split, batch,
-                         seq, seed, t.evalSteps, stopping);
+          validationLoss(*exec, options.communicator, *tokens, *split, seed,
+                         t.evalSteps, stopping);
       if (!measured)
         return fail("validation at step " + std::to_string(step) + ": " +
                     measured.error().message());

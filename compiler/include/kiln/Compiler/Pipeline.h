@@ -34,11 +34,6 @@ void buildImportPipeline(mlir::OpPassManager &pm);
 /// tp: kiln-tp-partition (a no-op unless the mesh's tp > 1), canonicalize.
 void buildTpPipeline(mlir::OpPassManager &pm);
 
-/// Whether compiling through `phase` is built for a mesh with tp > 1: the
-/// phases up to train (docs/tp.md). The one place that says how far tensor
-/// parallel goes; the driver refuses the rest at the config key.
-bool phaseHandlesTp(const PhaseInfo &phase);
-
 /// train: kiln-autodiff, kiln-optimizer, kiln-logits-entry, CSE.
 void buildTrainPipeline(mlir::OpPassManager &pm);
 

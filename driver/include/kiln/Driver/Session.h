@@ -34,18 +34,16 @@ struct ModelSession {
   std::optional<ModelSource> source;
   std::optional<Config> config;
 
-  /// The last phase the command compiles through (kiln compile --emit);
-  /// null: a plan. A mesh with tp > 1 is refused at load unless tensor
-  /// parallel is built through that phase (phaseHandlesTp).
-  const PhaseInfo *lastPhase = nullptr;
-
   /// Loads and validates; prints what went wrong and returns false if not.
   /// With the run's `worldSize`, also decides the mesh for it
   /// (Config::mesh; parseConfig): a mesh that does not fit the run, or a
   /// global batch that does not split over its dp_shard ranks, is an error
   /// at the key it names.
+  /// With the `worldRank` too (kiln train), the compile is for that rank's
+  /// position on the tp axis (Config::tpPosition).
   bool load(const std::string &model, const std::vector<std::string> &overrides,
-            std::optional<int64_t> worldSize = std::nullopt);
+            std::optional<int64_t> worldSize = std::nullopt,
+            std::optional<int64_t> worldRank = std::nullopt);
 
   /// Runs every built phase (with `fuse` false, all but the fuse phase) and
   /// returns the plan as JSON text, or nothing after printing the

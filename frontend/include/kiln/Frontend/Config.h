@@ -141,6 +141,10 @@ struct Config {
   /// config parsed without one (`kiln config`, `kiln sample`) is imported
   /// for one rank. Not a key: renderConfigToml never shows it.
   std::optional<MeshShape> mesh;
+  /// The position on the mesh's tp axis that this compile is for (the one
+  /// rank-dependent input of the compiler: kiln-tp-partition's slices):
+  /// `world rank % tp` in `kiln train`, 0 in `kiln compile`. Not a key.
+  int64_t tpPosition = 0;
 
   MeshShape runMesh() const { return mesh.value_or(MeshShape{}); }
 };

@@ -83,6 +83,13 @@ struct ExecutorOptions {
   bool cudaGraphs = true;
 };
 
+/// Whether `plan` runs on `communicator` (none: one rank) as rank
+/// `communicator->rank()`: the run has the plan's ranks, and the rank sits
+/// at the plan's tp position (rank % tp == Plan::tpIndex; a plan with tp >
+/// 1 is one position's). Every backend's setCommunicator asks this first;
+/// the error says how to start the run instead.
+Error checkRunFits(const Plan &plan, const comm::Communicator *communicator);
+
 /// The backends this build has: "cpu", and "cuda" with the CUDA backend.
 std::vector<std::string> executorBackends();
 

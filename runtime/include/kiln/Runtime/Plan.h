@@ -30,13 +30,22 @@ struct InitSpec {
   double std = 0, a = 0, b = 0;
 };
 
+/// A tensor-parallel rank's slice of a whole tensor (docs/plan.md,
+/// `tp_shard`): slice `index` of the mesh's `tp` equal slices along `dim`.
+/// The whole tensor's shape is the slice's with `dim` times `tp`.
+struct TpSlice {
+  int64_t dim = 0, index = 0;
+};
+
 /// One parameter (or moment) in the flat buffer a sharded state is a piece
-/// of: its elements are flat[offset, offset + numel(shape)).
+/// of: its elements are flat[offset, offset + numel(shape)). With `tp`, the
+/// part is that slice of the whole tensor `name` (and `shape` the slice's).
 struct ShardPart {
   std::string name;
   int64_t offset = 0;
   std::vector<int64_t> shape;
   InitSpec init;
+  std::optional<TpSlice> tp;
   int64_t numElements() const;
 };
 
@@ -52,6 +61,9 @@ struct PlanValue {
   /// A state that is rank r's shard of a flat buffer of ranks x numel
   /// elements: elements [r * numel, (r + 1) * numel) of it (docs/plan.md).
   std::vector<ShardPart> shardOf;
+  /// A state or input that is a tensor-parallel slice of a whole tensor
+  /// (a flat shard's parts say it each).
+  std::optional<TpSlice> tp;
 
   int64_t numElements() const;
   int64_t bytes() const { return numElements() * dtypeBytes(dtype); }
@@ -120,6 +132,10 @@ struct Plan {
   int64_t vocabSize = 0;
   int64_t ranks = 1; // the ranks the plan runs on: mesh.dpShard x mesh.tp
   PlanMesh mesh;
+  /// The position on the tp axis the plan was compiled for: the `index` of
+  /// every `tp_shard` in it (one per plan, checked), 0 when it has none.
+  /// A plan with tp > 1 runs on the ranks r with r % tp == tpIndex.
+  int64_t tpIndex = 0;
   int64_t arenaBytes = 0, stateBytes = 0;
   std::vector<PlanValue> values;
   std::map<std::string, PlanEntry> entries;
@@ -140,6 +156,11 @@ bool isOptimizerState(const std::string &name);
 void unshardedShapes(const Plan &plan,
                      std::map<std::string, std::vector<int64_t>> &model,
                      std::map<std::string, std::vector<int64_t>> &optimizer);
+
+/// The shape of the whole tensor whose slice `tp` (if any) has `shape`.
+std::vector<int64_t> wholeShape(const Plan &plan,
+                                const std::vector<int64_t> &shape,
+                                const std::optional<TpSlice> &tp);
 
 /// For messages: the op, the first persistent tensor it reads, and its
 /// location (the model component and the model file's line): "linear of

@@ -31,20 +31,23 @@ using HostStates = std::map<int64_t, std::vector<float>>;
 HostStates zeroStates(const Plan &plan);
 
 /// The `init` entry: every state from its initialiser and `seed`; a sharded
-/// state gets the elements of rank `rank`'s piece of the flat buffer, as if
-/// the whole buffer had been initialised (padding zero).
+/// state gets the elements of rank `rank`'s piece of the flat buffer (its
+/// position on the dp_shard axis), and a tensor-parallel slice those of
+/// its slice, as if the whole tensors had been initialised (padding zero).
 void initializeStates(const Plan &plan, int rank, uint64_t seed,
                       HostStates &states);
 
-/// Every state in the unsharded layout: sharded ones are all-gathered over
-/// `communicator` (host memory; every rank must call this, in step) and cut
-/// into their parts.
+/// Every state in the unsharded layout (whole HF tensors): flat shards are
+/// all-gathered over the `dpShard` axis and cut into their parts, and
+/// tensor-parallel slices (`tp_shard`) gathered over the `tp` axis into
+/// their whole tensors (host memory; every rank must call this, in step).
 Expected<std::vector<FloatTensor>>
 unshardedStates(const Plan &plan, const HostStates &states,
-                comm::Communicator *communicator);
+                comm::Communicator *dpShard, comm::Communicator *tp = nullptr);
 
-/// Sets every state from tensors in the unsharded layout, rank `rank`
-/// keeping its shard. An error names a missing tensor or a wrong shape.
+/// Sets every state from tensors in the unsharded layout, the rank at
+/// position `rank` of the dp_shard axis keeping its shard of its tp slice.
+/// An error names a missing tensor or a wrong shape.
 Error setUnshardedStates(
     const Plan &plan, int rank,
     const std::map<std::string, const FloatTensor *> &byName,
