@@ -146,12 +146,47 @@ module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {re
 
 // -----
 
-// dp_shard x tp: refused until the gradient norm spans both axes
-// (docs/tp.md, "FSDP on top").
-// expected-error @+1 {{kiln-fsdp: dp_shard (2) x tp (2) is not built yet: the gradient norm over both axes (docs/tp.md)}}
+// dp_shard x tp (the working case: kiln-fsdp-tp.mlir), where AdamW reads
+// the optimizer's norm, not kiln-tp-grad-sync's: the tp sum of the sharded
+// squares is missing.
 module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 2>} {
-  func.func @forward_loss(%a: tensor<4xf32> {kiln.param = "model.layers.0.a", kiln.init = #kiln.init<ones>},
-                          %l: tensor<f32>) -> tensor<f32> {
-    return %l : tensor<f32>
+  // expected-error @+1 {{'func.func' op kiln-fsdp: with tp > 1 (2) AdamW must read kiln-tp-grad-sync's gradient norm (run it first)}}
+  func.func @train_step(%a: tensor<4xf32> {kiln.param = "model.layers.0.a", kiln.init = #kiln.init<ones>,
+                                           kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 0>},
+                        %g: tensor<4xf32>,
+                        %m: tensor<4xf32> {kiln.state = "exp_avg.model.layers.0.a"},
+                        %v: tensor<4xf32> {kiln.state = "exp_avg_sq.model.layers.0.a"},
+                        %lr: tensor<f32> {kiln.input = "lr"}, %step: tensor<i64> {kiln.input = "step"})
+      -> (tensor<f32> {kiln.output = "loss"}, tensor<4xf32> {kiln.state = "model.layers.0.a"}) {
+    %norm = kiln.grad_norm %g : tensor<4xf32>
+    %p, %pm, %pv = kiln.adamw %a, %g, %m, %v, %norm, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, max_norm = 1.0 : f64, weight_decay = 0.1 : f64} : tensor<4xf32>
+    return %norm, %p : tensor<f32>, tensor<4xf32>
+  }
+}
+
+// -----
+
+// dp_shard x tp: a norm that sums the squares of a tp-replicated
+// parameter's gradient ("b": no #kiln.tp_shard) over tp, as if it were
+// sharded; kiln-fsdp would otherwise count it in the wrong group.
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 2>} {
+  func.func @train_step(%a: tensor<4xf32> {kiln.param = "model.layers.0.a", kiln.init = #kiln.init<ones>,
+                                           kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 0>},
+                        %b: tensor<4xf32> {kiln.param = "model.layers.0.b", kiln.init = #kiln.init<ones>},
+                        %ga: tensor<4xf32>, %gb: tensor<4xf32>,
+                        %ma: tensor<4xf32> {kiln.state = "exp_avg.model.layers.0.a"},
+                        %va: tensor<4xf32> {kiln.state = "exp_avg_sq.model.layers.0.a"},
+                        %mb: tensor<4xf32> {kiln.state = "exp_avg.model.layers.0.b"},
+                        %vb: tensor<4xf32> {kiln.state = "exp_avg_sq.model.layers.0.b"},
+                        %lr: tensor<f32> {kiln.input = "lr"}, %step: tensor<i64> {kiln.input = "step"})
+      -> (tensor<f32> {kiln.output = "grad_norm"}, tensor<4xf32> {kiln.state = "model.layers.0.a"}, tensor<4xf32> {kiln.state = "model.layers.0.b"}) {
+    %sq = kiln.grad_norm %ga, %gb {squared} : tensor<4xf32>, tensor<4xf32>
+    %s = kiln.all_reduce_start %sq over tp {ranks = 2 : i64, reduction = "sum"} : tensor<f32>
+    %w = kiln.wait %s : tensor<f32>
+    %norm = kiln.sqrt %w : tensor<f32>
+    %pa, %pma, %pva = kiln.adamw %a, %ga, %ma, %va, %norm, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, max_norm = 1.0 : f64, weight_decay = 0.1 : f64} : tensor<4xf32>
+    // expected-error @+1 {{'kiln.adamw' op kiln-fsdp: the gradient norm does not count the gradient of 'model.layers.0.b' as tp-replicated, as its #kiln.tp_shard says}}
+    %pb, %pmb, %pvb = kiln.adamw %b, %gb, %mb, %vb, %norm, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, max_norm = 1.0 : f64, weight_decay = 0.1 : f64} : tensor<4xf32>
+    return %norm, %pa, %pb : tensor<f32>, tensor<4xf32>, tensor<4xf32>
   }
 }

@@ -8,12 +8,17 @@
 // apart by position: everything from the first cross_entropy_grad on is
 // backward.
 //
+// With tp > 1 (the IR of one tp position), the tp-sharded and tp-replicated
+// parameters go to different groups, and the gradient norm sums the former's
+// squares over dp_shard and tp, the latter's over dp_shard only (TpNorm.h).
+//
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Transforms/Fp8Policy.h"
 #include "kiln/Transforms/Passes.h"
+#include "kiln/Transforms/TpNorm.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -38,6 +43,8 @@ struct Param {
   std::string name;
   RankedTensorType type;
   InitAttr init;
+  /// The parameter's `#kiln.tp_shard` (null: tp-replicated, or tp 1).
+  TpShardAttr tpShard;
   int64_t offset = 0;
   AdamWOp adamw; // train_step only
 };
@@ -46,6 +53,9 @@ struct Group {
   std::string name;
   SmallVector<Param *> params;
   int64_t total = 0, shard = 0;
+  /// With tp > 1: the group's parameters are tp-replicated (no
+  /// `#kiln.tp_shard`), so their squares count once in the norm.
+  bool replicated = false;
   BlockArgument shardArg, expAvg, expAvgSq;
   /// The parameters as the forward saw them (to reuse in the backward when
   /// not resharding).
@@ -67,9 +77,9 @@ std::string groupName(StringRef param) {
 
 class FunctionSharder {
 public:
-  FunctionSharder(func::FuncOp f, int64_t ranks, bool reshard,
+  FunctionSharder(func::FuncOp f, int64_t ranks, int64_t tp, bool reshard,
                   bool reduceInBf16, const llvm::StringSet<> &fp8Gathered)
-      : f(f), body(f.getBody().front()), ranks(ranks), reshard(reshard),
+      : f(f), body(f.getBody().front()), ranks(ranks), tp(tp), reshard(reshard),
         reduceInBf16(reduceInBf16), fp8Gathered(fp8Gathered),
         b(f.getContext()) {}
   LogicalResult run();
@@ -77,6 +87,8 @@ public:
 private:
   void collect();
   LogicalResult addShardArguments();
+  DictionaryAttr part(const Param &p, StringRef prefix, InitAttr init);
+  FailureOr<TpNorm> matchNorm();
   void gather(Group &g, bool backward);
   LogicalResult shardOptimizer();
   void averageLoss();
@@ -94,6 +106,8 @@ private:
   func::FuncOp f;
   Block &body;
   int64_t ranks;
+  /// The size of the tp axis (1: no tensor parallel).
+  int64_t tp;
   bool reshard;
   /// `[mixed_precision] reduce = "bfloat16"`: gradients travel in bf16.
   bool reduceInBf16;
@@ -129,15 +143,27 @@ void FunctionSharder::collect() {
     p->name = name.getValue().str();
     p->type = cast<RankedTensorType>(arg.getType());
     p->init = f.getArgAttrOfType<InitAttr>(p->arg, KilnDialect::kInitAttrName);
+    p->tpShard =
+        f.getArgAttrOfType<TpShardAttr>(p->arg, KilnDialect::kTpShardAttrName);
     for (Operation *user : arg.getUsers())
       if (auto adamw = dyn_cast<AdamWOp>(user); adamw && adamw.getParam() == arg)
         p->adamw = adamw;
+    // With tp > 1 the tp-replicated parameters (the norms, the embedding)
+    // go to groups of their own, `<group>.replicated`: the norm counts their
+    // squares once, the sharded ones' over tp, so no flat shard may mix the
+    // two. The name depends on the argument only, so that training and
+    // evaluation share their groups.
+    bool replicated = tp > 1 && !p->tpShard;
     std::string g = groupName(p->name);
+    if (replicated)
+      g += ".replicated";
     if (fp8Gathered.contains(p->name))
       g += ".fp8";
     auto [it, added] = groupIndex.try_emplace(g, groups.size());
-    if (added)
+    if (added) {
       groups.emplace_back().name = g;
+      groups.back().replicated = replicated;
+    }
     Group &group = groups[it->second];
     p->offset = group.total;
     group.total += p->type.getNumElements();
@@ -146,6 +172,21 @@ void FunctionSharder::collect() {
   }
   for (Group &g : groups)
     g.shard = (g.total + ranks - 1) / ranks;
+}
+
+/// One part of a `kiln.shard_of` list: where `p` (its state `prefix` +
+/// name) lies in the flat buffer and how it starts; with the parameter's
+/// `#kiln.tp_shard`, that too (the part is that slice of the whole tensor).
+DictionaryAttr FunctionSharder::part(const Param &p, StringRef prefix,
+                                     InitAttr init) {
+  SmallVector<NamedAttribute> entries = {
+      b.getNamedAttr("name", b.getStringAttr(prefix + p.name)),
+      b.getNamedAttr("offset", b.getI64IntegerAttr(p.offset)),
+      b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())),
+      b.getNamedAttr("init", init)};
+  if (p.tpShard)
+    entries.push_back(b.getNamedAttr("tp_shard", p.tpShard));
+  return b.getDictionaryAttr(entries);
 }
 
 LogicalResult FunctionSharder::addShardArguments() {
@@ -175,11 +216,7 @@ LogicalResult FunctionSharder::addShardArguments() {
   for (Group &g : groups) {
     SmallVector<Attribute> parts;
     for (Param *p : g.params)
-      parts.push_back(b.getDictionaryAttr(
-          {b.getNamedAttr("name", b.getStringAttr(p->name)),
-           b.getNamedAttr("offset", b.getI64IntegerAttr(p->offset)),
-           b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p->type.getShape())),
-           b.getNamedAttr("init", p->init)}));
+      parts.push_back(part(*p, "", p->init));
     auto shardType = RankedTensorType::get({g.shard}, f32());
     add(&g.shardArg, shardType,
         {b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(g.name)),
@@ -191,14 +228,9 @@ LogicalResult FunctionSharder::addShardArguments() {
         // The moments of each parameter, zero at the start.
         SmallVector<Attribute> moments;
         for (Param *p : g.params)
-          moments.push_back(b.getDictionaryAttr(
-              {b.getNamedAttr("name", b.getStringAttr(prefix + p->name)),
-               b.getNamedAttr("offset", b.getI64IntegerAttr(p->offset)),
-               b.getNamedAttr("shape",
-                              b.getDenseI64ArrayAttr(p->type.getShape())),
-               b.getNamedAttr("init", InitAttr::get(b.getContext(),
-                                                    InitKind::zeros, 0.0, 0.0,
-                                                    0.0))}));
+          moments.push_back(part(
+              *p, prefix,
+              InitAttr::get(b.getContext(), InitKind::zeros, 0.0, 0.0, 0.0)));
         add(arg, shardType,
             {b.getNamedAttr(KilnDialect::kStateAttrName,
                             b.getStringAttr(prefix + g.name)),
@@ -272,14 +304,60 @@ void FunctionSharder::gather(Group &g, bool backward) {
     use->set(views[p]);
 }
 
+/// With tp > 1: the norm kiln-tp-grad-sync left (TpNorm.h), which says
+/// whose squares it sums over tp. kiln-fsdp keeps that split and checks that
+/// it is its groups': each group's gradients all on the side its
+/// parameters' `#kiln.tp_shard` says.
+FailureOr<TpNorm> FunctionSharder::matchNorm() {
+  Value norm = params.front()->adamw.getGradNorm();
+  FailureOr<TpNorm> parts = matchTpNorm(norm, tp);
+  if (failed(parts))
+    return f.emitOpError("kiln-fsdp: with tp > 1 (")
+           << tp
+           << ") AdamW must read kiln-tp-grad-sync's gradient norm (run it "
+              "first)";
+  DenseSet<Value> sharded(llvm::from_range, parts->sharded);
+  DenseSet<Value> replicated(llvm::from_range, parts->replicated);
+  if (sharded.size() + replicated.size() != params.size())
+    return f.emitOpError("kiln-fsdp: the gradient norm reads ")
+           << sharded.size() + replicated.size() << " gradients for "
+           << params.size() << " parameters";
+  for (Group &g : groups)
+    for (Param *p : g.params) {
+      if (p->adamw.getGradNorm() != norm)
+        return p->adamw.emitOpError(
+            "kiln-fsdp: every AdamW must read the same gradient norm");
+      if (!(g.replicated ? replicated : sharded).contains(p->adamw.getGrad()))
+        return p->adamw.emitOpError("kiln-fsdp: the gradient norm does not "
+                                    "count the gradient of '")
+               << p->name << "' as tp-"
+               << (g.replicated ? "replicated" : "sharded")
+               << ", as its #kiln.tp_shard says";
+    }
+  return parts;
+}
+
 LogicalResult FunctionSharder::shardOptimizer() {
-  GradNormOp norm;
-  for (Operation &op : body)
-    if (auto n = dyn_cast<GradNormOp>(op))
-      norm = n;
-  if (!norm)
-    return f.emitOpError("kiln-fsdp: a step with AdamW needs a kiln.grad_norm");
-  Location loc = norm.getLoc();
+  // The step's norm, replaced below: at tp 1 the optimizer's kiln.grad_norm;
+  // with tp > 1 kiln-tp-grad-sync's sqrt, whose ops all go.
+  Operation *norm = nullptr;
+  SmallVector<Operation *> oldNorm;
+  if (tp == 1) {
+    for (Operation &op : body)
+      if (isa<GradNormOp>(op))
+        norm = &op;
+    if (!norm)
+      return f.emitOpError(
+          "kiln-fsdp: a step with AdamW needs a kiln.grad_norm");
+    oldNorm.push_back(norm);
+  } else {
+    FailureOr<TpNorm> tpNorm = matchNorm();
+    if (failed(tpNorm))
+      return failure();
+    norm = tpNorm->ops.front();
+    oldNorm = tpNorm->ops;
+  }
+  Location loc = norm->getLoc();
 
   // Each group's gradients to the rank's shard, averaged over ranks, in
   // the reduce dtype: with bf16, the bf16 gradients the optimizer's casts
@@ -319,15 +397,29 @@ LogicalResult FunctionSharder::shardOptimizer() {
     gradShards.push_back(shard);
   }
 
-  // The global norm: every rank's sum of squares, summed, then the root.
-  auto squares = GradNormOp::create(b, loc, ValueRange(gradShards), true);
-  auto sum = AllReduceStartOp::create(b, loc, squares.getResult(), dpShard(),
+  // The global norm: every rank's sum of squares, summed over dp_shard,
+  // then the root. With tp > 1 the rank's sum is buildTpSquares's, as
+  // kiln-tp-grad-sync's was: the sharded groups' shards hold other slices
+  // at each tp position, so their squares are summed over tp; the
+  // replicated groups' are the same at every tp position (a dp_shard mean
+  // of gradients already summed over tp), so theirs count once.
+  Value squares;
+  if (tp == 1) {
+    squares = GradNormOp::create(b, loc, ValueRange(gradShards), true);
+  } else {
+    SmallVector<Value> sharded, replicated;
+    for (auto [g, grad] : llvm::zip(groups, gradShards))
+      (g.replicated ? replicated : sharded).push_back(grad);
+    squares = buildTpSquares(b, loc, sharded, replicated, tp);
+  }
+  auto sum = AllReduceStartOp::create(b, loc, squares, dpShard(),
                                       b.getI64IntegerAttr(ranks),
                                       b.getStringAttr("sum"));
   Value total = WaitOp::create(b, loc, sum.getResult());
   Value global = SqrtOp::create(b, loc, total);
-  norm.getResult().replaceAllUsesWith(global);
-  norm.erase();
+  norm->getResult(0).replaceAllUsesWith(global);
+  for (Operation *op : oldNorm)
+    op->erase();
 
   // One AdamW per group, on the shards, where its last parameter's was.
   for (auto [g, grad] : llvm::zip(groups, gradShards)) {
@@ -487,23 +579,15 @@ struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
     }
     if (n == 1)
       return;
-    // The gradients would compose (kiln-tp-grad-sync has summed the
-    // replicated ones over tp); the norm does not yet: a block's flat buffer
-    // mixes tp-sharded and tp-replicated parameters, whose squares must be
-    // summed over tp and counted once (docs/tp.md, "FSDP on top").
-    if (mesh && mesh.getTp() > 1) {
-      module.emitError("kiln-fsdp: dp_shard (")
-          << n << ") x tp (" << mesh.getTp()
-          << ") is not built yet: the gradient norm over both axes "
-             "(docs/tp.md)";
-      return signalPassFailure();
-    }
+    // With tp > 1 the IR is one tp position's: its parameters are sharded
+    // over dp_shard alone, the gradients reduce-scattered over dp_shard
+    // after kiln-tp-grad-sync's tp sums (docs/tp.md, "FSDP on top").
+    int64_t tp = mesh ? mesh.getTp() : 1;
     // The option overrides the mesh's dp_shard; the module then says what
     // it was sharded for (the plan's ranks come from it).
     if (!mesh || mesh.getDpShard() != n)
-      module->setAttr(
-          KilnDialect::kMeshAttrName,
-          MeshAttr::get(module.getContext(), n, mesh ? mesh.getTp() : 1));
+      module->setAttr(KilnDialect::kMeshAttrName,
+                      MeshAttr::get(module.getContext(), n, tp));
     for (StringRef name : {kLossAndGradsFunc, kForwardLogitsFunc})
       if (Operation *f = module.lookupSymbol(name))
         f->erase();
@@ -514,14 +598,16 @@ struct FsdpPass : kiln::impl::KilnFsdpBase<FsdpPass> {
     FailureOr<llvm::StringSet<>> fp8Gathered = fp8GatheredWeights(module);
     if (failed(fp8Gathered))
       return signalPassFailure();
-    LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": " << n << " ranks, reshard after "
-                            << "forward " << reshard << ", reduce in bf16 "
-                            << reduceInBf16 << ", " << fp8Gathered->size()
-                            << " weights gathered as FP8\n");
+    LLVM_DEBUG(llvm::dbgs()
+               << DEBUG_TYPE ": " << n << " ranks, tp " << tp
+               << ", reshard after "
+               << "forward " << reshard << ", reduce in bf16 " << reduceInBf16
+               << ", " << fp8Gathered->size() << " weights gathered as FP8\n");
     for (StringRef name : {kTrainStepFunc, kForwardLossFunc})
       if (auto f = module.lookupSymbol<func::FuncOp>(name))
-        if (failed(FunctionSharder(f, n, reshard, reduceInBf16, *fp8Gathered)
-                       .run()))
+        if (failed(
+                FunctionSharder(f, n, tp, reshard, reduceInBf16, *fp8Gathered)
+                    .run()))
           return signalPassFailure();
   }
 };

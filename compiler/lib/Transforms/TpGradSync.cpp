@@ -12,6 +12,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Transforms/Passes.h"
+#include "kiln/Transforms/TpNorm.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -107,7 +108,8 @@ LogicalResult GradSync::run() {
 
 /// sqrt(sum over tp of the sharded gradients' squares + the replicated
 /// gradients' squares): each replicated gradient is the same on every tp
-/// rank after its all-reduce, so it is counted once.
+/// rank after its all-reduce, so it is counted once. The sum is
+/// buildTpSquares's (TpNorm.h), which kiln-fsdp recognises.
 LogicalResult GradSync::syncNorm(GradNormOp norm) {
   if (norm.getSquared())
     return norm.emitOpError("kiln-tp-grad-sync expects the whole norm (run "
@@ -117,18 +119,7 @@ LogicalResult GradSync::syncNorm(GradNormOp norm) {
     (replicated.contains(grad) ? whole : sharded).push_back(grad);
   b.setInsertionPoint(norm);
   Location loc = norm.getLoc();
-  Value total;
-  if (!sharded.empty()) {
-    Value squares = GradNormOp::create(b, loc, sharded, true);
-    auto start = AllReduceStartOp::create(b, loc, squares, tpAxis(),
-                                          b.getI64IntegerAttr(tp),
-                                          b.getStringAttr("sum"));
-    total = WaitOp::create(b, loc, start.getResult());
-  }
-  if (!whole.empty()) {
-    Value squares = GradNormOp::create(b, loc, whole, true);
-    total = total ? AddOp::create(b, loc, total, squares).getResult() : squares;
-  }
+  Value total = buildTpSquares(b, loc, sharded, whole, tp);
   if (!total)
     return norm.emitOpError("kiln-tp-grad-sync: a norm of no gradients");
   norm.getResult().replaceAllUsesWith(SqrtOp::create(b, loc, total));

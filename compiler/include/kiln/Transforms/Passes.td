@@ -129,7 +129,8 @@ def KilnTpGradSync : Pass<"kiln-tp-grad-sync", "mlir::ModuleOp"> {
     `kiln.grad_norm`) reads the sum. Each `kiln.grad_norm` becomes the
     square root of the tp-sharded gradients' squares summed over tp plus
     the replicated gradients' squares (the same on every rank: counted
-    once).
+    once). That norm is `buildTpSquares`'s (TpNorm.h), which kiln-fsdp
+    recognises.
 
     ```mlir
     %g = kiln.embedding_grad ... : ... -> tensor<64x16xf32>
@@ -222,6 +223,15 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
     `#kiln.fp8_choice<fp8, ...>` (in `@train_step`) go to a group of their
     own, `model.layers.<i>.fp8`, which kiln-fp8-all-gather gathers as e4m3
     codes; a linear with no mark is an error.
+
+    With the mesh's `tp` > 1 (the IR of one tp position), each parameter
+    without `kiln.tp_shard` (the norms, the embedding) goes to a group of
+    its own, `<group>.replicated`, and a part whose parameter has a
+    `kiln.tp_shard` carries it in `kiln.shard_of` (`tp_shard`). AdamW must
+    read kiln-tp-grad-sync's norm (TpNorm.h; else an error), whose split
+    must agree with the groups; it becomes `buildTpSquares` of the rank's
+    shards (the sharded groups' squares all-reduced over tp, plus the
+    replicated groups'), all-reduced over `dp_shard`, then `sqrt`.
 
     ```mlir
     %c = kiln.cast %shard : tensor<4160xf32> -> tensor<4160xbf16>
