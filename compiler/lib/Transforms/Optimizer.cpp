@@ -93,13 +93,16 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   // New arguments: the two AdamW states of every parameter, then the step,
   // appended in one call (one at a time, each insertion would copy the
   // whole signature and its attributes again: quadratic in the layers).
-  // A moment is sliced like its parameter: the runtime initialises and
-  // checkpoints it as that slice of the whole tensor (docs/tp.md).
-  auto stateAttrs = [&](StringRef name, BlockArgument param) {
+  // A moment argument is sliced like its parameter: the runtime
+  // initialises and checkpoints it as that slice of the whole tensor
+  // (docs/tp.md).
+  auto stateAttrs = [&](StringRef name, BlockArgument param = {}) {
     SmallVector<NamedAttribute> attrs = {
         b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(name))};
-    if (Attribute slice = func.getArgAttr(param.getArgNumber(),
-                                          KilnDialect::kTpShardAttrName))
+    if (Attribute slice =
+            param ? func.getArgAttr(param.getArgNumber(),
+                                    KilnDialect::kTpShardAttrName)
+                  : Attribute())
       attrs.push_back(b.getNamedAttr(KilnDialect::kTpShardAttrName, slice));
     return b.getDictionaryAttr(attrs);
   };
@@ -156,7 +159,7 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
     for (auto [v, p] : llvm::zip(values, params)) {
       results.push_back(v);
       resultAttrs.push_back(
-          stateAttrs((prefix + p.second.getValue()).str(), p.first));
+          stateAttrs((prefix + p.second.getValue()).str()));
     }
   };
   tag(newParams, "");

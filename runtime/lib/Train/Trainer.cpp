@@ -423,6 +423,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                                               : std::ios::trunc);
   if (!metrics)
     return fail("cannot write '" + metricsPath + "'");
+  // Losses and norms to float precision (9 significant digits), so that
+  // runs can be compared to 1e-8 relative from their metrics.
+  metrics.precision(9);
 
   std::printf("%s%lld steps of %lldx%lld tokens, %zu tokens of data, %s, "
               "output in %s\n",
