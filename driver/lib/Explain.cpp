@@ -191,20 +191,30 @@ int kiln::runExplain(const ExplainCommand &command) {
     if (v.kind == PlanValue::State)
       (isOptimizerState(v.name) ? moments : params) += v.bytes();
   const PlanEntry &step = *plan->entry("train_step");
-  int64_t gathered = 0, scattered = 0, reduced = 0;
+  // Bytes per mesh axis: [0] dp_shard, [1] tp.
+  struct Moved {
+    int64_t gathered = 0, scattered = 0, reduced = 0;
+  } moved[2];
   for (const PlanStep &s : step.steps) {
+    if (!s.attrs.count("axis"))
+      continue;
+    Moved &m = moved[*plan::parseAxis(s.str("axis")) == plan::Axis::Tp];
     if (s.op == "all_gather_start")
-      gathered += plan->values[s.results[0]].bytes();
+      m.gathered += plan->values[s.results[0]].bytes();
     else if (s.op == "reduce_scatter_start")
-      scattered += plan->values[s.operands[0]].bytes();
+      m.scattered += plan->values[s.operands[0]].bytes();
     else if (s.op == "all_reduce_start")
-      reduced += plan->values[s.operands[0]].bytes();
+      m.reduced += plan->values[s.operands[0]].bytes();
   }
 
   llvm::raw_ostream &os = llvm::outs();
   os << "kiln explain --memory: " << session.source->name << ", train_step on "
-     << plan->ranks << (plan->ranks == 1 ? " rank" : " ranks")
-     << " (bytes per rank)\n";
+     << plan->ranks << (plan->ranks == 1 ? " rank" : " ranks");
+  // Every tp position holds the same bytes: its slices have one shape.
+  if (plan->mesh.tp > 1)
+    os << " (mesh dp_shard " << plan->mesh.dpShard << " x tp " << plan->mesh.tp
+       << ")";
+  os << " (bytes per rank)\n";
   os << "  parameters (f32 master weights)    " << mib(params) << "\n";
   os << "  optimizer state (AdamW moments)    " << mib(moments) << "\n";
   os << "  step arena (peak, all temporaries) " << mib(step.arenaBytes) << "\n";
@@ -217,8 +227,16 @@ int kiln::runExplain(const ExplainCommand &command) {
      << "\n";
   os << "  predicted peak (state + arena)     "
      << mib(params + moments + step.arenaBytes) << "\n";
-  os << "collectives per step: all-gather " << mib(gathered)
-     << " received, reduce-scatter " << mib(scattered) << " sent, all-reduce "
-     << reduced << " bytes\n";
+  for (int axis : {0, 1}) {
+    if (axis == 1 && plan->mesh.tp == 1)
+      break;
+    const Moved &m = moved[axis];
+    os << "collectives per step"
+       << (plan->mesh.tp == 1 ? ""
+           : axis == 0        ? " over dp_shard"
+                              : " over tp")
+       << ": all-gather " << mib(m.gathered) << " received, reduce-scatter "
+       << mib(m.scattered) << " sent, all-reduce " << m.reduced << " bytes\n";
+  }
   return 0;
 }

@@ -2,6 +2,7 @@
 // definitions, and the property sharding relies on: element i depends on
 // (seed, name, i) alone.
 #include "kiln/Runtime/Init.h"
+#include "kiln/Runtime/StateLayout.h"
 
 #include <gtest/gtest.h>
 
@@ -91,4 +92,60 @@ TEST(Init, UniformsAreInsideTheOpenInterval) {
     ASSERT_GT(u, 0.0);
     ASSERT_LT(u, 1.0);
   }
+}
+
+// A tensor-parallel slice starts as its part of the whole tensor (each
+// element drawn at its whole-tensor index), alone and as a part of a flat
+// FSDP shard, and a checkpoint's whole tensor restores the same slice.
+TEST(Init, TpSliceIsItsPartOfTheWholeTensor) {
+  Plan plan;
+  plan.ranks = 4;
+  plan.mesh = {2, 2};
+  plan.tpIndex = 1;
+  InitSpec init{InitSpec::Normal, 1.0};
+  PlanValue sliced; // columns [3, 6) of a whole [4, 6]
+  sliced.kind = PlanValue::State;
+  sliced.id = 0;
+  sliced.name = "w";
+  sliced.shape = {4, 3};
+  sliced.init = init;
+  sliced.tp = TpSlice{1, 1};
+  PlanValue flat; // dp_shard position 1's half of [rows 2-3 of a whole [4, 5]]
+  flat.kind = PlanValue::State;
+  flat.id = 1;
+  flat.name = "group";
+  flat.shape = {5};
+  flat.shardOf = {ShardPart{"v", 0, {2, 5}, init, TpSlice{0, 1}}};
+  plan.values = {sliced, flat};
+  PlanEntry entry;
+  for (int64_t id : {0, 1}) {
+    PlanStep step;
+    step.results = {id};
+    entry.steps.push_back(step);
+  }
+  plan.entries["init"] = entry;
+
+  HostStates states;
+  initializeStates(plan, /*rank=*/1, 5, states);
+  uint64_t w = nameKey("w"), v = nameKey("v");
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 3; ++c)
+      EXPECT_EQ(states[0][r * 3 + c], initialValue(init, 5, w, r * 6 + 3 + c));
+  // The flat buffer holds the slice's 10 elements (whole rows 2 and 3);
+  // dp_shard position 1 holds its elements 5..9: whole row 3.
+  for (int64_t c = 0; c < 5; ++c)
+    EXPECT_EQ(states[1][c], initialValue(init, 5, v, 15 + c));
+
+  std::vector<float> wholeW(24), wholeV(20);
+  initialize(init, 5, "w", 0, 24, wholeW.data());
+  initialize(init, 5, "v", 0, 20, wholeV.data());
+  FloatTensor tw{"w", {4, 6}, wholeW}, tv{"v", {4, 5}, wholeV};
+  HostStates restored;
+  ASSERT_FALSE(setUnshardedStates(plan, 1, {{"w", &tw}, {"v", &tv}}, restored));
+  EXPECT_EQ(restored[0], states[0]);
+  EXPECT_EQ(restored[1], states[1]);
+  FloatTensor wrong{"w", {4, 3}, std::vector<float>(12)};
+  Error e = setUnshardedStates(plan, 1, {{"w", &wrong}, {"v", &tv}}, restored);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e.message(), "tensor 'w' has another shape than the model's");
 }

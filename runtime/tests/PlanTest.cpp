@@ -13,7 +13,7 @@ namespace {
 // AdamW, and a fused cast whose result nobody reads. Arena: x [0, 512),
 // loss 512, g [576, 1600), norm 1600, lr 1664, xb [1728, 1984).
 const char *kValid = R"({
-  "format": "kiln-plan", "version": 4, "vocab_size": 16,
+  "format": "kiln-plan", "version": 5, "vocab_size": 16,
   "mesh": {"dp_shard": 1, "tp": 1},
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",
@@ -118,10 +118,49 @@ TEST(Plan, RejectsWhatIsNotAPlan) {
   EXPECT_NE(errorOf("[1, 2]").find("not a Kiln plan"), std::string::npos);
 }
 
+// Tensor-parallel slices (tp_shard): one plan is one tp position's; its
+// slices' dims are their shapes'; tokens and targets are sequence slices.
+TEST(Plan, ChecksTpSlices) {
+  const std::string w = R"("name": "w", "shape": [16, 16],)";
+  auto slice = [](int dim, int index) {
+    return "\"tp_shard\": {\"dim\": " + std::to_string(dim) +
+           ", \"index\": " + std::to_string(index) + "},";
+  };
+  auto tp2 = [&](const std::string &tokens, const std::string &weight) {
+    std::string text = replace(kValid, R"("mesh": {"dp_shard": 1, "tp": 1},)",
+                               R"("ranks": 2, "mesh": {"dp_shard": 1, "tp": 2},)");
+    text = replace(text, R"("name": "tokens",)", tokens + R"( "name": "tokens",)");
+    text = replace(text, R"("name": "targets",)",
+                   tokens + R"( "name": "targets",)");
+    return replace(text, w, weight + " " + w);
+  };
+  Expected<Plan> plan = parsePlan(tp2(slice(1, 1), slice(0, 1)));
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->tpIndex, 1);
+  EXPECT_EQ(wholeShape(*plan, plan->values[4].shape, plan->values[4].tp),
+            (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(wholeShape(*plan, plan->values[0].shape, plan->values[0].tp),
+            (std::vector<int64_t>{2, 8}));
+
+  EXPECT_EQ(errorOf(replace(kValid, w, slice(0, 0) + " " + w)),
+            "value 4: 'w' is a tp slice (tp_shard), but the mesh has tp 1");
+  EXPECT_EQ(errorOf(tp2("", slice(0, 1))),
+            "value 0: input 'tokens' must be a sequence slice (tp_shard dim "
+            "1) on a mesh with tp > 1");
+  EXPECT_EQ(errorOf(tp2(slice(1, 1), slice(2, 1))),
+            "value 4: 'w' tp_shard dim 2 is not a dim of its rank-2 shape");
+  EXPECT_EQ(errorOf(tp2(slice(1, 1), slice(0, 0))),
+            "value 0: 'tokens' is tp slice 1 in a plan for tp position 0 (a "
+            "plan holds one position's slices)");
+  EXPECT_NE(errorOf(tp2(slice(1, 1), R"("tp_shard": {"dim": 0},)"))
+                .find("tp_shard"),
+            std::string::npos);
+}
+
 TEST(Plan, RejectsAnotherVersion) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 4", "\"version\": 3")),
-            "plan version 3 is not supported by this runtime (it reads "
-            "version 4); compile the model again with this build's kiln "
+  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 5", "\"version\": 4")),
+            "plan version 4 is not supported by this runtime (it reads "
+            "version 5); compile the model again with this build's kiln "
             "(kiln compile MODEL -o PLAN)");
 }
 
