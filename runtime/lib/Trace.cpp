@@ -36,7 +36,9 @@ Error Trace::write(const std::string &path) const {
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
      << ", \"tid\": 1, \"args\": {\"name\": \"compute\"}},\n";
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
-     << ", \"tid\": 2, \"args\": {\"name\": \"communication\"}}";
+     << ", \"tid\": 2, \"args\": {\"name\": \"communication\"}},\n";
+  os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
+     << ", \"tid\": 3, \"args\": {\"name\": \"communication tp\"}}";
   for (const Event &e : events)
     os << ",\n{\"name\": " << quoted(e.name) << ", \"ph\": \"X\", \"pid\": "
        << rank << ", \"tid\": " << static_cast<int>(e.track)

@@ -114,8 +114,9 @@ Error CpuExecutor::startCollective(const PlanStep &step) {
                            : isFp8(in.dtype)     ? comm::ElementType::U8
                                                  : comm::ElementType::F32;
   Pending p;
-  p.comm = *plan::parseAxis(step.str("axis")) == plan::Axis::Tp ? axes.tp
-                                                                : axes.dpShard;
+  bool tp = *plan::parseAxis(step.str("axis")) == plan::Axis::Tp;
+  p.comm = tp ? axes.tp : axes.dpShard;
+  p.track = tp ? Trace::TpCommunication : Trace::Communication;
   p.name = step.op.substr(0, step.op.size() - 6) + // drop "_start"
            (step.attrs.count("group") ? " " + step.str("group") : "");
   p.started = Trace::Clock::now();
@@ -141,7 +142,7 @@ Error CpuExecutor::startCollective(const PlanStep &step) {
 void CpuExecutor::traceCompleted() {
   for (auto &[id, p] : pending)
     if (!p.recorded && p.comm->test(p.handle)) {
-      trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
+      trace->add(p.name, p.track, p.started, Trace::Clock::now());
       p.recorded = true;
     }
 }
@@ -155,7 +156,7 @@ Error CpuExecutor::waitCollective(const PlanStep &step) {
   if (Error failure = p.comm->wait(p.handle))
     return Error(p.name + ": " + failure.message());
   if (trace && !p.recorded)
-    trace->add(p.name, Trace::Communication, p.started, Trace::Clock::now());
+    trace->add(p.name, p.track, p.started, Trace::Clock::now());
   if (p.divisor != 1) {
     // A mean: the sum (rounded to its dtype) divided by the rank count in
     // f32, then rounded to the dtype again.

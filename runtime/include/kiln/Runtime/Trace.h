@@ -2,7 +2,8 @@
 //
 // Events in the Trace Event Format (chrome://tracing, Perfetto): one
 // complete event per plan step on a "compute" track, and one per collective
-// on a "communication" track, from its start to when it was seen complete,
+// on its mesh axis's communication track ("communication" for dp_shard,
+// "communication tp" for tp), from its start to when it was seen complete,
 // so overlap of the two is visible. Times are microseconds since the trace
 // began.
 //
@@ -23,7 +24,7 @@ namespace kiln::runtime {
 
 class Trace {
 public:
-  enum Track { Compute = 1, Communication = 2 };
+  enum Track { Compute = 1, Communication = 2, TpCommunication = 3 };
   using Clock = std::chrono::steady_clock;
 
   explicit Trace(int rank) : rank(rank), origin(Clock::now()) {}

@@ -95,6 +95,7 @@ private:
     // For the trace: the collective, when it started, whether its end
     // has been recorded.
     std::string name;
+    Trace::Track track = Trace::Communication; // its mesh axis's
     Trace::Clock::time_point started;
     bool recorded = false;
   };
