@@ -137,3 +137,25 @@ func.func @forward_loss(%t: tensor<1x2xi32> {kiln.input = "targets"},
   %l = kiln.cross_entropy %y, %t : tensor<1x2x4xf32>, tensor<1x2xi32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// send_recv (shift 1 over tp 4) <-> send_recv (shift 3): what a rank
+// received came from one place back on the ring, so its gradient goes back
+// there, three places along.
+// CHECK-LABEL: func.func @loss_and_grads(
+// CHECK: %[[DL:.+]] = kiln.cross_entropy_grad
+// CHECK: %[[DF:.+]] = kiln.reshape %[[DL]] : tensor<1x2x4xf32> -> tensor<8xf32>
+// CHECK: %[[SR:.+]] = kiln.send_recv_start %[[DF]] over tp {ranks = 4 : i64, shift = 3 : i64} : tensor<8xf32>
+// CHECK: %[[DW:.+]] = kiln.wait %[[SR]] : tensor<8xf32>
+// CHECK: return %{{.+}}, %[[DW]] :
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>} {
+func.func @forward_loss(%t: tensor<1x2xi32> {kiln.input = "targets"},
+                        %w: tensor<8xf32> {kiln.param = "w", kiln.init = #kiln.init<ones>}) -> tensor<f32> {
+  %s = kiln.send_recv_start %w over tp {ranks = 4 : i64, shift = 1 : i64} : tensor<8xf32>
+  %g = kiln.wait %s : tensor<8xf32>
+  %y = kiln.reshape %g : tensor<8xf32> -> tensor<1x2x4xf32>
+  %l = kiln.cross_entropy %y, %t : tensor<1x2x4xf32>, tensor<1x2xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+}

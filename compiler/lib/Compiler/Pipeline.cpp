@@ -17,6 +17,9 @@ void kiln::buildImportPipeline(OpPassManager &pm) {
 void kiln::buildTpPipeline(OpPassManager &pm) {
   // A no-op unless the module's mesh has tp > 1.
   pm.addPass(createKilnTpPartition());
+  // A no-op unless kiln.tp asks for async TP; on the partition's IR as
+  // written, before canonicalization.
+  pm.addPass(createKilnAsyncTp());
   pm.addPass(createCanonicalizerPass());
 }
 

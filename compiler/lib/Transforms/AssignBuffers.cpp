@@ -97,11 +97,17 @@ void AssignBuffersPass::runOnOperation() {
       for (Operation *user : wait.getResult().getUsers())
         last = std::max(last, index.lookup(user));
       Operation *start = wait.getPending().getDefiningOp();
-      liveUntil[wait.getPending()] = last;
+      liveUntil[wait.getPending()] =
+          std::max(liveUntil.lookup(wait.getPending()), last);
       if (start)
-        for (Value operand : start->getOperands())
+        for (Value operand : start->getOperands()) {
+          // An operand that is another collective's result (a ring step
+          // passing on what it received) is that collective's buffer.
+          while (auto prior = operand.getDefiningOp<WaitOp>())
+            operand = prior.getPending();
           liveUntil[operand] =
               std::max(liveUntil.lookup(operand), index.lookup(&op));
+        }
     }
 
   // A compute copy of parameters (a cast of one, or gathered), a gradient

@@ -157,15 +157,15 @@ const std::vector<KeySpec> &kiln::configSchema() {
              FIELD(parallelism.tensor_parallel_degree), 1, 64,
              "Tensor-parallel ranks, the mesh's inner axis (ranks of one "
              "node); heads, kv heads, the FFN's hidden size and `seq_len` "
-             "must divide by it. Built through phase `train` (`kiln compile "
-             "--emit=tp|train`, with `disable_loss_parallel = true`); a plan "
-             "is refused (docs/tp.md).",
+             "must divide by it. Each rank compiles its own position "
+             "(`kiln train`); runs on the CPU backend (docs/tp.md).",
              kTp, true),
       otherKey("parallelism", "enable_async_tensor_parallel",
                FIELD(parallelism.enable_async_tensor_parallel), "",
                "Overlap tensor parallelism's all-gathers and reduce-scatters "
-               "with chunked GEMMs around the tp ring.",
-               kTp, false),
+               "with chunked GEMMs around the tp ring (no effect at "
+               "`tensor_parallel_degree` 1).",
+               kTp, true),
       otherKey("parallelism", "disable_loss_parallel",
                FIELD(parallelism.disable_loss_parallel), "",
                "Gather the logits for the loss instead of a vocab-sharded "

@@ -27,6 +27,8 @@ const char *kindName(CollectiveKind kind) {
     return "reduce-scatter";
   case CollectiveKind::AllReduce:
     return "all-reduce";
+  case CollectiveKind::SendRecv:
+    return "send-recv";
   case CollectiveKind::Barrier:
     return "barrier";
   }
@@ -60,22 +62,28 @@ std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
   if (kind == CollectiveKind::Barrier)
     return s;
   s += " (" + std::to_string(count) + " x " + elementTypeName(type);
-  if (kind != CollectiveKind::AllGather)
+  if (kind != CollectiveKind::AllGather && kind != CollectiveKind::SendRecv)
     s += std::string(", ") + reduceOpName(op);
   return s + ")";
 }
 
 Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
                       int64_t count, ElementType type, ReduceOp op, int size,
-                      int64_t maxElements) {
+                      int64_t maxElements, int shift) {
   if (kind == CollectiveKind::Barrier)
     return Error::success();
+  // A send-recv moves data like a gather: any type, no reduction.
+  bool moves =
+      kind == CollectiveKind::AllGather || kind == CollectiveKind::SendRecv;
+  if (kind == CollectiveKind::SendRecv && (shift < 0 || shift >= size))
+    return Error("shift " + std::to_string(shift) + " outside [0, " +
+                 std::to_string(size) + ")");
   if (!validType(type))
     return Error("unknown element type " +
                  std::to_string(static_cast<int>(type)));
-  if (kind != CollectiveKind::AllGather && type == ElementType::U8)
+  if (!moves && type == ElementType::U8)
     return Error("u8 (raw bytes) can be gathered but not reduced");
-  if (kind != CollectiveKind::AllGather && !validOp(op))
+  if (!moves && !validOp(op))
     return Error("unknown reduction " + std::to_string(static_cast<int>(op)));
   if (count < 0)
     return Error("negative count");
@@ -85,7 +93,10 @@ Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
     return Error(std::string("null ") + (send ? "receive" : "send") +
                  " buffer");
   // Elements of the larger buffer: size*count except for all-reduce.
-  int64_t factor = kind == CollectiveKind::AllReduce ? 1 : size;
+  int64_t factor = kind == CollectiveKind::AllReduce ||
+                           kind == CollectiveKind::SendRecv
+                       ? 1
+                       : size;
   if (count > maxElements / factor)
     return Error("more than " + std::to_string(maxElements) +
                  " elements in one buffer, this backend's limit");

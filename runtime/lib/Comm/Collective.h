@@ -19,7 +19,13 @@
 
 namespace kiln::runtime::comm {
 
-enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, Barrier };
+enum class CollectiveKind {
+  AllGather,
+  ReduceScatter,
+  AllReduce,
+  SendRecv,
+  Barrier
+};
 
 /// E.g. "all-reduce #7 (1237 x bf16, sum)".
 std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
@@ -28,11 +34,12 @@ std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
 /// Why these arguments are not a valid collective for a world of `size`
 /// ranks, or success: an unknown element type or reduction, a negative
 /// count, a null buffer with count > 0, a buffer of more than
-/// `maxElements` elements (the backend's limit), or overlapping send and
-/// receive buffers (an all-reduce may also be exactly in place).
+/// `maxElements` elements (the backend's limit), overlapping send and
+/// receive buffers (an all-reduce may also be exactly in place), or a
+/// send-recv's `shift` outside [0, size).
 Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
                       int64_t count, ElementType type, ReduceOp op, int size,
-                      int64_t maxElements);
+                      int64_t maxElements, int shift = 0);
 
 /// A backend's Communicator (or NcclCommunicator) whose start calls, and
 /// barrier, are one call: issue(kind, ...), which it implements. So each
@@ -42,25 +49,33 @@ public:
   CommHandle startAllGather(const void *send, void *recv, int64_t count,
                             ElementType type) final {
     return issue(CollectiveKind::AllGather, send, recv, count, type,
-                 ReduceOp::Sum);
+                 ReduceOp::Sum, 0);
   }
   CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
                                 ElementType type, ReduceOp op) final {
-    return issue(CollectiveKind::ReduceScatter, send, recv, count, type, op);
+    return issue(CollectiveKind::ReduceScatter, send, recv, count, type, op,
+                 0);
   }
   CommHandle startAllReduce(const void *send, void *recv, int64_t count,
                             ElementType type, ReduceOp op) final {
-    return issue(CollectiveKind::AllReduce, send, recv, count, type, op);
+    return issue(CollectiveKind::AllReduce, send, recv, count, type, op, 0);
+  }
+  CommHandle startSendRecv(const void *send, void *recv, int64_t count,
+                           ElementType type, int shift) final {
+    return issue(CollectiveKind::SendRecv, send, recv, count, type,
+                 ReduceOp::Sum, shift);
   }
 
 protected:
-  /// Starts collective `kind` (Barrier: no buffers, count 0).
+  /// Starts collective `kind` (Barrier: no buffers, count 0); `shift` is a
+  /// send-recv's (0 for the others).
   virtual CommHandle issue(CollectiveKind kind, const void *send, void *recv,
-                           int64_t count, ElementType type, ReduceOp op) = 0;
+                           int64_t count, ElementType type, ReduceOp op,
+                           int shift) = 0;
   /// A barrier through the backend's own queue.
   Error issueBarrier() {
     return this->wait(issue(CollectiveKind::Barrier, nullptr, nullptr, 0,
-                            ElementType::F32, ReduceOp::Sum));
+                            ElementType::F32, ReduceOp::Sum, 0));
   }
 };
 

@@ -59,20 +59,25 @@ public:
 
 private:
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
-                   int64_t count, ElementType type, ReduceOp op) override {
+                   int64_t count, ElementType type, ReduceOp op,
+                   int shift) override {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t id = nextId_++;
     if (failure_.failed())
       return {id};
     if (Error why = checkCollective(kind, send, recv, count, type, op, 1,
-                                    std::numeric_limits<int64_t>::max())) {
+                                    std::numeric_limits<int64_t>::max(),
+                                    shift)) {
       failure_.fail(id, std::string("local ") +
                             describeCollective(kind, id, count, type, op) +
                             ": " + why.message());
       return {id};
     }
     try {
-      if (kind == CollectiveKind::AllGather && count > 0)
+      // One rank: a gather or a send-recv (shift 0) is a copy.
+      if ((kind == CollectiveKind::AllGather ||
+           kind == CollectiveKind::SendRecv) &&
+          count > 0)
         std::memcpy(recv, send, count * elementBytes(type));
       else if (kind != CollectiveKind::Barrier)
         reduceRows(send, 1, count, type, op, recv, scratch_);

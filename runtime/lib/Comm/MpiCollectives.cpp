@@ -13,6 +13,8 @@
 //                   reduced chunks are shared with MPI_Iallgatherv. Every
 //                   element is reduced once, by one rank, so all ranks
 //                   receive the same bits.
+//   send-recv       MPI_Irecv from the rank `shift` before, MPI_Isend to
+//                   the rank `shift` after (shift 0: a copy).
 //   barrier         MPI_Ibarrier.
 // Counts of zero complete without MPI calls (every rank skips them alike).
 //
@@ -21,6 +23,7 @@
 #include "MpiCommunicatorImpl.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 
 namespace kiln::runtime::comm::mpi {
@@ -85,6 +88,8 @@ Error MpiCommunicator::run(const Request &r) {
     error = rc != MPI_SUCCESS
                 ? Error("MPI_Iallgather failed: " + mpiErrorText(rc))
                 : finish(request, "MPI_Iallgather");
+  } else if (r.kind == CollectiveKind::SendRecv) {
+    error = sendRecv(r);
   } else if (r.kind == CollectiveKind::ReduceScatter) {
     // Row j of rows_ = rank j's contribution to this rank's chunk.
     rows_.resize(static_cast<size_t>(size_) * r.count * elementBytes(r.type));
@@ -105,6 +110,34 @@ Error MpiCommunicator::run(const Request &r) {
   return Error("mpi " +
                describeCollective(r.kind, r.id, r.count, r.type, r.op) + ": " +
                error.message());
+}
+
+Error MpiCommunicator::sendRecv(const Request &r) {
+  if (r.shift == 0) {
+    std::memcpy(r.recv, r.send, r.count * elementBytes(r.type));
+    return Error::success();
+  }
+  int count = static_cast<int>(r.count);
+  int to = (rank_ + r.shift) % size_, from = (rank_ - r.shift + size_) % size_;
+  // Collectives are issued in one order on every rank and run one at a
+  // time, so one tag cannot pair a message with another collective's.
+  MPI_Request requests[2];
+  int rc = MPI_Irecv(r.recv, count, mpiType(r.type), from, 0, comm_,
+                     &requests[0]);
+  if (rc != MPI_SUCCESS)
+    return Error("MPI_Irecv failed: " + mpiErrorText(rc));
+  rc = MPI_Isend(r.send, count, mpiType(r.type), to, 0, comm_, &requests[1]);
+  if (rc != MPI_SUCCESS) {
+    MPI_Cancel(&requests[0]);
+    MPI_Request_free(&requests[0]);
+    return Error("MPI_Isend failed: " + mpiErrorText(rc));
+  }
+  if (Error error = finish(requests[1], "MPI_Isend")) {
+    MPI_Cancel(&requests[0]);
+    MPI_Request_free(&requests[0]);
+    return error;
+  }
+  return finish(requests[0], "MPI_Irecv");
 }
 
 Error MpiCommunicator::allReduce(const Request &r) {

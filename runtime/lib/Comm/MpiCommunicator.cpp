@@ -135,8 +135,9 @@ Expected<std::unique_ptr<Communicator>> MpiCommunicator::split(int color,
 
 CommHandle MpiCommunicator::issue(CollectiveKind kind, const void *send,
                                   void *recv, int64_t count, ElementType type,
-                                  ReduceOp op) {
+                                  ReduceOp op, int shift) {
   Request request;
+  request.shift = shift;
   request.kind = kind;
   request.type = type;
   request.op = op;
@@ -148,7 +149,8 @@ CommHandle MpiCommunicator::issue(CollectiveKind kind, const void *send,
     std::lock_guard<std::mutex> lock(mu_);
     request.id = handle.id = nextId_++;
     if (Error why =
-            checkCollective(kind, send, recv, count, type, op, size_, INT_MAX))
+            checkCollective(kind, send, recv, count, type, op, size_, INT_MAX,
+                            shift))
       request.invalid = "mpi " +
                         describeCollective(kind, request.id, count, type, op) +
                         ": " + why.message();

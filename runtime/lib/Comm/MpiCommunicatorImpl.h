@@ -48,6 +48,7 @@ struct Request {
   const void *send = nullptr;
   void *recv = nullptr;
   int64_t count = 0;
+  int shift = 0; // a send-recv's
   /// Set at start when the arguments are invalid: the request fails
   /// (in its turn) without MPI calls.
   std::string invalid;
@@ -100,7 +101,9 @@ public:
 
 private:
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
-                   int64_t count, ElementType type, ReduceOp op) override;
+                   int64_t count, ElementType type, ReduceOp op,
+                   int shift) override;
+  Error sendRecv(const Request &request);
 
   // On the communication thread only.
   void threadMain();

@@ -255,6 +255,10 @@ public:
                             ElementType type, ReduceOp op) override {
     return c.startAllReduce(send, recv, count, type, op);
   }
+  CommHandle startSendRecv(const void *send, void *recv, int64_t count,
+                           ElementType type, int shift) override {
+    return c.startSendRecv(send, recv, count, type, shift);
+  }
   Error wait(CommHandle h) override { return c.wait(h); }
   bool test(CommHandle h) override { return c.test(h); }
   Error barrier() override { return c.barrier(); }

@@ -177,7 +177,8 @@ Error NcclCommunicatorImpl::setUp(ncclComm_t comm) {
 
 CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
                                        void *recv, int64_t count,
-                                       ElementType type, ReduceOp op) {
+                                       ElementType type, ReduceOp op,
+                                       int shift) {
   std::lock_guard<std::mutex> issueLock(issueMu_);
   DeviceGuard guard(device_);
   uint64_t id;
@@ -193,7 +194,8 @@ CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
   std::string error;
   if (!failedBefore)
     if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
-                                    std::numeric_limits<int64_t>::max()))
+                                    std::numeric_limits<int64_t>::max(),
+                                    shift))
       error = "nccl " + what + ": " + why.message();
 
   // The join: the communicator's stream waits for the producer's work.
@@ -219,6 +221,28 @@ CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
       call = "ncclAllGather";
       rc = ncclAllGather(send, recv, static_cast<size_t>(count), ncclType(type),
                          comm_, stream_);
+    } else if (count > 0 && kind == CollectiveKind::SendRecv) {
+      // One ring step: both calls in one group, so neither waits for the
+      // other (shift 0: a copy on the stream).
+      if (shift == 0) {
+        call = "cudaMemcpyAsync";
+        if (cudaMemcpyAsync(recv, send, count * elementBytes(type),
+                            cudaMemcpyDeviceToDevice, stream_) != cudaSuccess)
+          rc = ncclUnhandledCudaError;
+      } else {
+        call = "ncclSend/ncclRecv";
+        int to = (rank_ + shift) % size_, from = (rank_ - shift + size_) % size_;
+        rc = ncclGroupStart();
+        if (rc == ncclSuccess)
+          rc = ncclSend(send, static_cast<size_t>(count), ncclType(type), to,
+                        comm_, stream_);
+        if (rc == ncclSuccess)
+          rc = ncclRecv(recv, static_cast<size_t>(count), ncclType(type), from,
+                        comm_, stream_);
+        ncclResult_t end = ncclGroupEnd();
+        if (rc == ncclSuccess)
+          rc = end;
+      }
     } else if (count > 0 && kind == CollectiveKind::ReduceScatter) {
       call = "ncclReduceScatter";
       rc = ncclReduceScatter(send, recv, static_cast<size_t>(count),

@@ -98,7 +98,8 @@ private:
   };
 
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
-                   int64_t count, ElementType type, ReduceOp op) override;
+                   int64_t count, ElementType type, ReduceOp op,
+                   int shift) override;
 
   // Under mu_.
   cudaEvent_t takeEventLocked();

@@ -132,6 +132,9 @@ Error CpuExecutor::startCollective(const PlanStep &step) {
   else if (step.kind == plan::Op::ReduceScatterStart)
     p.handle = p.comm->startReduceScatter(in.data, out.data, out.numElements(),
                                           type, op);
+  else if (step.kind == plan::Op::SendRecvStart)
+    p.handle = p.comm->startSendRecv(in.data, out.data, in.numElements(), type,
+                                     static_cast<int>(step.i64("shift")));
   else
     p.handle =
         p.comm->startAllReduce(in.data, out.data, in.numElements(), type, op);

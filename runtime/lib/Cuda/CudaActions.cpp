@@ -397,6 +397,7 @@ Error Builder::collective(const PlanStep &s) {
                                        : comm::ElementType::F32;
   std::string reduction = s.attrs.count("reduction") ? s.str("reduction") : "";
   act.reduce = reduction == "max" ? comm::ReduceOp::Max : comm::ReduceOp::Sum;
+  act.shift = s.attrs.count("shift") ? static_cast<int>(s.i64("shift")) : 0;
   act.count = s.kind == plan::Op::ReduceScatterStart ? res.numElements()
                                                       : in.numElements();
   divisors[res.id] = reduction == "mean" ? s.i64("ranks") : 1; // the axis's

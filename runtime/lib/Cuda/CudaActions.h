@@ -82,12 +82,13 @@ struct Action {
   const SdpaGraph *sdpa = nullptr;
 
   // Collective / Wait: the collective is named by its result's value id.
-  /// AllGatherStart, ReduceScatterStart or AllReduceStart.
+  /// AllGatherStart, ReduceScatterStart, AllReduceStart or SendRecvStart.
   plan::Op collective = plan::Op::AllReduceStart;
   int64_t resultId = 0;
   comm::ElementType element = comm::ElementType::F32;
   comm::ReduceOp reduce = comm::ReduceOp::Sum;
   int64_t count = 0;
+  int shift = 0; // SendRecvStart's
 };
 
 /// Where the executor keeps each value on the device.

@@ -88,6 +88,8 @@ Error enqueue(const Action &a, Gemms &gemms, comm::NcclCommunicator *comm,
       h = comm->startAllGather(a.src, a.dst, a.count, a.element);
     else if (a.collective == plan::Op::ReduceScatterStart)
       h = comm->startReduceScatter(a.src, a.dst, a.count, a.element, a.reduce);
+    else if (a.collective == plan::Op::SendRecvStart)
+      h = comm->startSendRecv(a.src, a.dst, a.count, a.element, a.shift);
     else
       h = comm->startAllReduce(a.src, a.dst, a.count, a.element, a.reduce);
     pending[a.resultId] = h;

@@ -78,6 +78,26 @@ TEST_F(CommConformance, AllGather) {
     }
 }
 
+// One ring step for every shift: a rank receives what the rank `shift`
+// places before it sent (shift 0: its own buffer).
+TEST_F(CommConformance, SendRecv) {
+  for (int shift = 0; shift < size(); ++shift)
+    for (ElementType type : kTypes)
+      for (int64_t count : kCounts) {
+        SCOPED_TRACE(caseName(type, count) + ", shift " +
+                     std::to_string(shift));
+        Buffer send(contributions(type, 4, rank(), count));
+        Buffer recv(count * bytesOf(type));
+        EXPECT_OK(comm().wait(
+            comm().startSendRecv(send.get(), recv.get(), count, type, shift)));
+        int from = (rank() - shift + size()) % size();
+        Bytes want(count * bytesOf(type));
+        for (int64_t i = 0; i < count; ++i)
+          put(want, type, i, contribution(type, 4, from, i));
+        EXPECT_EQ(compareBits(recv.read(), want, type), "");
+      }
+}
+
 TEST_F(CommConformance, ReduceScatter) {
   for (ElementType type : kTypes)
     for (ReduceOp op : kOps)

@@ -62,6 +62,14 @@ TEST(LocalCommunicator, BadArguments) {
          return c.startAllGather(a.data(), b.data(), 4,
                                  static_cast<ElementType>(7));
        }},
+      {"send-recv #1 (4 x f32): shift 1 outside [0, 1)",
+       [&](Communicator &c) {
+         return c.startSendRecv(a.data(), b.data(), 4, f32, 1);
+       }},
+      {"send-recv #1 (4 x f32): send and receive buffers overlap",
+       [&](Communicator &c) {
+         return c.startSendRecv(a.data() + 2, a.data(), 4, f32, 0);
+       }},
       {"unknown reduction 9",
        [&](Communicator &c) {
          return c.startAllReduce(a.data(), b.data(), 4, f32,

@@ -41,12 +41,14 @@ public:
 
 private:
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
-                   int64_t count, ElementType type, ReduceOp op) override {
+                   int64_t count, ElementType type, ReduceOp op,
+                   int shift) override {
     uint64_t id = nextId_++;
     if (failure_.failed())
       return {id};
     if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
-                                    std::numeric_limits<int64_t>::max())) {
+                                    std::numeric_limits<int64_t>::max(),
+                                    shift)) {
       failure_.fail(id, "mirror " +
                             describeCollective(kind, id, count, type, op) +
                             ": " + why.message());
@@ -56,6 +58,11 @@ private:
       return {id};
     int64_t bytes = count * elementBytes(type);
     const char *from = static_cast<const char *>(send);
+    // Every rank holds what this one does: what arrives is its own buffer.
+    if (kind == CollectiveKind::SendRecv) {
+      std::memcpy(recv, from, bytes);
+      return {id};
+    }
     if (kind == CollectiveKind::AllGather) {
       for (int r = 0; r < size_; ++r)
         std::memcpy(static_cast<char *>(recv) + r * bytes, from, bytes);

@@ -692,3 +692,34 @@ func.func @collective_axis_unknown(%s: tensor<4xf32>) {
   %0 = kiln.all_reduce_start %s over pp {ranks = 2 : i64, reduction = "max"} : tensor<4xf32>
   return
 }
+
+// -----
+
+module @send_recv attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>} {
+  func.func @shift_out_of_range(%s: tensor<4xf32>) {
+    // expected-error @+1 {{'kiln.send_recv_start' op shift must be in [1, ranks) with ranks >= 2, got shift 4 of 4}}
+    %0 = kiln.send_recv_start %s over tp {ranks = 4 : i64, shift = 4 : i64} : tensor<4xf32>
+    %1 = kiln.wait %0 : tensor<4xf32>
+    return
+  }
+}
+
+// -----
+
+module @send_recv_axis attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} {
+  func.func @wrong_ranks(%s: tensor<4xf32>) {
+    // expected-error @+1 {{'kiln.send_recv_start' op runs over 2 ranks, but the mesh's tp axis has 4}}
+    %0 = kiln.send_recv_start %s over tp {ranks = 2 : i64, shift = 1 : i64} : tensor<4xf32>
+    %1 = kiln.wait %0 : tensor<4xf32>
+    return
+  }
+}
+
+// -----
+
+func.func @send_recv_rank2(%s: tensor<2x2xf32>) {
+  // expected-error @+1 {{'kiln.send_recv_start' op buffer must be rank 1, got 'tensor<2x2xf32>'}}
+  %0 = kiln.send_recv_start %s over tp {ranks = 2 : i64, shift = 1 : i64} : tensor<2x2xf32>
+  %1 = kiln.wait %0 : tensor<2x2xf32>
+  return
+}

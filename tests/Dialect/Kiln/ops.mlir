@@ -88,6 +88,7 @@ module @mesh attributes {kiln.mesh = #kiln.mesh<tp = 4, dp_shard = 2>} {
   // CHECK: kiln.all_gather_start %{{.+}} over tp {group = "g", ranks = 4 : i64} : tensor<8xbf16> -> tensor<32xbf16>
   // CHECK: kiln.reduce_scatter_start %{{.+}} over tp {group = "g", ranks = 4 : i64, reduction = "sum"} : tensor<32xbf16> -> tensor<8xbf16>
   // CHECK: kiln.all_reduce_start %{{.+}} over dp_shard {ranks = 2 : i64, reduction = "max"} : tensor<8xbf16>
+  // CHECK: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 3 : i64} : tensor<8xbf16>
   func.func @collectives(%s: tensor<8xbf16>) -> tensor<8xbf16> {
     %0 = kiln.all_gather_start %s over tp {group = "g", ranks = 4 : i64} : tensor<8xbf16> -> tensor<32xbf16>
     %1 = kiln.wait %0 : tensor<32xbf16>
@@ -95,7 +96,9 @@ module @mesh attributes {kiln.mesh = #kiln.mesh<tp = 4, dp_shard = 2>} {
     %3 = kiln.wait %2 : tensor<8xbf16>
     %4 = kiln.all_reduce_start %3 over dp_shard {ranks = 2 : i64, reduction = "max"} : tensor<8xbf16>
     %5 = kiln.wait %4 : tensor<8xbf16>
-    return %5 : tensor<8xbf16>
+    %6 = kiln.send_recv_start %5 over tp {ranks = 4 : i64, shift = 3 : i64} : tensor<8xbf16>
+    %7 = kiln.wait %6 : tensor<8xbf16>
+    return %7 : tensor<8xbf16>
   }
 }
 

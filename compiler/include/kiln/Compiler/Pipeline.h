@@ -31,7 +31,8 @@ const PhaseInfo *findPhase(llvm::StringRef name);
 /// import: cleanup after the frontend (canonicalize, CSE).
 void buildImportPipeline(mlir::OpPassManager &pm);
 
-/// tp: kiln-tp-partition (a no-op unless the mesh's tp > 1), canonicalize.
+/// tp: kiln-tp-partition (a no-op unless the mesh's tp > 1), kiln-async-tp
+/// (a no-op unless kiln.tp asks for it), canonicalize.
 void buildTpPipeline(mlir::OpPassManager &pm);
 
 /// train: kiln-autodiff, kiln-optimizer, kiln-logits-entry, CSE.

@@ -116,6 +116,29 @@ def KilnOptimizer : Pass<"kiln-optimizer", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnAsyncTp : Pass<"kiln-async-tp", "mlir::ModuleOp"> {
+  let summary = "Async TP: tp collectives as rings of chunks overlapping their GEMMs";
+  let description = [{
+    With `async = true` in the module's `kiln.tp` dictionary
+    (`parallelism.enable_async_tensor_parallel`) and a mesh with tp > 1,
+    rewrites `@forward_loss` as kiln-tp-partition wrote it (docs/tp.md,
+    "Async TP"):
+
+    - an all-gather over tp of the sequence whose gathered `[B, S, D]` feeds
+      only linears (q/k/v, w1/w3, the output projection) becomes `tp` ring
+      steps: the rank multiplies the chunk it holds while `send_recv_start
+      {shift = 1}` passes it on; each linear's chunk results are put back in
+      sequence order with `flatten`;
+    - a row-parallel linear (o, w2) followed by a reduce-scatter (sum) over
+      tp becomes `tp` GEMMs of the rank's rows of one sequence chunk each,
+      whose partial sums travel the ring, each rank adding its own: after
+      `tp - 1` steps the rank holds its chunk's sum.
+
+    Anything else is left as it is. Runs before autodiff, so the backward's
+    rings come from the send_recv gradient rule.
+  }];
+}
+
 def KilnTpGradSync : Pass<"kiln-tp-grad-sync", "mlir::ModuleOp"> {
   let summary = "Sum the tp-replicated gradients over tp; the grad norm over tp";
   let description = [{

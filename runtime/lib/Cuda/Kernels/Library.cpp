@@ -185,6 +185,7 @@ bool isKernelOp(plan::Op op) {
   case Op::AllGatherStart:
   case Op::ReduceScatterStart:
   case Op::AllReduceStart:
+  case Op::SendRecvStart:
   case Op::Wait:
   case Op::Fused:
   case Op::Add:

@@ -68,6 +68,18 @@ LogicalResult AllReduceStartOp::verify() {
   return checkWaited(*this);
 }
 
+LogicalResult SendRecvStartOp::verify() {
+  if (tensorOf(getInput()).getRank() != 1)
+    return emitOpError("buffer must be rank 1, got ") << getInput().getType();
+  if (getRanks() < 2 || getShift() < 1 || getShift() >= getRanks())
+    return emitOpError("shift must be in [1, ranks) with ranks >= 2, got "
+                       "shift ")
+           << getShift() << " of " << getRanks();
+  if (failed(checkAxis(*this, getAxis(), getRanks())))
+    return failure();
+  return checkWaited(*this);
+}
+
 LogicalResult UnflattenOp::verify() {
   RankedTensorType flat = tensorOf(getFlat()), out = tensorOf(getResult());
   if (flat.getRank() != 1 || flat.getElementType() != out.getElementType())

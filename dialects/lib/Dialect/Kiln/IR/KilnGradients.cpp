@@ -156,6 +156,16 @@ SmallVector<Value> AllReduceStartOp::buildGradients(OpBuilder &b,
   return {grads[0]};
 }
 
+SmallVector<Value> SendRecvStartOp::buildGradients(OpBuilder &b,
+                                                   ArrayRef<Value> grads) {
+  // What a rank received came from `shift` places before it: its gradient
+  // goes back there, `ranks - shift` places along the ring.
+  auto start = SendRecvStartOp::create(
+      b, getLoc(), getInput().getType(), grads[0], getAxisAttr(),
+      getRanksAttr(), b.getI64IntegerAttr(getRanks() - getShift()));
+  return {WaitOp::create(b, getLoc(), start.getType(), start)};
+}
+
 SmallVector<Value> FlattenOp::buildGradients(OpBuilder &b,
                                              ArrayRef<Value> grads) {
   SmallVector<Value> parts;

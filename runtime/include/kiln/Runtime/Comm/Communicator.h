@@ -92,6 +92,13 @@ public:
   virtual CommHandle startAllReduce(const void *send, void *recv, int64_t count,
                                     ElementType type, ReduceOp op) = 0;
 
+  /// One step of a ring: sends `send` (count elements) to the rank `shift`
+  /// places after this one (mod size()) and receives into `recv` what the
+  /// rank `shift` places before it sent. `shift` is in [0, size()); 0
+  /// copies. Every rank issues it with the same shift and count.
+  virtual CommHandle startSendRecv(const void *send, void *recv, int64_t count,
+                                   ElementType type, int shift) = 0;
+
   /// Blocks until the collective is complete (hence every one issued
   /// before it). Success, else its error line. Waiting again on the same
   /// handle returns the same answer; a handle this communicator did not

@@ -111,6 +111,7 @@ enum class Category : uint8_t {
   X(AllGatherStart, "all_gather_start", Collective, 1, 1, 1)                   \
   X(ReduceScatterStart, "reduce_scatter_start", Collective, 1, 1, 1)           \
   X(AllReduceStart, "all_reduce_start", Collective, 1, 1, 1)                   \
+  X(SendRecvStart, "send_recv_start", Collective, 1, 1, 1)                     \
   X(Wait, "wait", Wait, 1, 1, 1)                                               \
   X(Fused, "fused", Fused, 0, -1, 1)                                           \
   X(Add, "add", GroupOnly, 2, 2, 1)                                            \
@@ -265,6 +266,11 @@ inline constexpr AttrSpec kAttrs[] = {
     {Op::AllReduceStart, "ranks", AttrType::Int, true, 1, kMaxRanks, nullptr},
     {Op::AllReduceStart, "reduction", AttrType::String, true, 0, 0,
      "sum|mean|max"},
+    // One ring step: the buffer goes `shift` places along the axis.
+    {Op::SendRecvStart, "axis", AttrType::String, true, 0, 0, KILN_PLAN_AXES},
+    {Op::SendRecvStart, "ranks", AttrType::Int, true, 2, kMaxRanks, nullptr},
+    {Op::SendRecvStart, "shift", AttrType::Int, true, 1, kMaxRanks - 1,
+     nullptr},
     {Op::Fused, "ops", AttrType::String, true, 0, 0, nullptr},
 };
 

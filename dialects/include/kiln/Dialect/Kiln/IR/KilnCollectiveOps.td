@@ -107,6 +107,34 @@ def Kiln_AllReduceStartOp : Kiln_Op<"all_reduce_start",
   let hasVerifier = 1;
 }
 
+def Kiln_SendRecvStartOp : Kiln_Op<"send_recv_start",
+    [AllTypesMatch<["input", "result"]>,
+     DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
+  let summary = "begins passing a buffer `shift` places along a ring";
+  let description = [{
+    Every rank along `axis` sends its buffer to the rank `shift` positions
+    after it on the axis (mod `ranks`) and receives the buffer of the rank
+    `shift` positions before it: one step of a ring. `kiln-async-tp` builds
+    its collective matmuls from these (docs/tp.md, "Async TP"); its
+    gradient passes the gradient back the other way (shift `ranks - shift`).
+
+    ```mlir
+    %s = kiln.send_recv_start %c over tp {ranks = 4 : i64, shift = 1 : i64} : tensor<4096xf32>
+    ```
+
+    Rules:
+    - send_recv_start_c1: operand and result are one rank-1 type.
+    - send_recv_start_c2: `shift` is in [1, ranks).
+    - send_recv_start_c3: its only user is a `kiln.wait`.
+    - collective_axis: as all_gather_start's.
+  }];
+  let arguments = (ins Kiln_FlatTensor:$input, Kiln_MeshAxisAttr:$axis,
+                       I64Attr:$ranks, I64Attr:$shift);
+  let results = (outs Kiln_FlatTensor:$result);
+  let assemblyFormat = "$input `over` $axis attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Kiln_WaitOp : Kiln_Op<"wait", [AllTypesMatch<["pending", "result"]>,
     DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
   let summary = "the result of a collective, once it has completed";
