@@ -236,7 +236,9 @@ Expected<std::unique_ptr<Communicator>> NcclCommunicatorImpl::split(int color,
 
 namespace {
 /// A communicator someone else owns, seen through a unique_ptr: what the
-/// non-owning createNcclCommunicator hands to the owning one.
+/// non-owning createNcclCommunicator hands to the owning one. Its split is
+/// the owner's (a new communicator, owned by whoever asked), which is what
+/// NcclCommunicatorImpl::split needs of its host communicator.
 class BorrowedCommunicator final : public Communicator {
 public:
   explicit BorrowedCommunicator(Communicator &c) : c(c) {}
@@ -265,6 +267,9 @@ public:
   Error failure() const override { return c.failure(); }
   bool exactRankOrderReduction() const override {
     return c.exactRankOrderReduction();
+  }
+  Expected<std::unique_ptr<Communicator>> split(int color, int key) override {
+    return c.split(color, key);
   }
 
 private:

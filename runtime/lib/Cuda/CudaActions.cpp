@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
+#include <set>
 
 namespace kiln::runtime::cuda {
 
@@ -108,6 +110,8 @@ private:
   size_t current = 0;
   /// Collectives started but not yet waited for: their mean divisor.
   std::map<int64_t, int64_t> divisors;
+  /// Those over an axis of one rank: a copy, with nothing to wait for.
+  std::set<int64_t> copied;
 };
 
 Error Builder::step(size_t index, const PlanStep &s) {
@@ -126,7 +130,8 @@ Error Builder::step(size_t index, const PlanStep &s) {
     return Error::success();
   if (!isKernelOp(s.kind))
     return Error("the CUDA backend cannot run op '" + s.op + "'");
-  Expected<OpLaunchPlan> launches = opLaunchPlan(plan, s, ctx.values->rank());
+  Expected<OpLaunchPlan> launches =
+      opLaunchPlan(plan, s, ctx.values->shardIndex());
   if (!launches)
     return launches.takeError();
   return kernelOp(*launches, s);
@@ -387,8 +392,25 @@ Error Builder::layout(const PlanStep &s) {
 
 Error Builder::collective(const PlanStep &s) {
   const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
+  std::optional<plan::Axis> axis = plan::parseAxis(s.str("axis"));
+  if (!axis)
+    return Error("a collective over no mesh axis ('" + s.str("axis") + "')");
+  if (plan.mesh.axisSize(*axis) == 1) {
+    // Over one rank every collective gives its input back (the mean's
+    // divisor is 1): a copy, which the loader checked has the result's size.
+    divisors[res.id] = 1;
+    copied.insert(res.id);
+    if (addr(in.id) == addr(res.id))
+      return Error::success();
+    Action &act = add(Action::Copy);
+    act.dst = addr(res.id);
+    act.src = addr(in.id);
+    act.bytes = res.bytes();
+    return Error::success();
+  }
   Action &act = add(Action::Collective);
   act.collective = s.kind;
+  act.axis = *axis;
   act.resultId = res.id;
   act.src = addr(in.id);
   act.dst = addr(res.id);
@@ -410,6 +432,8 @@ Error Builder::wait(const PlanStep &s) {
     return Error("waits for a collective that was not started");
   int64_t divisor = it->second;
   divisors.erase(it);
+  if (copied.erase(s.operands[0]))
+    return Error::success();
   Action &act = add(Action::Wait);
   act.resultId = s.operands[0];
   if (divisor == 1)
@@ -422,7 +446,7 @@ Error Builder::wait(const PlanStep &s) {
 
 } // namespace
 
-Expected<int64_t> scratchBytesNeeded(const Plan &plan, int rank) {
+Expected<int64_t> scratchBytesNeeded(const Plan &plan, int shardIndex) {
   int64_t most = 0;
   for (const auto &[name, entry] : plan.entries)
     for (const PlanStep &s : entry.steps) {
@@ -433,7 +457,7 @@ Expected<int64_t> scratchBytesNeeded(const Plan &plan, int rank) {
                        geometry.error().message());
         most = std::max(most, alignUp(geometry->partialBytes));
       } else if (isKernelOp(s.kind) && !isLayout(s.kind)) {
-        Expected<OpLaunchPlan> p = opLaunchPlan(plan, s, rank);
+        Expected<OpLaunchPlan> p = opLaunchPlan(plan, s, shardIndex);
         if (!p)
           return Error(name + ", " + describeStep(plan, s) + ": " +
                        p.error().message());

@@ -84,6 +84,8 @@ struct Action {
   // Collective / Wait: the collective is named by its result's value id.
   /// AllGatherStart, ReduceScatterStart, AllReduceStart or SendRecvStart.
   plan::Op collective = plan::Op::AllReduceStart;
+  /// The mesh axis whose communicator runs it (the step's `axis`).
+  plan::Axis axis = plan::Axis::DpShard;
   int64_t resultId = 0;
   comm::ElementType element = comm::ElementType::F32;
   comm::ReduceOp reduce = comm::ReduceOp::Sum;
@@ -96,7 +98,20 @@ class DeviceValues {
 public:
   virtual ~DeviceValues() = default;
   virtual void *address(int64_t valueId) const = 0;
-  virtual int rank() const = 0;
+  /// This rank's position on the dp_shard axis: which piece of each flat
+  /// shard it holds (shard_amax, shard_quantize).
+  virtual int shardIndex() const = 0;
+};
+
+/// The NCCL communicator of each mesh axis a plan's collectives run on:
+/// null for an axis of one rank (its collectives are copies, and the
+/// actions have none) and for a one-rank run. The world's communicator is
+/// the axis that spans the world; the others are split from it.
+struct AxisComms {
+  comm::NcclCommunicator *dpShard = nullptr, *tp = nullptr;
+  comm::NcclCommunicator *of(plan::Axis axis) const {
+    return axis == plan::Axis::Tp ? tp : dpShard;
+  }
 };
 
 /// What building actions needs from the executor: addresses, the loaded
@@ -127,10 +142,10 @@ struct ActionContext {
 /// Whether cuBLASLt runs `op` (the linears and the scaled GEMM).
 bool isGemm(plan::Op op);
 
-/// The scratch bytes `plan`'s steps need at most on rank `rank` (op
-/// kernels' scratch, column-sum partials), so it can be allocated before
-/// building actions.
-Expected<int64_t> scratchBytesNeeded(const Plan &plan, int rank);
+/// The scratch bytes `plan`'s steps need at most at position `shardIndex`
+/// of the dp_shard axis (op kernels' scratch, column-sum partials), so it
+/// can be allocated before building actions.
+Expected<int64_t> scratchBytesNeeded(const Plan &plan, int shardIndex);
 
 /// The f32 bytes of `plan`'s largest scaled_matmul output: what the GEMMs'
 /// rowwise fallback may need (Gemms::reserveFallbackScratch).
@@ -141,15 +156,16 @@ int64_t fallbackScratchBytes(const Plan &plan);
 Expected<std::vector<Action>> buildActions(const ActionContext &ctx,
                                            const std::string &entry);
 
-/// Enqueues `actions` on `stream`; collectives go through `comm` (null for
-/// a one-rank plan, which has none). With `marks` (actions.size() + 1
+/// Enqueues `actions` on `stream`; each collective goes through its axis's
+/// communicator in `comms` (each on its own stream, joined to `stream` by
+/// events at the start and at the wait). With `marks` (actions.size() + 1
 /// events), event i is recorded on `stream` before action i and the last
 /// after the last action, so consecutive marks time each action on the
 /// stream (any idle time before it starts included). The first error,
 /// naming the step.
 Error enqueueActions(const Plan &plan, const std::string &entry,
                      const std::vector<Action> &actions, Gemms &gemms,
-                     comm::NcclCommunicator *comm, cudaStream_t stream,
+                     const AxisComms &comms, cudaStream_t stream,
                      const std::vector<cudaEvent_t> *marks = nullptr);
 
 /// What an action's time counts as in a breakdown: "GEMM", "FP8 GEMM",

@@ -1,8 +1,9 @@
 //===- CudaActionsEnqueue.cpp - Device actions onto the streams -----------===//
 //
 // Loading generated CUBINs, and putting a built action list on the
-// compute stream (collectives on the communicator's stream, joined by
-// events), optionally with an event before each action for the trace.
+// compute stream (each collective on its mesh axis's communicator's
+// stream, joined by events), optionally with an event before each action
+// for the trace.
 // The same enqueueing runs eagerly and inside a CUDA graph capture.
 //
 //===----------------------------------------------------------------------===//
@@ -41,9 +42,14 @@ Expected<cudaKernel_t> LoadedModule::kernel(const std::string &name) {
 }
 
 namespace {
-Error enqueue(const Action &a, Gemms &gemms, comm::NcclCommunicator *comm,
-              cudaStream_t stream,
-              std::map<int64_t, comm::CommHandle> &pending) {
+/// A collective in flight: its handle on the communicator that started it.
+struct Started {
+  comm::NcclCommunicator *comm;
+  comm::CommHandle handle;
+};
+
+Error enqueue(const Action &a, Gemms &gemms, const AxisComms &comms,
+              cudaStream_t stream, std::map<int64_t, Started> &pending) {
   switch (a.kind) {
   case Action::Launch: {
     void *params[2] = {const_cast<uint64_t *>(a.args.data()),
@@ -81,8 +87,10 @@ Error enqueue(const Action &a, Gemms &gemms, comm::NcclCommunicator *comm,
   case Action::Scaled:
     return gemms.scaledMatmul(a.scaled, stream);
   case Action::Collective: {
+    comm::NcclCommunicator *comm = comms.of(a.axis);
     if (!comm)
-      return Error("a collective in a plan run without a communicator");
+      return Error(std::string("a collective over ") + plan::axisName(a.axis) +
+                   " in a run without a communicator for it");
     comm::CommHandle h;
     if (a.collective == plan::Op::AllGatherStart)
       h = comm->startAllGather(a.src, a.dst, a.count, a.element);
@@ -92,14 +100,14 @@ Error enqueue(const Action &a, Gemms &gemms, comm::NcclCommunicator *comm,
       h = comm->startSendRecv(a.src, a.dst, a.count, a.element, a.shift);
     else
       h = comm->startAllReduce(a.src, a.dst, a.count, a.element, a.reduce);
-    pending[a.resultId] = h;
+    pending[a.resultId] = {comm, h};
     return Error::success();
   }
   case Action::Wait: {
     auto it = pending.find(a.resultId);
-    if (it == pending.end() || !comm)
+    if (it == pending.end())
       return Error("waits for a collective that was not started");
-    Error problem = comm->streamWait(it->second, stream);
+    Error problem = it->second.comm->streamWait(it->second.handle, stream);
     pending.erase(it);
     return problem;
   }
@@ -112,12 +120,13 @@ Error enqueue(const Action &a, Gemms &gemms, comm::NcclCommunicator *comm,
 
 Error enqueueActions(const Plan &plan, const std::string &entry,
                      const std::vector<Action> &actions, Gemms &gemms,
-                     comm::NcclCommunicator *comm, cudaStream_t stream,
+                     const AxisComms &comms, cudaStream_t stream,
                      const std::vector<cudaEvent_t> *marks) {
   const PlanEntry *e = plan.entry(entry);
-  std::map<int64_t, comm::CommHandle> pending;
-  if (comm)
-    comm->setProducerStream(stream);
+  std::map<int64_t, Started> pending;
+  for (comm::NcclCommunicator *comm : {comms.dpShard, comms.tp})
+    if (comm)
+      comm->setProducerStream(stream);
   auto mark = [&](size_t i) -> Error {
     if (!marks)
       return Error::success();
@@ -130,7 +139,7 @@ Error enqueueActions(const Plan &plan, const std::string &entry,
     const Action &a = actions[i];
     Error problem = mark(i);
     if (!problem)
-      problem = enqueue(a, gemms, comm, stream, pending);
+      problem = enqueue(a, gemms, comms, stream, pending);
     if (problem)
       return Error("op " + std::to_string(a.step) + " of " + entry + ", " +
                    describeStep(plan, e->steps[a.step]) + ": " +

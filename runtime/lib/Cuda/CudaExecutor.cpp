@@ -63,6 +63,9 @@ CudaExecutor::State::~State() {
       cudaFreeHost(p);
   if (stream)
     cudaStreamDestroy(stream);
+  // The axes split from the world's communicator go first.
+  deviceAxes = {};
+  axes = {};
   nccl.reset();
 }
 
@@ -124,14 +127,12 @@ Error CudaExecutor::setCommunicator(comm::Communicator *c) {
     return wrong;
   if (s->prepared)
     return Error("the communicator is set before the executor's first use");
-  // The world's NCCL communicator is the dp_shard axis's while tp = 1; the
-  // executor does not pick a communicator per axis yet (docs/tp.md).
-  if (s->plan.mesh.tp > 1)
-    return Error("the plan's mesh has tp = " + std::to_string(s->plan.mesh.tp) +
-                 "; the CUDA backend runs tp = 1 meshes only (no tp "
-                 "communicator yet)");
+  const PlanMesh &mesh = s->plan.mesh;
   s->host = c;
   s->rankIndex = c ? c->rank() : 0;
+  s->shardPosition =
+      static_cast<int>(mesh.axisIndex(plan::Axis::DpShard, s->rankIndex));
+  s->hostDpShard = s->hostTp = c;
   if (s->plan.ranks > 1) {
     // One rank per GPU; NCCL picks this rank's device and sets it.
 #ifdef KILN_HAVE_NCCL
@@ -144,6 +145,31 @@ Error CudaExecutor::setCommunicator(comm::Communicator *c) {
       return nccl.takeError();
     s->nccl = *std::move(nccl);
     s->device = s->nccl->device();
+    // The mesh's axes, as the CPU executor makes them from its host
+    // communicator: with tp = 1 the dp_shard axis is the world's NCCL
+    // communicator and nothing is split.
+    Expected<comm::AxisCommunicators> axes =
+        comm::splitMesh(*s->nccl, mesh.dpShard, mesh.tp);
+    if (!axes)
+      return axes.takeError();
+    s->axes = *std::move(axes);
+    auto place = [](comm::Communicator *axis, comm::NcclCommunicator *&device,
+                    comm::Communicator *&host) -> Error {
+      host = axis; // an axis of one rank: a local communicator
+      if (axis->size() == 1)
+        return Error::success();
+      device = dynamic_cast<comm::NcclCommunicator *>(axis);
+      if (!device)
+        return Error(std::string("a mesh axis of ") +
+                     std::to_string(axis->size()) + " ranks on a " +
+                     axis->backendName() + " communicator, not NCCL");
+      host = &device->host();
+      return Error::success();
+    };
+    if (Error e = place(s->axes.dpShard, s->deviceAxes.dpShard, s->hostDpShard))
+      return e;
+    if (Error e = place(s->axes.tp, s->deviceAxes.tp, s->hostTp))
+      return e;
 #else
     return Error("this build has no NCCL (libnccl was not found when it was "
                  "configured): the CUDA backend runs one rank only");

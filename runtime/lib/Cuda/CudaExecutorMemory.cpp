@@ -40,7 +40,7 @@ Error CudaExecutor::State::prepare() {
   gemms = *std::move(created);
   if (Error e = gemms->reserveFallbackScratch(fallbackScratchBytes(plan)))
     return e;
-  Expected<int64_t> needed = scratchBytesNeeded(plan, rankIndex);
+  Expected<int64_t> needed = scratchBytesNeeded(plan, shardPosition);
   if (!needed)
     return needed.takeError();
   scratchBytes = *needed;
@@ -72,16 +72,19 @@ namespace {
 /// What is allocated after the memory check, kept free at it. Estimates,
 /// until a GPU run measures them (docs/cuda.md, "The executor"): 256 MiB
 /// for the op kernel library, the group kernels' modules, the CUDA graphs'
-/// executable copies and cuDNN's plans; with more than one rank 1 GiB more
+/// executable copies and cuDNN's plans; 1 GiB more for each mesh axis of
+/// more than one rank (its NCCL communicator runs the axis's collectives)
 /// for NCCL's channel buffers (its default 4 MiB Simple and LL128 buffers
 /// per channel and peer, over up to 32 channels on NVLink).
 MemoryReserve deviceReserve(const Plan &plan) {
   MemoryReserve r;
   r.bytes = int64_t(256) << 20;
   r.what = "kernel modules and CUDA graphs";
-  if (plan.ranks > 1) {
-    r.bytes += int64_t(1) << 30;
-    r.what += ", and NCCL's buffers";
+  int64_t axes = (plan.mesh.dpShard > 1) + (plan.mesh.tp > 1);
+  if (axes > 0) {
+    r.bytes += axes << 30;
+    r.what +=
+        axes > 1 ? ", and NCCL's buffers (two axes)" : ", and NCCL's buffers";
   }
   r.what += " (allocated after this check)";
   return r;
@@ -212,7 +215,7 @@ Error CudaExecutor::initialize(uint64_t seed) {
   if (Error problem = s->prepare())
     return problem;
   HostStates host = zeroStates(s->plan);
-  initializeStates(s->plan, s->rankIndex, seed, host);
+  initializeStates(s->plan, s->shardPosition, seed, host);
   return s->upload(host);
 }
 
@@ -222,7 +225,7 @@ Expected<std::vector<FloatTensor>> CudaExecutor::unshardedState() {
   HostStates host;
   if (Error problem = s->download(host))
     return problem;
-  return unshardedStates(s->plan, host, s->host);
+  return unshardedStates(s->plan, host, s->hostDpShard, s->hostTp);
 }
 
 Error CudaExecutor::setUnshardedState(
@@ -230,7 +233,8 @@ Error CudaExecutor::setUnshardedState(
   if (Error problem = s->prepare())
     return problem;
   HostStates host = zeroStates(s->plan);
-  if (Error problem = setUnshardedStates(s->plan, s->rankIndex, byName, host))
+  if (Error problem =
+          setUnshardedStates(s->plan, s->shardPosition, byName, host))
     return problem;
   return s->upload(host);
 }

@@ -123,7 +123,7 @@ Error CudaExecutor::State::launch(const std::string &name, Entry &entry,
       problem = cudaProblem("starting a capture", e);
     if (problem.empty()) {
       problem =
-          enqueueActions(plan, name, entry.actions, *gemms, nccl.get(), stream)
+          enqueueActions(plan, name, entry.actions, *gemms, deviceAxes, stream)
               .takeMessage();
       cudaError_t e = cudaStreamEndCapture(stream, &graph);
       if (problem.empty() && e != cudaSuccess)
@@ -154,7 +154,7 @@ Error CudaExecutor::State::launch(const std::string &name, Entry &entry,
         if (cudaError_t e = cudaEventCreate(&m); e != cudaSuccess)
           return Error(cudaProblem("creating an event", e));
     }
-    return enqueueActions(plan, name, entry.actions, *gemms, nccl.get(), stream,
+    return enqueueActions(plan, name, entry.actions, *gemms, deviceAxes, stream,
                           trace ? &entry.marks : nullptr);
   }
   if (cudaError_t e = cudaGraphLaunch(entry.graph, stream); e != cudaSuccess)

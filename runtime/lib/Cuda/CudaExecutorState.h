@@ -34,8 +34,22 @@ struct CudaExecutor::State final : DeviceValues {
 
   const Plan &plan;
   comm::Communicator *host = nullptr;
+  /// The world's NCCL communicator (a plan over several ranks), and the
+  /// mesh's axes made from it by comm::splitMesh: an axis spanning the
+  /// world is `nccl` itself, one of one rank a local communicator, the
+  /// others ncclCommSplit of `nccl` (each with its own stream). Destroyed
+  /// before `nccl` (~State).
   std::unique_ptr<comm::NcclCommunicator> nccl;
-  int rankIndex = 0;
+  comm::AxisCommunicators axes;
+  /// The axes' NCCL communicators, which run the collective steps.
+  AxisComms deviceAxes;
+  /// The axes' host communicators, which gather checkpoints: each NCCL
+  /// axis's host() (the host communicator split alike), a local axis
+  /// itself; in a one-rank run the host communicator (or none).
+  comm::Communicator *hostDpShard = nullptr, *hostTp = nullptr;
+  /// The world rank, and its position on the dp_shard axis (which piece
+  /// of each flat shard it holds).
+  int rankIndex = 0, shardPosition = 0;
   int device = 0;
   cudaDeviceProp prop{};
   std::string arch;
@@ -78,7 +92,7 @@ struct CudaExecutor::State final : DeviceValues {
       return arena + v.offset;
     return at.at(id);
   }
-  int rank() const override { return rankIndex; }
+  int shardIndex() const override { return shardPosition; }
 
   Error prepare();
   Error allocate();

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -145,6 +146,84 @@ TEST_F(NcclCommunicatorTest, SplitMakesTheCommunicatorOfAColor) {
     bad += b.hostOut[i] != want;
   }
   EXPECT_EQ(bad, 0);
+}
+
+// The mesh's axes as the CUDA executor makes them: an NCCL communicator
+// over a host communicator it does not own (the Trainer's), then
+// splitMesh over it, for every mesh of this world. Each axis has its size
+// and this rank's position, an axis of more than one rank is an NCCL
+// communicator whose host() has as many ranks, and its all-reduce sums the
+// contributions of its line only. At world size 1 nothing is split, so the
+// borrowed host communicator's split (what ncclCommSplit's host side goes
+// through) is called once by itself.
+TEST_F(NcclCommunicatorTest, MeshAxesSplitOverABorrowedHost) {
+  kiln::runtime::Expected<std::unique_ptr<NcclCommunicator>> made =
+      createNcclCommunicator(nccl().host(), 0);
+  ASSERT_TRUE(made) << made.error().message();
+  NcclCommunicator &world = **made;
+  if (size() == 1) {
+    kiln::runtime::Expected<std::unique_ptr<Communicator>> alone =
+        world.split(0, 0);
+    ASSERT_TRUE(alone) << alone.error().message();
+    EXPECT_EQ((*alone)->size(), 1);
+  }
+  const int64_t n = 1031;
+  for (int tp = 1; tp <= size(); ++tp) {
+    if (size() % tp != 0)
+      continue;
+    const int dp = size() / tp;
+    SCOPED_TRACE("mesh " + std::to_string(dp) + " x " + std::to_string(tp));
+    kiln::runtime::Expected<AxisCommunicators> axes = splitMesh(world, dp, tp);
+    if (!axes) {
+      // Only a real split fails, alike on every rank: MPI without
+      // MPI_THREAD_MULTIPLE (as CommMesh allows).
+      std::string why = axes.error().message();
+      EXPECT_TRUE(dp > 1 && tp > 1 &&
+                  why.find("MPI_THREAD_MULTIPLE") != std::string::npos)
+          << why;
+      continue;
+    }
+    struct Line {
+      Communicator *comm;
+      std::vector<int> members;
+      int position;
+      const char *name;
+    };
+    Line dpLine{axes->dpShard, {}, rank() / tp, "dp_shard"},
+        tpLine{axes->tp, {}, rank() % tp, "tp"};
+    for (int d = 0; d < dp; ++d)
+      dpLine.members.push_back(d * tp + rank() % tp);
+    for (int k = 0; k < tp; ++k)
+      tpLine.members.push_back(rank() / tp * tp + k);
+    for (const Line &line : {dpLine, tpLine}) {
+      SCOPED_TRACE(line.name);
+      ASSERT_EQ(line.comm->size(), static_cast<int>(line.members.size()));
+      EXPECT_EQ(line.comm->rank(), line.position);
+      if (line.comm->size() == 1)
+        continue; // a local communicator: the executor copies instead
+      auto *axis = dynamic_cast<NcclCommunicator *>(line.comm);
+      ASSERT_NE(axis, nullptr);
+      EXPECT_EQ(axis->host().size(), axis->size());
+      EXPECT_EQ(axis->host().rank(), axis->rank());
+      Buffers b(n, n);
+      for (int64_t i = 0; i < n; ++i)
+        b.hostIn[i] = value(rank(), i);
+      EXPECT_CUDA(cudaMemcpy(b.send, b.hostIn, n * sizeof(float),
+                             cudaMemcpyHostToDevice));
+      EXPECT_OK(axis->wait(axis->startAllReduce(
+          b.send, b.recv, n, ElementType::F32, ReduceOp::Sum)));
+      EXPECT_CUDA(cudaMemcpy(b.hostOut, b.recv, n * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r : line.members)
+          want += value(r, i);
+        bad += b.hostOut[i] != want;
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
 }
 
 TEST_F(NcclCommunicatorTest, U8AllGather) {

@@ -99,7 +99,8 @@ createNcclCommunicator(std::unique_ptr<Communicator> bootstrap,
 
 /// The same over a bootstrap communicator the caller keeps (it must outlive
 /// the NCCL communicator): what the CUDA executor uses, as the Trainer owns
-/// the host communicator.
+/// the host communicator. Its split() splits the caller's communicator for
+/// the new one's host().
 Expected<std::unique_ptr<NcclCommunicator>>
 createNcclCommunicator(Communicator &bootstrap, double watchdogSeconds);
 

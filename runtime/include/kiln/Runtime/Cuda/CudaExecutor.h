@@ -7,8 +7,10 @@
 // the plan into a fixed list of device actions with their addresses
 // resolved: group kernels, op kernels (OpKernels.h), cuBLASLt GEMMs
 // (Gemm.h), and, for a plan over several ranks, NCCL collectives
-// (NcclCommunicator.h) on a communication stream that an event joins to
-// the compute stream, as the plan's schedule orders them.
+// (NcclCommunicator.h), each on its mesh axis's communicator (the world's
+// NCCL communicator split with comm::splitMesh; each with its own stream,
+// which an event joins to the compute stream), as the plan's schedule
+// orders them. None of it has run on a GPU (docs/cuda.md).
 //
 // An entry's first run launches its actions one by one (it also chooses
 // each GEMM's algorithm); its later runs replay a CUDA graph captured from
