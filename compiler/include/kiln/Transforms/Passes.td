@@ -464,6 +464,20 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
     keep the last dimension, which fuse away. Linears marked `bf16` stay as
     they are.
 
+    Under tensor parallel (the module's mesh has tp > 1) a tensorwise scale
+    is the whole tensor's: the amax of every operand that is not the same
+    on every tp rank (`isTpReplicated`, Fp8Tp.h: anything but an all-gather
+    over tp's result) is all-reduced `max` over tp before its quantize, and
+    the delayed histories are all-reduced over tp after dp_shard. Rowwise
+    under tp is an error.
+
+    ```mlir
+    %a = kiln.amax %h : tensor<128x32xbf16> -> tensor<f32>  // o's input: the rank's heads
+    %r = kiln.all_reduce_start %a over tp {ranks = 2 : i64, reduction = "max"} : tensor<f32>
+    %m = kiln.wait %r : tensor<f32>
+    %hq, %hs = kiln.quantize %h, %m : ...
+    ```
+
     ```mlir
     %y = kiln.linear w1 %x, %w param("p") {fp8 = #kiln.fp8_choice<fp8>} : tensor<128x64xbf16>, tensor<192x64xbf16> -> tensor<128x192xbf16>
     // becomes (tensorwise)
@@ -495,6 +509,9 @@ def KilnFp8AllGather : Pass<"kiln-fp8-all-gather", "mlir::ModuleOp"> {
     gathers the codes; each view's `amax` + `quantize` becomes an
     `unflatten` of the gathered codes and of the scales. The codes equal
     those the bf16 gather would have given after quantizing, bit for bit.
+    Under tensor parallel a view's amax is all-reduced over tp by
+    `kiln-fp8-linear` (the view is the rank's tp slice); the vector is then
+    all-reduced over dp_shard and over tp.
 
     ```mlir
     // at the start of the function:
