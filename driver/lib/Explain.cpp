@@ -173,7 +173,8 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   if (mesh.tp > 1)
     os << "amax all-reduces (max) over tp per step: " << tpAmaxReduces(*module)
        << " (each FP8 weight slice, o and w2's inputs, the output gradients "
-          "of q, k, v, w1 and w3: the tensors tp splits)\n";
+          "of q, k, v, w1 and w3, and each sequence shard gathered as e4m3 "
+          "codes: the tensors tp splits)\n";
   int64_t without = gatheredBytes(*module);
   os << "all-gather per step and rank: " << mib(without)
      << " received without FP8 all-gather\n";

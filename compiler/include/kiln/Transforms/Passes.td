@@ -531,6 +531,34 @@ def KilnFp8AllGather : Pass<"kiln-fp8-all-gather", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnFp8TpAllGather : Pass<"kiln-fp8-tp-all-gather", "mlir::ModuleOp"> {
+  let summary = "Gather the sequence-parallel activations of FP8 linears as e4m3 codes";
+  let description = [{
+    With tensorwise FP8 under tensor parallel (tp > 1), after
+    `kiln-fp8-linear`: an all-gather over tp whose gathered value (through
+    its reshapes and transposes) is read only by one tensorwise e4m3
+    quantize and its amax, the input of the column-parallel FP8 linears,
+    gathers the codes instead. The rank's shard is quantized with its amax
+    all-reduced `max` over tp (the gathered tensor's amax), so the codes
+    and the scale are those of quantizing the gathered tensor, bit for
+    bit, at half the bytes. A gather with any other reader stays bf16.
+
+    ```mlir
+    %g = kiln.all_gather_start %x over tp {group = "q", ranks = 2 : i64} : tensor<1024xbf16> -> tensor<2048xbf16>
+    %w = kiln.wait %g : tensor<2048xbf16>
+    %a = kiln.amax %w : tensor<2048xbf16> -> tensor<f32>
+    %q, %s = kiln.quantize %w, %a : ...
+    // becomes
+    %a = kiln.amax %x : tensor<1024xbf16> -> tensor<f32>
+    %r = kiln.all_reduce_start %a over tp {ranks = 2 : i64, reduction = "max"} : tensor<f32>
+    %m = kiln.wait %r : tensor<f32>
+    %xq, %s = kiln.quantize %x, %m : tensor<1024xbf16>, tensor<f32> -> tensor<1024xf8E4M3FN>, tensor<f32>
+    %g = kiln.all_gather_start %xq over tp {group = "q", ranks = 2 : i64} : tensor<1024xf8E4M3FN> -> tensor<2048xf8E4M3FN>
+    %q = kiln.wait %g : tensor<2048xf8E4M3FN>
+    ```
+  }];
+}
+
 def KilnAssignBuffers : Pass<"kiln-assign-buffers", "mlir::func::FuncOp"> {
   let summary = "Give every buffer an offset in the function's arena, from liveness";
   let description = [{
