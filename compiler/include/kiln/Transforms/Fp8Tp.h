@@ -11,7 +11,8 @@
 // row-parallel linear's output, which the backward gathers over tp) needs
 // none. kiln-fp8-linear writes the all-reduce with buildTpAmax where
 // isTpReplicated says no; kiln-fp8-all-gather sees through it with
-// amaxBehind (docs/tp.md, "FP8 under TP").
+// amaxBehind; kiln-fp8-tp-all-gather builds it for the sequence shards it
+// gathers as codes (docs/tp.md, "FP8 under TP").
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,8 +35,9 @@ namespace kiln {
 /// replicated costs one scalar all-reduce and changes no number.
 bool isTpReplicated(mlir::Value v);
 
-/// `amax` (a scalar f32) all-reduced `max` over the tp axis (`tp` ranks),
-/// built at `b`'s insertion point:
+/// `amax` (f32: one amax, or kiln-fp8-all-gather's vector of them)
+/// all-reduced `max` over the tp axis (`tp` ranks), built at `b`'s
+/// insertion point:
 ///
 ///   %r = kiln.all_reduce_start %amax over tp {ranks = tp, reduction = "max"}
 ///   %m = kiln.wait %r
