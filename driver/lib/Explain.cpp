@@ -69,6 +69,18 @@ int64_t gatheredBytes(mlir::ModuleOp module) {
   return total;
 }
 
+/// The amax all-reduces over tp in the compiled step (`module`, through the
+/// fp8 phase): one per FP8 cast of a tensor tp splits (Fp8Tp.h).
+int64_t tpAmaxReduces(mlir::ModuleOp module) {
+  int64_t count = 0;
+  module.lookupSymbol<mlir::func::FuncOp>(kTrainStepFunc)
+      .walk([&](AllReduceStartOp r) {
+        count += r.getAxis() == MeshAxis::tp && r.getReduction() == "max" &&
+                 r.getInput().getDefiningOp<AmaxOp>();
+      });
+  return count;
+}
+
 /// One forward linear of the step and kiln-fp8-select's mark on it.
 struct LinearRow {
   std::string param;
@@ -111,7 +123,8 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   if (unmarked)
     return 1;
   const Float8Config &f8 = session.config->float8;
-  int64_t ranks = session.config->runMesh().ranks();
+  MeshShape mesh = session.config->runMesh();
+  int64_t ranks = mesh.ranks();
 
   llvm::raw_ostream &os = llvm::outs();
   os << "kiln explain --fp8: " << session.source->name << ", recipe "
@@ -120,6 +133,11 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   if (!f8.enable)
     os << "; float8.enable is false: what enabling it would do";
   os << "\n";
+  if (mesh.tp > 1)
+    os << "tensor parallel: mesh dp_shard " << mesh.dpShard << " x tp "
+       << mesh.tp
+       << "; N and K are tp position 0's slices (every position's are the "
+          "same), and the dims % 16 rule is decided on them\n";
   size_t width = 4;
   for (const LinearRow &d : rows)
     width = std::max(width, d.param.size());
@@ -137,7 +155,11 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
     os << "  " << pad(d.param, width) << "  "
        << pad(stringifyLinearRole(d.role).str(), 8) << pad(shape, 24)
        << (fp8 ? "FP8  " : "BF16 ") << "  "
-       << (fp8 ? std::string("-") : d.choice.describe()) << "\n";
+       << (fp8 ? std::string("-") : d.choice.describe())
+       << (mesh.tp > 1 && d.choice.getReason() == Fp8Reason::not_divisible_by_16
+               ? " at tp " + std::to_string(mesh.tp)
+               : std::string())
+       << "\n";
     fp8Count += fp8;
   }
   os << "FP8 linears: " << fp8Count << " of " << rows.size() << "\n";
@@ -148,6 +170,11 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
   buildFp8Pipeline(pm);
   if (mlir::failed(pm.run(*module)))
     return 1;
+  if (mesh.tp > 1)
+    os << "amax all-reduces (max) over tp per step: " << tpAmaxReduces(*module)
+       << " (each FP8 weight slice, o and w2's inputs, the output gradients "
+          "of q, k, v, w1 and w3, and each sequence shard gathered as e4m3 "
+          "codes: the tensors tp splits)\n";
   int64_t without = gatheredBytes(*module);
   os << "all-gather per step and rank: " << mib(without)
      << " received without FP8 all-gather\n";

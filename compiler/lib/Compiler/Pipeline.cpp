@@ -55,6 +55,7 @@ void kiln::buildFp8Pipeline(OpPassManager &pm) {
   // parameters with the forward's.
   pm.addPass(createKilnFp8Linear());
   pm.addPass(createKilnFp8AllGather());
+  pm.addPass(createKilnFp8TpAllGather());
 }
 
 void kiln::buildFusePipeline(OpPassManager &pm) {

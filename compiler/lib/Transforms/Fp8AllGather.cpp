@@ -19,11 +19,17 @@
 // makes from the gathered bf16 weight, bit for bit: the same values, the
 // same amax (the all-reduce's max), the same f32 scale and casts.
 //
+// Under tensor parallel a view is the rank's tp slice of a weight, and
+// kiln-fp8-linear all-reduced its amax `max` over tp (Fp8Tp.h); the vector
+// of amaxes is then all-reduced over tp too, after dp_shard, so each
+// weight's scale is still the whole weight's.
+//
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Transforms/Fp8Policy.h"
+#include "kiln/Transforms/Fp8Tp.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -48,6 +54,8 @@ struct Gather {
   WaitOp wait;
   /// Each view with the quantize ops of it (and their amax ops).
   SmallVector<std::pair<UnflattenOp, SmallVector<QuantizeOp>>> views;
+  /// Whether a view's amax was all-reduced over tp (its `ranks`), else 0.
+  int64_t tp = 0;
 };
 
 /// Everything gathered from one shard.
@@ -60,23 +68,46 @@ struct Shard {
 };
 
 /// The quantize ops of `view`, when every user of it is a tensorwise e4m3
-/// quantize of it or the amax that quantize reads.
-std::optional<SmallVector<QuantizeOp>> quantizesOf(UnflattenOp view) {
+/// quantize of it or the amax that quantize reads (directly or all-reduced
+/// over tp: then `tp` is set to the axis's size).
+std::optional<SmallVector<QuantizeOp>> quantizesOf(UnflattenOp view,
+                                                   int64_t &tp) {
   SmallVector<QuantizeOp> quantizes;
+  auto readsView = [&](Operation *op) {
+    auto q = dyn_cast<QuantizeOp>(op);
+    return q && q.getInput() == view;
+  };
   for (Operation *user : view->getUsers()) {
     if (auto amax = dyn_cast<AmaxOp>(user)) {
-      for (Operation *amaxUser : amax->getUsers())
-        if (!isa<QuantizeOp>(amaxUser) ||
-            cast<QuantizeOp>(amaxUser).getInput() != view)
+      for (Operation *amaxUser : amax->getUsers()) {
+        auto start = dyn_cast<AllReduceStartOp>(amaxUser);
+        if (!start) {
+          if (!readsView(amaxUser))
+            return std::nullopt;
+          continue;
+        }
+        auto wait = start->hasOneUse()
+                        ? dyn_cast<WaitOp>(*start->getUsers().begin())
+                        : WaitOp();
+        if (!wait || amaxBehind(wait.getResult()) != amax ||
+            !llvm::all_of(wait->getUsers(), readsView))
           return std::nullopt;
+      }
       continue;
     }
     auto q = dyn_cast<QuantizeOp>(user);
+    bool reduced = false;
+    AmaxOp amax = q ? amaxBehind(q.getAmax(), &reduced) : nullptr;
     if (!q || q.getInput() != view || q.isRowwise() || q.getPow2Scale() ||
         !isa<Float8E4M3FNType>(tensorOf(q.getResult()).getElementType()) ||
-        !q.getAmax().getDefiningOp<AmaxOp>() ||
-        q.getAmax().getDefiningOp<AmaxOp>().getInput() != view)
+        !amax || amax.getInput() != view)
       return std::nullopt;
+    if (reduced)
+      tp = q.getAmax()
+               .getDefiningOp<WaitOp>()
+               .getPending()
+               .getDefiningOp<AllReduceStartOp>()
+               .getRanks();
     quantizes.push_back(q);
   }
   if (quantizes.empty())
@@ -100,7 +131,7 @@ std::optional<Gather> qualifying(AllGatherStartOp start, CastOp &cast) {
     auto view = dyn_cast<UnflattenOp>(user);
     if (!view)
       return std::nullopt;
-    std::optional<SmallVector<QuantizeOp>> qs = quantizesOf(view);
+    std::optional<SmallVector<QuantizeOp>> qs = quantizesOf(view, g.tp);
     if (!qs)
       return std::nullopt;
     g.views.push_back({view, std::move(*qs)});
@@ -198,6 +229,12 @@ void FunctionRewriter::castShards() {
       b, loc, allType, all, first.getAxisAttr(), b.getI64IntegerAttr(ranks),
       b.getStringAttr("max"));
   Value max = WaitOp::create(b, loc, allType, started);
+  int64_t tp = 0;
+  for (Shard &s : shards)
+    for (Gather &g : s.gathers)
+      tp = std::max(tp, g.tp);
+  if (tp > 1)
+    max = buildTpAmax(b, loc, max, tp);
   for (auto [s, offset] : llvm::zip(shards, at)) {
     Type amaxType = s.amax.getType();
     Value mine = UnflattenOp::create(b, loc, amaxType, max,
@@ -236,10 +273,17 @@ void FunctionRewriter::regather(Shard &s, Gather &g) {
     Value scale = UnflattenOp::create(b, view.getLoc(), scalar, s.scales,
                                       b.getI64IntegerAttr(weight));
     for (QuantizeOp q : quantizes) {
-      Operation *amax = q.getAmax().getDefiningOp();
+      Operation *read = q.getAmax().getDefiningOp();
+      Operation *amax = amaxBehind(q.getAmax());
       q.getResult().replaceAllUsesWith(codes);
       q.getScale().replaceAllUsesWith(scale);
       q->erase();
+      if (read != amax && read->use_empty()) {
+        // The tp all-reduce's wait, then its start.
+        Operation *start = read->getOperand(0).getDefiningOp();
+        read->erase();
+        start->erase();
+      }
       if (amax->use_empty())
         amax->erase();
     }

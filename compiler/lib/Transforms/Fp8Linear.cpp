@@ -19,9 +19,16 @@
 //   (transposed bf16 operands quantized along the token axis) just before
 //   the first backward op of the linear, so nothing extra is saved.
 //
+// Under tensor parallel (tp > 1) a tensorwise amax of an operand that each
+// tp rank holds a part of is all-reduced `max` over tp before its scale is
+// taken (Fp8Tp.h says which), and the delayed recipe's histories are
+// all-reduced over tp as well as dp_shard: every scale is the unsharded
+// model's. Rowwise under tp is refused.
+//
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Transforms/Fp8Policy.h"
+#include "kiln/Transforms/Fp8Tp.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -61,7 +68,10 @@ public:
         delayed(policy.getRecipe() == Fp8Recipe::delayed &&
                 (func.getSymName() == kTrainStepFunc ||
                  func.getSymName() == kFp8CalibrationFunc)),
-        calibration(func.getSymName() == kFp8CalibrationFunc) {}
+        calibration(func.getSymName() == kFp8CalibrationFunc) {
+    if (MeshAttr mesh = getModuleMesh(func))
+      tp = mesh.getTp();
+  }
 
   LogicalResult run();
 
@@ -120,6 +130,9 @@ private:
   bool delayed;
   /// The calibration step: an empty history scales with the current amax.
   bool calibration;
+  /// The tp axis's size: above 1, the amax of an operand split over tp is
+  /// all-reduced over it.
+  int64_t tp = 1;
   struct History {
     std::string name;
     BlockArgument arg;
@@ -166,6 +179,10 @@ Value Fp8Rewriter::delayedAmax(Value v, const std::string &history) {
   // join its producer's pass); this step's amax only enters the history.
   Value current =
       AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
+  // The calibration step scales with it: the whole tensor's over tp (the
+  // training step's enter the histories all-reduced, updateHistories).
+  if (calibration && tp > 1 && !isTpReplicated(v))
+    current = buildTpAmax(b, loc, current, tp);
   Value amax = DelayedAmaxOp::create(
       b, loc, RankedTensorType::get({}, f32), arg,
       calibration ? current : Value(),
@@ -184,10 +201,16 @@ void Fp8Rewriter::updateHistories() {
   SmallVector<Value> amaxes;
   for (History &h : histories)
     amaxes.push_back(h.current);
-  // One all-reduce(max) of every cast's amax, so that all ranks keep the
-  // same histories (activations and gradients differ per rank).
+  // One all-reduce(max) of every cast's amax per mesh axis, so that all
+  // ranks keep the same histories (activations and gradients differ per
+  // dp_shard rank; the parts of a tensor split over tp, per tp rank).
   MeshAttr mesh = getModuleMesh(func);
-  if (mesh && mesh.getDpShard() > 1) {
+  SmallVector<std::pair<MeshAxis, int64_t>, 2> axes;
+  if (mesh && mesh.getDpShard() > 1)
+    axes.push_back({MeshAxis::dp_shard, mesh.getDpShard()});
+  if (mesh && mesh.getTp() > 1)
+    axes.push_back({MeshAxis::tp, mesh.getTp()});
+  if (!axes.empty()) {
     auto f32 = b.getF32Type();
     int64_t count = static_cast<int64_t>(amaxes.size());
     auto vectorType = RankedTensorType::get({count}, f32);
@@ -195,15 +218,17 @@ void Fp8Rewriter::updateHistories() {
     SmallVector<Value> parts;
     for (auto [i, a] : llvm::enumerate(amaxes)) {
       offsets.push_back(static_cast<int64_t>(i));
-      parts.push_back(ReshapeOp::create(b, loc, RankedTensorType::get({1}, f32), a));
+      parts.push_back(
+          ReshapeOp::create(b, loc, RankedTensorType::get({1}, f32), a));
     }
-    Value all = FlattenOp::create(b, loc, vectorType, parts,
+    Value max = FlattenOp::create(b, loc, vectorType, parts,
                                   b.getDenseI64ArrayAttr(offsets));
-    Value started = AllReduceStartOp::create(
-        b, loc, vectorType, all,
-        MeshAxisAttr::get(b.getContext(), MeshAxis::dp_shard),
-        b.getI64IntegerAttr(mesh.getDpShard()), b.getStringAttr("max"));
-    Value max = WaitOp::create(b, loc, vectorType, started);
+    for (auto [axis, ranks] : axes) {
+      Value started = AllReduceStartOp::create(
+          b, loc, vectorType, max, MeshAxisAttr::get(b.getContext(), axis),
+          b.getI64IntegerAttr(ranks), b.getStringAttr("max"));
+      max = WaitOp::create(b, loc, vectorType, started);
+    }
     for (int64_t i = 0; i < count; ++i)
       amaxes[i] = UnflattenOp::create(b, loc, RankedTensorType::get({}, f32),
                                       max, b.getI64IntegerAttr(i));
@@ -257,11 +282,15 @@ Quantized Fp8Rewriter::quantize(Value v, Type type,
                            RankedTensorType::get({t.getDimSize(0)}, f32), v,
                            Value(), /*pow2_scale=*/true);
   } else {
-    Value amax =
-        delayed
-            ? delayedAmax(v, history)
-            : AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v)
-                  .getResult();
+    Value amax;
+    if (delayed) {
+      amax = delayedAmax(v, history);
+    } else {
+      amax =
+          AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
+      if (tp > 1 && !isTpReplicated(v))
+        amax = buildTpAmax(b, loc, amax, tp);
+    }
     q = QuantizeOp::create(b, loc, codesType, RankedTensorType::get({}, f32),
                            v, amax, /*pow2_scale=*/false);
   }
@@ -509,6 +538,15 @@ struct Fp8LinearPass : kiln::impl::KilnFp8LinearBase<Fp8LinearPass> {
       return signalPassFailure();
     if (!*policy)
       return;
+    if (MeshAttr mesh = getModuleMesh(module);
+        mesh && mesh.getTp() > 1 && policy->getRecipe() == Fp8Recipe::rowwise) {
+      module.emitError("kiln-fp8-linear: the rowwise recipe under tensor "
+                       "parallel (tp = ")
+          << mesh.getTp()
+          << ") is not built: a row's scale would span the columns tp "
+             "splits, so each row's amax needs an all-reduce over tp";
+      return signalPassFailure();
+    }
     func::FuncOp calibration;
     if (policy->getRecipe() == Fp8Recipe::delayed)
       if (auto step = module.lookupSymbol<func::FuncOp>(kTrainStepFunc)) {

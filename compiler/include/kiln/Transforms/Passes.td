@@ -487,6 +487,20 @@ def KilnFp8Linear : Pass<"kiln-fp8-linear", "mlir::ModuleOp"> {
     keep the last dimension, which fuse away. Linears marked `bf16` stay as
     they are.
 
+    Under tensor parallel (the module's mesh has tp > 1) a tensorwise scale
+    is the whole tensor's: the amax of every operand that is not the same
+    on every tp rank (`isTpReplicated`, Fp8Tp.h: anything but an all-gather
+    over tp's result) is all-reduced `max` over tp before its quantize, and
+    the delayed histories are all-reduced over tp after dp_shard. Rowwise
+    under tp is an error.
+
+    ```mlir
+    %a = kiln.amax %h : tensor<128x32xbf16> -> tensor<f32>  // o's input: the rank's heads
+    %r = kiln.all_reduce_start %a over tp {ranks = 2 : i64, reduction = "max"} : tensor<f32>
+    %m = kiln.wait %r : tensor<f32>
+    %hq, %hs = kiln.quantize %h, %m : ...
+    ```
+
     ```mlir
     %y = kiln.linear w1 %x, %w param("p") {fp8 = #kiln.fp8_choice<fp8>} : tensor<128x64xbf16>, tensor<192x64xbf16> -> tensor<128x192xbf16>
     // becomes (tensorwise)
@@ -518,6 +532,9 @@ def KilnFp8AllGather : Pass<"kiln-fp8-all-gather", "mlir::ModuleOp"> {
     gathers the codes; each view's `amax` + `quantize` becomes an
     `unflatten` of the gathered codes and of the scales. The codes equal
     those the bf16 gather would have given after quantizing, bit for bit.
+    Under tensor parallel a view's amax is all-reduced over tp by
+    `kiln-fp8-linear` (the view is the rank's tp slice); the vector is then
+    all-reduced over dp_shard and over tp.
 
     ```mlir
     // at the start of the function:
@@ -533,6 +550,34 @@ def KilnFp8AllGather : Pass<"kiln-fp8-all-gather", "mlir::ModuleOp"> {
     %full = kiln.wait %g : tensor<24704xf8E4M3FN>
     %wq = kiln.unflatten %full[0] : tensor<24704xf8E4M3FN> -> tensor<64x64xf8E4M3FN>
     %ws = kiln.unflatten %scales[0] : tensor<7xf32> -> tensor<f32>
+    ```
+  }];
+}
+
+def KilnFp8TpAllGather : Pass<"kiln-fp8-tp-all-gather", "mlir::ModuleOp"> {
+  let summary = "Gather the sequence-parallel activations of FP8 linears as e4m3 codes";
+  let description = [{
+    With tensorwise FP8 under tensor parallel (tp > 1), after
+    `kiln-fp8-linear`: an all-gather over tp whose gathered value (through
+    its reshapes and transposes) is read only by one tensorwise e4m3
+    quantize and its amax, the input of the column-parallel FP8 linears,
+    gathers the codes instead. The rank's shard is quantized with its amax
+    all-reduced `max` over tp (the gathered tensor's amax), so the codes
+    and the scale are those of quantizing the gathered tensor, bit for
+    bit, at half the bytes. A gather with any other reader stays bf16.
+
+    ```mlir
+    %g = kiln.all_gather_start %x over tp {group = "q", ranks = 2 : i64} : tensor<1024xbf16> -> tensor<2048xbf16>
+    %w = kiln.wait %g : tensor<2048xbf16>
+    %a = kiln.amax %w : tensor<2048xbf16> -> tensor<f32>
+    %q, %s = kiln.quantize %w, %a : ...
+    // becomes
+    %a = kiln.amax %x : tensor<1024xbf16> -> tensor<f32>
+    %r = kiln.all_reduce_start %a over tp {ranks = 2 : i64, reduction = "max"} : tensor<f32>
+    %m = kiln.wait %r : tensor<f32>
+    %xq, %s = kiln.quantize %x, %m : tensor<1024xbf16>, tensor<f32> -> tensor<1024xf8E4M3FN>, tensor<f32>
+    %g = kiln.all_gather_start %xq over tp {group = "q", ranks = 2 : i64} : tensor<1024xf8E4M3FN> -> tensor<2048xf8E4M3FN>
+    %q = kiln.wait %g : tensor<2048xf8E4M3FN>
     ```
   }];
 }
