@@ -71,6 +71,12 @@ bool ModelSession::refuseUnbuiltTp() {
                     "yet: a row's scale would span the columns tp splits "
                     "(o, w2), so each row's amax needs an all-reduce over tp "
                     "(#17, docs/tp.md); tensorwise and delayed work");
+  if (config->float8.enable && p.enable_async_tensor_parallel)
+    return refuseTp("with float8.enable and "
+                    "parallelism.enable_async_tensor_parallel is not "
+                    "implemented yet: kiln-fp8-linear pairs one FP8 linear "
+                    "per weight with its backward, and async TP splits each "
+                    "into chunks (#17, docs/tp.md)");
   if (!p.disable_loss_parallel)
     return refuseTp("needs parallelism.disable_loss_parallel = true: loss "
                     "parallel (a vocabulary-sharded cross-entropy) is not "

@@ -129,3 +129,16 @@ module attributes {kiln.float8 = #kiln.float8<recipe = tensorwise>} {
     return %y : tensor<16x32xbf16>
   }
 }
+
+// -----
+
+// Each FP8 linear is paired with its backward by its parameter: two FP8
+// linears of one weight (async TP's chunks) are an error, not a crash.
+module attributes {kiln.float8 = #kiln.float8<recipe = tensorwise>} {
+  func.func @chunks(%x: tensor<16x64xbf16>, %x2: tensor<16x64xbf16>, %w: tensor<32x64xbf16>) -> (tensor<16x32xbf16>, tensor<16x32xbf16>) {
+    %y = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<fp8>} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
+    // expected-error @+1 {{'kiln.linear' op kiln-fp8-linear: parameter 'q' is read by more than one FP8 linear (async TP's chunks?); one per parameter is supported}}
+    %y2 = kiln.linear wq %x2, %w param("q") {fp8 = #kiln.fp8_choice<fp8>} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
+    return %y, %y2 : tensor<16x32xbf16>, tensor<16x32xbf16>
+  }
+}

@@ -429,7 +429,12 @@ LogicalResult Fp8Rewriter::run() {
   if (unmarked)
     return failure();
   for (const MarkedLinear &d : linears)
-    byParam[d.param] = &d;
+    if (!byParam.try_emplace(d.param, &d).second)
+      // Each forward linear is paired with its backward by parameter.
+      return LinearOp(d.linear).emitOpError("kiln-fp8-linear: parameter '")
+             << d.param
+             << "' is read by more than one FP8 linear (async TP's chunks?); "
+                "one per parameter is supported";
   LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE << ": @" << func.getSymName() << ", "
                           << linears.size() << " FP8 linears\n");
   if (linears.empty())
