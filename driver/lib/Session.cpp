@@ -70,10 +70,6 @@ bool ModelSession::refuseUnbuiltTp() {
     return refuseTp("with float8.enable is not implemented yet: FP8 under "
                     "tensor parallel needs its tensorwise amax all-reduced "
                     "over tp (#17, docs/tp.md)");
-  if (!p.disable_loss_parallel)
-    return refuseTp("needs parallelism.disable_loss_parallel = true: loss "
-                    "parallel (a vocabulary-sharded cross-entropy) is not "
-                    "built yet (#17, docs/tp.md)");
   if (config->model.tie_embeddings) {
     emitError(keyLocation(&context, *config, "model.tie_embeddings",
                           {"parallelism.tensor_parallel_degree"}))

@@ -211,10 +211,40 @@ func.func @forward_loss(%x: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// expected-error @+1 {{loss parallel (a vocabulary-sharded cross-entropy) is not built yet; set parallelism.disable_loss_parallel = true (docs/tp.md)}}
-module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>, kiln.tp = {rank = 0 : i64, loss_parallel = true}} {
-func.func @forward_loss(%x: tensor<f32>) -> tensor<f32> {
-  return %x : tensor<f32>
+// Loss parallel, tp 4, rank 1, B = 1: the output projection's 8 of 32
+// vocabulary rows give the logits of all 4 positions on the rank's slice
+// [8, 16); the targets (the rank's position) become f32 and are gathered
+// along the sequence like the activations; the row max is all-reduced
+// (max), then each row's sum of exponentials and target logit (sum); every
+// rank computes the same loss. No logits are gathered or scattered.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: %[[TGT:[^:]+]]: tensor<1x1xi32> {kiln.input = "targets", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 1>}
+// CHECK-SAME: tensor<8x8xf32> {kiln.param = "w", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
+// CHECK: %[[LG:.+]] = kiln.linear output {{.*}} : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32>
+// CHECK-NOT: {group = "logits"
+// CHECK: %[[IDS:.+]] = kiln.index_to_float %[[TGT]] : tensor<1x1xi32> -> tensor<1x1xf32>
+// CHECK: %[[IT:.+]] = kiln.transpose %[[IDS]] [1, 0] : tensor<1x1xf32> -> tensor<1x1xf32>
+// CHECK: %[[IF:.+]] = kiln.reshape %[[IT]] : tensor<1x1xf32> -> tensor<1xf32>
+// CHECK: %[[IG:.+]] = kiln.all_gather_start %[[IF]] over tp {group = "targets", ranks = 4 : i64} : tensor<1xf32> -> tensor<4xf32>
+// CHECK: %[[IW:.+]] = kiln.wait %[[IG]] : tensor<4xf32>
+// CHECK: %[[IU:.+]] = kiln.reshape %[[IW]] : tensor<4xf32> -> tensor<4x1xf32>
+// CHECK: %[[ALL:.+]] = kiln.transpose %[[IU]] [1, 0] : tensor<4x1xf32> -> tensor<1x4xf32>
+// CHECK: %[[LM:.+]] = kiln.vocab_parallel_max %[[LG]] {vocab_size = 32 : i64, vocab_start = 8 : i64} : tensor<1x4x8xf32> -> tensor<1x4xf32>
+// CHECK: %[[MS:.+]] = kiln.all_reduce_start %[[LM]] over tp {ranks = 4 : i64, reduction = "max"} : tensor<1x4xf32>
+// CHECK: %[[M:.+]] = kiln.wait %[[MS]] : tensor<1x4xf32>
+// CHECK: %[[ST:.+]] = kiln.vocab_parallel_stats %[[LG]], %[[M]], %[[ALL]] {vocab_size = 32 : i64, vocab_start = 8 : i64} : tensor<1x4x8xf32>, tensor<1x4xf32>, tensor<1x4xf32> -> tensor<1x4x2xf32>
+// CHECK: %[[SS:.+]] = kiln.all_reduce_start %[[ST]] over tp {ranks = 4 : i64, reduction = "sum"} : tensor<1x4x2xf32>
+// CHECK: %[[S:.+]] = kiln.wait %[[SS]] : tensor<1x4x2xf32>
+// CHECK: %[[LOSS:.+]] = kiln.vocab_parallel_loss %[[S]], %[[M]] : tensor<1x4x2xf32>, tensor<1x4xf32>
+// CHECK-NOT: kiln.cross_entropy
+// CHECK: return %[[LOSS]] : tensor<f32>
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 1 : i64, loss_parallel = true}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<32x8xf32> {kiln.param = "e"}, %w: tensor<32x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<32x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<32x8xf32> -> tensor<1x4x32xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x32xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
 }
 }
 

@@ -1,10 +1,9 @@
 //===- TpOracle.cpp - Tensor parallel's step against one rank's, in fp64 --===//
 //
 // Run under `mpirun -np T`: each MPI rank is position r of a tp = T mesh
-// (dp_shard 1). It compiles the tiny model's step for its position (the
-// test stands in for the per-rank compile `kiln train` does not have yet:
-// it writes `kiln.tp`'s rank and runs every phase, which the driver
-// refuses for tp > 1), loads its slices of one set of whole weights, runs
+// (dp_shard 1). It compiles the tiny model's step for its position (as
+// `kiln train` does: the session's tp position goes into `kiln.tp`), loads
+// its slices of one set of whole weights, runs
 // `loss_and_grads` on the CPU backend (fp32 policy) with its token shard,
 // and compares with the LibTorch oracle (float64, one rank, the whole
 // weights and batch):
@@ -20,7 +19,9 @@
 //   the reference's norm of all its gradients.
 //
 // Prints the worst relative errors (norm-wise per tensor) and fails above
-// the bound given as argv[1].
+// the bound given as argv[1]. With `loss-parallel` as argv[2] the step is
+// compiled with loss parallel (the cross-entropy on vocabulary-sharded
+// logits, docs/tp.md "The ends"), else with disable_loss_parallel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -105,6 +106,7 @@ double relError(const std::vector<double> &got,
 
 int main(int argc, char **argv) {
   double bound = argc > 1 ? std::atof(argv[1]) : 1e-5;
+  bool lossParallel = argc > 2 && std::string(argv[2]) == "loss-parallel";
   Expected<std::unique_ptr<comm::Communicator>> created =
       comm::createMpiCommunicator();
   if (!created) {
@@ -116,7 +118,8 @@ int main(int argc, char **argv) {
   const int64_t batch = 2, seq = 16;
   std::vector<std::string> sets = {
       "parallelism.tensor_parallel_degree=" + std::to_string(tp),
-      "parallelism.disable_loss_parallel=true",
+      std::string("parallelism.disable_loss_parallel=") +
+          (lossParallel ? "false" : "true"),
       "mixed_precision.param=float32",
       "training.global_batch_size=" + std::to_string(batch),
       "training.seq_len=" + std::to_string(seq),
@@ -269,14 +272,15 @@ int main(int argc, char **argv) {
   refNorm = std::sqrt(refNorm);
   double normError = std::fabs(step->at("grad_norm")[0] - refNorm) / refNorm;
 
-  std::printf("rank %lld of tp %lld: loss %.9g (reference %.9g), relative "
+  std::printf("rank %lld of tp %lld%s: loss %.9g (reference %.9g), relative "
               "error %.3g; worst gradient errors: sharded %.3g (%s), "
               "replicated %.3g (%s); grad_norm %.9g (reference %.9g), "
               "relative error %.3g\n",
               static_cast<long long>(rank), static_cast<long long>(tp),
-              out->at("loss")[0], ref.loss, lossError, worstSharded,
-              shardedName.c_str(), worstReplicated, replicatedName.c_str(),
-              step->at("grad_norm")[0], refNorm, normError);
+              lossParallel ? " (loss parallel)" : "", out->at("loss")[0],
+              ref.loss, lossError, worstSharded, shardedName.c_str(),
+              worstReplicated, replicatedName.c_str(), step->at("grad_norm")[0],
+              refNorm, normError);
   bool ok = lossError <= bound && worstSharded <= bound &&
             worstReplicated <= bound && normError <= bound;
   if (!ok)
