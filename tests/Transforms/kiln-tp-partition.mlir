@@ -193,6 +193,65 @@ func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: ten
 
 // -----
 
+// A vocabulary of 30 at tp 4 is padded to 32: each rank 8 rows of the
+// output projection, the whole tensor 2 rows short (`pad`). With loss
+// parallel, rank 3 holds vocabulary entries [24, 32), of which 30 and 31
+// are padding: vocab_size = 30 masks them.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: tensor<8x8xf32> {kiln.param = "w", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 3, pad = 2>}
+// CHECK: kiln.linear output {{.*}} -> tensor<1x4x8xf32>
+// CHECK: kiln.vocab_parallel_max %{{.+}} {vocab_size = 30 : i64, vocab_start = 24 : i64}
+// CHECK: kiln.vocab_parallel_stats %{{.+}} {vocab_size = 30 : i64, vocab_start = 24 : i64}
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 3 : i64, loss_parallel = true}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<30x8xf32> {kiln.param = "e"}, %w: tensor<30x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<30x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<30x8xf32> -> tensor<1x4x30xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x30xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+}
+
+// -----
+
+// The same without loss parallel: after the all-to-all the rank's position
+// has the padded vocabulary [1, 1, 32]; its first 30 columns are kept
+// (vocabulary-major, the flat buffer's first 30 rows) for the cross-entropy.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1, pad = 2>
+// CHECK: %[[L:.+]] = kiln.reshape %{{.+}} : tensor<1x1x4x8xf32> -> tensor<1x1x32xf32>
+// CHECK: %[[V:.+]] = kiln.transpose %[[L]] [2, 0, 1] : tensor<1x1x32xf32> -> tensor<32x1x1xf32>
+// CHECK: %[[F:.+]] = kiln.reshape %[[V]] : tensor<32x1x1xf32> -> tensor<32xf32>
+// CHECK: %[[K:.+]] = kiln.unflatten %[[F]][0] : tensor<32xf32> -> tensor<30x1x1xf32>
+// CHECK: %[[T:.+]] = kiln.transpose %[[K]] [1, 2, 0] : tensor<30x1x1xf32> -> tensor<1x1x30xf32>
+// CHECK: kiln.cross_entropy %[[T]], %{{.+}} : tensor<1x1x30xf32>, tensor<1x1xi32> -> tensor<f32>
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 1 : i64, loss_parallel = false}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<30x8xf32> {kiln.param = "e"}, %w: tensor<30x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<30x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<30x8xf32> -> tensor<1x4x30xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x30xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+}
+
+// -----
+
+// A vocabulary so small that padding would leave a rank only padding (5 at
+// tp 4: slices of 2, the last one both padding) is refused.
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 0 : i64, loss_parallel = true}} {
+// expected-error @+1 {{a vocabulary of 5 padded for tp 4 would leave a rank only padding}}
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<5x8xf32> {kiln.param = "e"}, %w: tensor<5x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<5x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<5x8xf32> -> tensor<1x4x5xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x5xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+}
+
+// -----
+
 // expected-error @+1 {{a module with tp > 1 needs 'kiln.tp' = {rank = <position on the tp axis> : i64, loss_parallel = <bool>}}}
 module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>} {
 func.func @forward_loss(%x: tensor<f32>) -> tensor<f32> {

@@ -77,8 +77,9 @@ private:
   func::FuncOp func;
   int64_t tp, rank;
   bool lossParallel;
-  /// The output projection's vocabulary (its whole dim 0).
-  int64_t vocab = 0;
+  /// The output projection's vocabulary (its whole dim 0), and the padding
+  /// that makes it a multiple of tp.
+  int64_t wholeVocab = 0, vocabPad = 0;
   OpBuilder b;
   DenseMap<Value, Layout> layouts;
   DenseMap<Value, Value> gathered;
@@ -139,8 +140,23 @@ LogicalResult Partition::shardArguments() {
              << "' is a linear's weight and also used otherwise (tied "
                 "embeddings?): kiln-tp-partition cannot shard it";
     int64_t dim = isColumnParallel(linear.getRole()) ? 0 : 1;
-    if (linear.getRole() == LinearRole::output)
-      vocab = tensorOf(arg).getDimSize(0);
+    if (linear.getRole() == LinearRole::output) {
+      // A vocabulary tp does not divide is padded to the next multiple:
+      // each rank V_pad / tp rows, the padding rows in the last slices,
+      // masked out of the loss.
+      RankedTensorType type = tensorOf(arg);
+      wholeVocab = type.getDimSize(0);
+      int64_t slice = (wholeVocab + tp - 1) / tp;
+      vocabPad = slice * tp - wholeVocab;
+      if (vocabPad >= slice)
+        return func.emitOpError("a vocabulary of ")
+               << wholeVocab << " padded for tp " << tp
+               << " would leave a rank only padding";
+      arg.setType(withDim(type, 0, slice));
+      func.setArgAttr(i, KilnDialect::kTpShardAttrName,
+                      TpShardAttr::get(ctx, 0, rank, vocabPad));
+      continue;
+    }
     if (failed(shardDim(func, arg, dim)))
       return failure();
     func.setArgAttr(i, KilnDialect::kTpShardAttrName,
@@ -342,6 +358,20 @@ LogicalResult Partition::rewriteLoss(CrossEntropyOp ce) {
                           ArrayRef<int64_t>{2, 1, 0, 3});
   Value logits =
       ReshapeOp::create(b, loc, type({batch, seq / tp, tp * vocab}), ordered);
+  if (vocabPad != 0) {
+    // The padded vocabulary's last columns dropped: vocabulary-major, the
+    // first wholeVocab rows of the flat buffer, and back. Their gradient
+    // (flatten) is zero on the padding.
+    int64_t rows = batch * seq / tp, padded = tp * vocab;
+    Value byVocab = TransposeOp::create(b, loc, type({padded, batch, seq / tp}),
+                                        logits, ArrayRef<int64_t>{2, 0, 1});
+    Value flatVocab = ReshapeOp::create(b, loc, type({padded * rows}), byVocab);
+    Value kept =
+        UnflattenOp::create(b, loc, type({wholeVocab, batch, seq / tp}),
+                            flatVocab, b.getI64IntegerAttr(0));
+    logits = TransposeOp::create(b, loc, type({batch, seq / tp, wholeVocab}),
+                                 kept, ArrayRef<int64_t>{1, 2, 0});
+  }
   ce.getLogitsMutable().assign(logits);
   // The mean over the rank's tokens, then over tp (equal token counts): the
   // mean over all tokens. Its gradient rule divides by tp.
@@ -366,7 +396,7 @@ LogicalResult Partition::rewriteParallelLoss(CrossEntropyOp ce) {
     return op->emitOpError("kiln-tp-partition expects logits [B, S, V]");
   int64_t slice = local.getDimSize(2);
   auto vocabStart = b.getI64IntegerAttr(rank * slice);
-  auto vocabSize = b.getI64IntegerAttr(vocab);
+  auto vocabSize = b.getI64IntegerAttr(wholeVocab);
   auto rowsType = RankedTensorType::get(local.getShape().drop_back(),
                                         b.getF32Type()); // [B, S]
   auto axis = MeshAxisAttr::get(b.getContext(), MeshAxis::tp);

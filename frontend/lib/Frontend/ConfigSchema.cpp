@@ -157,7 +157,7 @@ const std::vector<KeySpec> &kiln::configSchema() {
              FIELD(parallelism.tensor_parallel_degree), 1, 64,
              "Tensor-parallel ranks, the mesh's inner axis (ranks of one "
              "node); heads, kv heads, the FFN's hidden size and `seq_len` "
-             "must divide by it. "
+             "must divide by it; a vocabulary it does not divide is padded. "
              "Trains on the CPU backend under `mpirun` (docs/tp.md).",
              kTp, true),
       otherKey("parallelism", "enable_async_tensor_parallel",
