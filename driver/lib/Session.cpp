@@ -77,10 +77,6 @@ bool ModelSession::refuseUnbuiltTp() {
                     "implemented yet: kiln-fp8-linear pairs one FP8 linear "
                     "per weight with its backward, and async TP splits each "
                     "into chunks (#17, docs/tp.md)");
-  if (!p.disable_loss_parallel)
-    return refuseTp("needs parallelism.disable_loss_parallel = true: loss "
-                    "parallel (a vocabulary-sharded cross-entropy) is not "
-                    "built yet (#17, docs/tp.md)");
   if (config->model.tie_embeddings) {
     emitError(keyLocation(&context, *config, "model.tie_embeddings",
                           {"parallelism.tensor_parallel_degree"}))

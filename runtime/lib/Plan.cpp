@@ -401,7 +401,14 @@ Error parseTpSlice(const json &j, const std::string &at,
       integerMember(js, "index", 0, plan::kMaxRanks - 1, what);
   if (!index)
     return index.takeError();
-  slice = TpSlice{*dim, *index};
+  int64_t pad = 0;
+  if (js.is_object() && js.contains("pad")) {
+    Expected<int64_t> p = integerMember(js, "pad", 0, plan::kMaxElements, what);
+    if (!p)
+      return p.takeError();
+    pad = *p;
+  }
+  slice = TpSlice{*dim, *index, pad};
   return Error::success();
 }
 

@@ -137,7 +137,38 @@ private:
   bool shardCast();
   bool flatten();
   bool transpose();
+  bool vocabParallel();
 };
+
+/// vocab_parallel_max: logits -> max; _stats: logits, max, targets ->
+/// stats [rows, 2]; _stats_grad: dstats, logits, max, targets -> dlogits.
+/// The slice [vocab_start, vocab_start + V/tp) starts inside the vocabulary.
+bool StepRules::vocabParallel() {
+  bool grad = s.kind == plan::Op::VocabParallelStatsGrad;
+  size_t l = grad ? 1 : 0;
+  const PlanValue &logits = in(l);
+  if (!floating(logits, operandName(l)) || !matrix(logits, operandName(l)))
+    return false;
+  if (integer("vocab_start") >= integer("vocab_size"))
+    return fail("attribute 'vocab_start'",
+                "must be below vocab_size (" +
+                    std::to_string(integer("vocab_size")) + ")");
+  int64_t n = rows(logits);
+  if (s.kind == plan::Op::VocabParallelMax)
+    return dtype(out(0), DType::F32, resultName(0)) &&
+           elements(out(0), n, resultName(0));
+  for (size_t i = l + 1; i < l + 3; ++i)
+    if (!dtype(in(i), DType::F32, operandName(i)) ||
+        !elements(in(i), n, operandName(i)))
+      return false;
+  if (grad)
+    return dtype(in(0), DType::F32, operandName(0)) &&
+           elements(in(0), 2 * n, operandName(0)) &&
+           floating(out(0), resultName(0)) &&
+           shape(out(0), logits.shape, resultName(0));
+  return dtype(out(0), DType::F32, resultName(0)) &&
+         elements(out(0), 2 * n, resultName(0));
+}
 
 /// x [..., K], W [N, K] -> y [..., N]; its gradients.
 bool StepRules::linear() {
@@ -365,6 +396,28 @@ bool StepRules::check() {
            dtype(in(2), DType::I32, "operand 2 (the targets)") &&
            elements(in(2), rows(in(1)), "operand 2 (the targets)") &&
            floating(out(0), resultName(0)) &&
+           shape(out(0), in(1).shape, resultName(0));
+  case Op::IndexToFloat:
+    return dtype(in(0), DType::I32, operandName(0)) &&
+           dtype(out(0), DType::F32, resultName(0)) &&
+           shape(out(0), in(0).shape, resultName(0));
+  case Op::VocabParallelMax:
+  case Op::VocabParallelStats:
+  case Op::VocabParallelStatsGrad:
+    return vocabParallel();
+  case Op::VocabParallelLoss:
+    // stats [..., 2], max [...] -> the mean loss.
+    return dtype(in(0), DType::F32, "operand 0 (the statistics)") &&
+           (in(0).shape.size() >= 1 && in(0).shape.back() == 2 ||
+            fail("operand 0 (the statistics)", "must be [..., 2]")) &&
+           dtype(in(1), DType::F32, "operand 1 (the max)") &&
+           elements(in(1), rows(in(0)), "operand 1 (the max)") &&
+           scalar(out(0), DType::F32, resultName(0));
+  case Op::VocabParallelLossGrad:
+    // dloss, stats -> dstats.
+    return scalar(in(0), DType::F32, operandName(0)) &&
+           dtype(in(1), DType::F32, "operand 1 (the statistics)") &&
+           dtype(out(0), DType::F32, resultName(0)) &&
            shape(out(0), in(1).shape, resultName(0));
   case Op::Reshape:
     return stored(in(0), operandName(0)) &&

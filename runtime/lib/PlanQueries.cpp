@@ -113,7 +113,7 @@ std::vector<int64_t> wholeShape(const Plan &plan,
                                 const std::optional<TpSlice> &tp) {
   std::vector<int64_t> whole = shape;
   if (tp)
-    whole[tp->dim] *= plan.mesh.tp;
+    whole[tp->dim] = whole[tp->dim] * plan.mesh.tp - tp->pad;
   return whole;
 }
 

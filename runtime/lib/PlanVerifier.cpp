@@ -45,8 +45,8 @@ std::string stepName(const std::string &entry, size_t i, const PlanStep &s) {
 
 /// A tensor-parallel slice (`tp_shard`) of `what`, whose shape is `shape`:
 /// its dim is one of the shape's, its index the plan's one tp position on
-/// a mesh with tp > 1, and the whole tensor (the slice's dim times tp) has
-/// at most 2^48 elements.
+/// a mesh with tp > 1, its pad below the slice's length along the dim, and
+/// the whole tensor (the slice's dim times tp) has at most 2^48 elements.
 Error checkTpSlice(const Plan &plan, const std::optional<TpSlice> &slice,
                    const std::vector<int64_t> &shape,
                    const std::string &what) {
@@ -58,6 +58,12 @@ Error checkTpSlice(const Plan &plan, const std::optional<TpSlice> &slice,
     return Error(what + " tp_shard dim " + std::to_string(slice->dim) +
                  " is not a dim of its rank-" + std::to_string(shape.size()) +
                  " shape");
+  if (slice->pad >= shape[slice->dim])
+    return Error(what + " tp_shard pad " + std::to_string(slice->pad) +
+                 " is not below the slice's " +
+                 std::to_string(shape[slice->dim]) + " entries along dim " +
+                 std::to_string(slice->dim) +
+                 " (a slice would be padding only)");
   if (slice->index != plan.tpIndex)
     return Error(what + " is tp slice " + std::to_string(slice->index) +
                  " in a plan for tp position " +
@@ -106,10 +112,10 @@ Error checkValues(const Plan &plan) {
       if (v.name == "targets" && tokens && v.shape != tokens->shape)
         return fail(where, "input 'targets' must have the shape of 'tokens'");
       // Under tp every rank feeds its sequence slice (the trainer cuts it).
-      if (ids && plan.mesh.tp > 1 && (!v.tp || v.tp->dim != 1))
+      if (ids && plan.mesh.tp > 1 && (!v.tp || v.tp->dim != 1 || v.tp->pad))
         return fail(where, "input '" + v.name +
-                               "' must be a sequence slice (tp_shard dim 1) "
-                               "on a mesh with tp > 1");
+                               "' must be a sequence slice (tp_shard dim 1, "
+                               "no pad) on a mesh with tp > 1");
       break;
     }
     case PlanValue::Const:

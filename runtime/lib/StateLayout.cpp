@@ -25,32 +25,49 @@ std::pair<int64_t, int64_t> overlap(const ShardPart &part, int64_t lo,
 /// Where a tensor-parallel slice's elements sit in its whole tensor. The
 /// slice of shape [outer..., L, inner...] (L along the slice's dim) is
 /// `rows` runs of `row` = L x inner contiguous elements; run o of slice i
-/// is elements [(o tp + i) row, (o tp + i + 1) row) of the whole tensor.
-/// Without a slice, one run: the tensor is whole.
+/// is elements [o wholeRow + i row, o wholeRow + (i + 1) row) of the whole
+/// tensor, whose dim is tp L - pad long (wholeRow = (tp L - pad) inner).
+/// With padding, only a prefix of the last slices' runs is in the whole
+/// tensor; the rest (padding) is in no whole tensor. Without a slice, one
+/// run: the tensor is whole.
 struct SliceRuns {
-  int64_t row = 0, tp = 1, index = 0;
+  int64_t row = 0, wholeRow = 0;
+  int64_t index = 0;
 
   SliceRuns(const Plan &plan, const std::vector<int64_t> &shape,
             const std::optional<TpSlice> &slice) {
     row = 1;
     for (size_t d = slice ? slice->dim : 0; d < shape.size(); ++d)
       row *= shape[d];
+    wholeRow = row;
     if (slice) {
-      tp = plan.mesh.tp;
       index = slice->index;
+      int64_t length = shape[slice->dim];
+      int64_t inner = length == 0 ? 0 : row / length;
+      wholeRow = (plan.mesh.tp * length - slice->pad) * inner;
     }
   }
   /// The whole tensor's index of the slice's element `e`.
   int64_t whole(int64_t e, int64_t slice) const {
-    return row == 0 ? e : (e / row * tp + slice) * row + e % row;
+    return row == 0 ? e : e / row * wholeRow + slice * row + e % row;
+  }
+  /// Elements of each of slice `slice`'s runs that are in the whole tensor.
+  int64_t valid(int64_t slice) const {
+    return std::clamp<int64_t>(wholeRow - slice * row, 0, row);
   }
   /// Calls fn(slice element, whole element, count) for the runs covering
-  /// the slice's elements [first, first + count).
+  /// the slice's elements [first, first + count), padding left out.
   template <typename Fn>
   void forRuns(int64_t first, int64_t count, int64_t slice, Fn fn) const {
+    int64_t inWhole = valid(slice);
     for (int64_t e = first, end = first + count; e < end;) {
-      int64_t n = row == 0 ? end - e : std::min(end - e, row - e % row);
-      fn(e, whole(e, slice), n);
+      if (row == 0) {
+        fn(e, e, end - e);
+        return;
+      }
+      int64_t at = e % row, n = std::min(end - e, row - at);
+      if (at < inWhole)
+        fn(e, whole(e, slice), std::min(n, inWhole - at));
       e += n;
     }
   }
@@ -63,6 +80,7 @@ void initializeRange(const Plan &plan, const InitSpec &init, uint64_t seed,
                      const std::vector<int64_t> &shape,
                      const std::optional<TpSlice> &slice, int64_t first,
                      int64_t count, float *out) {
+  std::fill_n(out, count, 0.0f); // padding
   SliceRuns runs(plan, shape, slice);
   runs.forRuns(first, count, runs.index,
                [&](int64_t e, int64_t w, int64_t n) {
@@ -83,8 +101,10 @@ Expected<std::vector<float>> gatherSlice(const Plan &plan,
     return local;
   if (!tp || tp->size() != plan.mesh.tp)
     return Error("gathering '" + name + "' needs the tp communicator");
-  int64_t n = static_cast<int64_t>(local.size());
-  std::vector<float> all(n * plan.mesh.tp), whole(all.size());
+  int64_t n = static_cast<int64_t>(local.size()), wholeSize = 1;
+  for (int64_t d : wholeShape(plan, shape, slice))
+    wholeSize *= d;
+  std::vector<float> all(n * plan.mesh.tp), whole(wholeSize);
   comm::CommHandle h = tp->startAllGather(local.data(), all.data(), n,
                                           comm::ElementType::F32);
   if (Error failure = tp->wait(h))

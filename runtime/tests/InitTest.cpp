@@ -149,3 +149,44 @@ TEST(Init, TpSliceIsItsPartOfTheWholeTensor) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e.message(), "tensor 'w' has another shape than the model's");
 }
+
+// A padded slice (tp_shard pad, a vocabulary tp does not divide): rows
+// [3, 6) of a whole [5, 2] padded to [6, 2] are its rows 3 and 4, drawn at
+// their whole-tensor indices, and one padding row, zero; a checkpoint's
+// whole [5, 2] tensor restores the same slice, padding zero.
+TEST(Init, PaddedTpSliceLeavesThePaddingZero) {
+  Plan plan;
+  plan.ranks = 2;
+  plan.mesh = {1, 2};
+  plan.tpIndex = 1;
+  InitSpec init{InitSpec::Normal, 1.0};
+  PlanValue sliced;
+  sliced.kind = PlanValue::State;
+  sliced.id = 0;
+  sliced.name = "lm";
+  sliced.shape = {3, 2};
+  sliced.init = init;
+  sliced.tp = TpSlice{0, 1, 1};
+  plan.values = {sliced};
+  PlanStep step;
+  step.results = {0};
+  plan.entries["init"].steps.push_back(step);
+  EXPECT_EQ(wholeShape(plan, sliced.shape, sliced.tp),
+            (std::vector<int64_t>{5, 2}));
+
+  HostStates states;
+  states[0].assign(6, 7.0f); // stale values must not survive
+  initializeStates(plan, /*rank=*/0, 5, states);
+  uint64_t lm = nameKey("lm");
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(states[0][i], initialValue(init, 5, lm, 6 + i));
+  EXPECT_EQ(states[0][4], 0.0f);
+  EXPECT_EQ(states[0][5], 0.0f);
+
+  std::vector<float> whole(10);
+  initialize(init, 5, "lm", 0, 10, whole.data());
+  FloatTensor t{"lm", {5, 2}, whole};
+  HostStates restored;
+  ASSERT_FALSE(setUnshardedStates(plan, 0, {{"lm", &t}}, restored));
+  EXPECT_EQ(restored[0], states[0]);
+}

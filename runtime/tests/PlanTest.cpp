@@ -146,7 +146,7 @@ TEST(Plan, ChecksTpSlices) {
             "value 4: 'w' is a tp slice (tp_shard), but the mesh has tp 1");
   EXPECT_EQ(errorOf(tp2("", slice(0, 1))),
             "value 0: input 'tokens' must be a sequence slice (tp_shard dim "
-            "1) on a mesh with tp > 1");
+            "1, no pad) on a mesh with tp > 1");
   EXPECT_EQ(errorOf(tp2(slice(1, 1), slice(2, 1))),
             "value 4: 'w' tp_shard dim 2 is not a dim of its rank-2 shape");
   EXPECT_EQ(errorOf(tp2(slice(1, 1), slice(0, 0))),
@@ -155,6 +155,25 @@ TEST(Plan, ChecksTpSlices) {
   EXPECT_NE(errorOf(tp2(slice(1, 1), R"("tp_shard": {"dim": 0},)"))
                 .find("tp_shard"),
             std::string::npos);
+
+  // A padded slice (a vocabulary tp does not divide): the whole tensor is
+  // pad entries short; a pad of a whole slice, or on the tokens, is refused.
+  auto padded = [](int pad) {
+    return "\"tp_shard\": {\"dim\": 0, \"index\": 1, \"pad\": " +
+           std::to_string(pad) + "},";
+  };
+  plan = parsePlan(tp2(slice(1, 1), padded(3)));
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->values[4].tp->pad, 3);
+  EXPECT_EQ(wholeShape(*plan, plan->values[4].shape, plan->values[4].tp),
+            (std::vector<int64_t>{29, 16}));
+  EXPECT_EQ(errorOf(tp2(slice(1, 1), padded(16))),
+            "value 4: 'w' tp_shard pad 16 is not below the slice's 16 entries "
+            "along dim 0 (a slice would be padding only)");
+  EXPECT_EQ(errorOf(tp2(R"("tp_shard": {"dim": 1, "index": 1, "pad": 1},)",
+                        slice(0, 1))),
+            "value 0: input 'tokens' must be a sequence slice (tp_shard dim "
+            "1, no pad) on a mesh with tp > 1");
 }
 
 TEST(Plan, RejectsAnotherVersion) {

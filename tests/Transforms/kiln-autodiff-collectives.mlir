@@ -159,3 +159,37 @@ func.func @forward_loss(%t: tensor<1x2xi32> {kiln.input = "targets"},
   return %l : tensor<f32>
 }
 }
+
+// -----
+
+// Loss parallel (kiln-tp-partition with loss_parallel): the loss's rule
+// gives the statistics' gradient (1/(N s), -1/N), the sum all-reduce's is
+// the identity, the statistics' rule gives the slice's logits gradient
+// (softmax - onehot on the slice, over N); the max, the shift, gets none:
+// no gradient op reads the max's all-reduce, and no collective is added.
+// CHECK-LABEL: func.func @loss_and_grads(
+// CHECK-SAME: %[[T:[^:]+]]: tensor<1x2xf32> {kiln.input = "targets"}
+// CHECK: %[[M:.+]] = kiln.wait %{{.+}} : tensor<1x2xf32>
+// CHECK: %[[ST:.+]] = kiln.vocab_parallel_stats %[[Y:[^,]+]], %[[M]], %[[T]] {vocab_size = 15 : i64, vocab_start = 8 : i64}
+// CHECK: %[[S:.+]] = kiln.wait %{{.+}} : tensor<1x2x2xf32>
+// CHECK: kiln.vocab_parallel_loss %[[S]], %[[M]]
+// CHECK: %[[DS:.+]] = kiln.vocab_parallel_loss_grad %{{.+}}, %[[S]] : tensor<1x2x2xf32>
+// CHECK-NOT: _start
+// CHECK: %[[DY:.+]] = kiln.vocab_parallel_stats_grad %[[DS]], %[[Y]], %[[M]], %[[T]] {vocab_size = 15 : i64, vocab_start = 8 : i64} : tensor<1x2x2xf32>, tensor<1x2x8xf32>, tensor<1x2xf32>, tensor<1x2xf32>
+// CHECK: kiln.reshape %[[DY]] : tensor<1x2x8xf32> -> tensor<16xf32>
+// CHECK-NOT: _start
+// CHECK: return
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>} {
+func.func @forward_loss(%t: tensor<1x2xf32> {kiln.input = "targets"},
+                        %w: tensor<16xf32> {kiln.param = "w", kiln.init = #kiln.init<ones>}) -> tensor<f32> {
+  %y = kiln.reshape %w : tensor<16xf32> -> tensor<1x2x8xf32>
+  %m0 = kiln.vocab_parallel_max %y {vocab_start = 8 : i64, vocab_size = 15 : i64} : tensor<1x2x8xf32> -> tensor<1x2xf32>
+  %ms = kiln.all_reduce_start %m0 over tp {ranks = 2 : i64, reduction = "max"} : tensor<1x2xf32>
+  %m = kiln.wait %ms : tensor<1x2xf32>
+  %s0 = kiln.vocab_parallel_stats %y, %m, %t {vocab_start = 8 : i64, vocab_size = 15 : i64} : tensor<1x2x8xf32>, tensor<1x2xf32>, tensor<1x2xf32> -> tensor<1x2x2xf32>
+  %ss = kiln.all_reduce_start %s0 over tp {ranks = 2 : i64, reduction = "sum"} : tensor<1x2x2xf32>
+  %s = kiln.wait %ss : tensor<1x2x2xf32>
+  %l = kiln.vocab_parallel_loss %s, %m : tensor<1x2x2xf32>, tensor<1x2xf32>
+  return %l : tensor<f32>
+}
+}

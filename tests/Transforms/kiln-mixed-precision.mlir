@@ -176,3 +176,43 @@ module attributes {kiln.precision = {param = "fp8", reduce = "float32"}} {
 // expected-error @+1 {{kiln-mixed-precision needs the module attribute 'kiln.precision'}}
 module {
 }
+
+// -----
+
+// Loss parallel under bf16: the logits are bf16 like any activation, but
+// the target ids (exact only in f32 past 256), through their gather, the
+// row max and the statistics stay f32, and so do their gradients.
+// CHECK-LABEL: func.func @loss_parallel(
+// CHECK: %[[Y:.+]] = kiln.reshape %{{.+}} : tensor<16xbf16> -> tensor<1x2x8xbf16>
+// CHECK: %[[ID:.+]] = kiln.index_to_float %{{.+}} : tensor<1x1xi32> -> tensor<1x1xf32>
+// CHECK: kiln.reshape %[[ID]] : tensor<1x1xf32> -> tensor<1xf32>
+// CHECK: kiln.all_gather_start %{{.+}} over tp {group = "targets", ranks = 2 : i64} : tensor<1xf32> -> tensor<2xf32>
+// CHECK: %[[T:.+]] = kiln.reshape %{{.+}} : tensor<2xf32> -> tensor<1x2xf32>
+// CHECK: %[[M0:.+]] = kiln.vocab_parallel_max %[[Y]] {{.*}} : tensor<1x2x8xbf16> -> tensor<1x2xf32>
+// CHECK: kiln.all_reduce_start %[[M0]] over tp {ranks = 2 : i64, reduction = "max"} : tensor<1x2xf32>
+// CHECK: kiln.vocab_parallel_stats %[[Y]], %{{.+}}, %[[T]] {{.*}} : tensor<1x2x8xbf16>, tensor<1x2xf32>, tensor<1x2xf32> -> tensor<1x2x2xf32>
+// CHECK: kiln.all_reduce_start %{{.+}} over tp {ranks = 2 : i64, reduction = "sum"} : tensor<1x2x2xf32>
+// CHECK: kiln.vocab_parallel_loss_grad %{{.+}}, %{{.+}} : tensor<1x2x2xf32>
+// CHECK: kiln.vocab_parallel_stats_grad %{{.+}}, %[[Y]], %{{.+}}, %[[T]] {{.*}} : tensor<1x2x2xf32>, tensor<1x2x8xbf16>, tensor<1x2xf32>, tensor<1x2xf32>
+module attributes {kiln.precision = {param = "bfloat16", reduce = "float32"}} {
+func.func @loss_parallel(%t: tensor<1x1xi32> {kiln.input = "targets"},
+                         %w: tensor<16xf32> {kiln.param = "w"}) -> (tensor<f32>, tensor<1x2x8xf32>) {
+  %y = kiln.reshape %w : tensor<16xf32> -> tensor<1x2x8xf32>
+  %i = kiln.index_to_float %t : tensor<1x1xi32> -> tensor<1x1xf32>
+  %if = kiln.reshape %i : tensor<1x1xf32> -> tensor<1xf32>
+  %is = kiln.all_gather_start %if over tp {group = "targets", ranks = 2 : i64} : tensor<1xf32> -> tensor<2xf32>
+  %iw = kiln.wait %is : tensor<2xf32>
+  %ids = kiln.reshape %iw : tensor<2xf32> -> tensor<1x2xf32>
+  %m0 = kiln.vocab_parallel_max %y {vocab_start = 8 : i64, vocab_size = 16 : i64} : tensor<1x2x8xf32> -> tensor<1x2xf32>
+  %ms = kiln.all_reduce_start %m0 over tp {ranks = 2 : i64, reduction = "max"} : tensor<1x2xf32>
+  %m = kiln.wait %ms : tensor<1x2xf32>
+  %s0 = kiln.vocab_parallel_stats %y, %m, %ids {vocab_start = 8 : i64, vocab_size = 16 : i64} : tensor<1x2x8xf32>, tensor<1x2xf32>, tensor<1x2xf32> -> tensor<1x2x2xf32>
+  %ss = kiln.all_reduce_start %s0 over tp {ranks = 2 : i64, reduction = "sum"} : tensor<1x2x2xf32>
+  %s = kiln.wait %ss : tensor<1x2x2xf32>
+  %l = kiln.vocab_parallel_loss %s, %m : tensor<1x2x2xf32>, tensor<1x2xf32>
+  %one = arith.constant dense<1.0> : tensor<f32>
+  %ds = kiln.vocab_parallel_loss_grad %one, %s : tensor<1x2x2xf32>
+  %dy = kiln.vocab_parallel_stats_grad %ds, %y, %m, %ids {vocab_start = 8 : i64, vocab_size = 16 : i64} : tensor<1x2x2xf32>, tensor<1x2x8xf32>, tensor<1x2xf32>, tensor<1x2xf32>
+  return %l, %dy : tensor<f32>, tensor<1x2x8xf32>
+}
+}

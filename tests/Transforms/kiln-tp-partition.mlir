@@ -193,6 +193,65 @@ func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: ten
 
 // -----
 
+// A vocabulary of 30 at tp 4 is padded to 32: each rank 8 rows of the
+// output projection, the whole tensor 2 rows short (`pad`). With loss
+// parallel, rank 3 holds vocabulary entries [24, 32), of which 30 and 31
+// are padding: vocab_size = 30 masks them.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: tensor<8x8xf32> {kiln.param = "w", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 3, pad = 2>}
+// CHECK: kiln.linear output {{.*}} -> tensor<1x4x8xf32>
+// CHECK: kiln.vocab_parallel_max %{{.+}} {vocab_size = 30 : i64, vocab_start = 24 : i64}
+// CHECK: kiln.vocab_parallel_stats %{{.+}} {vocab_size = 30 : i64, vocab_start = 24 : i64}
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 3 : i64, loss_parallel = true}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<30x8xf32> {kiln.param = "e"}, %w: tensor<30x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<30x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<30x8xf32> -> tensor<1x4x30xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x30xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+}
+
+// -----
+
+// The same without loss parallel: after the all-to-all the rank's position
+// has the padded vocabulary [1, 1, 32]; its first 30 columns are kept
+// (vocabulary-major, the flat buffer's first 30 rows) for the cross-entropy.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1, pad = 2>
+// CHECK: %[[L:.+]] = kiln.reshape %{{.+}} : tensor<1x1x4x8xf32> -> tensor<1x1x32xf32>
+// CHECK: %[[V:.+]] = kiln.transpose %[[L]] [2, 0, 1] : tensor<1x1x32xf32> -> tensor<32x1x1xf32>
+// CHECK: %[[F:.+]] = kiln.reshape %[[V]] : tensor<32x1x1xf32> -> tensor<32xf32>
+// CHECK: %[[K:.+]] = kiln.unflatten %[[F]][0] : tensor<32xf32> -> tensor<30x1x1xf32>
+// CHECK: %[[T:.+]] = kiln.transpose %[[K]] [1, 2, 0] : tensor<30x1x1xf32> -> tensor<1x1x30xf32>
+// CHECK: kiln.cross_entropy %[[T]], %{{.+}} : tensor<1x1x30xf32>, tensor<1x1xi32> -> tensor<f32>
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 1 : i64, loss_parallel = false}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<30x8xf32> {kiln.param = "e"}, %w: tensor<30x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<30x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<30x8xf32> -> tensor<1x4x30xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x30xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+}
+
+// -----
+
+// A vocabulary so small that padding would leave a rank only padding (5 at
+// tp 4: slices of 2, the last one both padding) is refused.
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 0 : i64, loss_parallel = true}} {
+// expected-error @+1 {{a vocabulary of 5 padded for tp 4 would leave a rank only padding}}
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<5x8xf32> {kiln.param = "e"}, %w: tensor<5x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<5x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<5x8xf32> -> tensor<1x4x5xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x5xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+}
+
+// -----
+
 // expected-error @+1 {{a module with tp > 1 needs 'kiln.tp' = {rank = <position on the tp axis> : i64, loss_parallel = <bool>}}}
 module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>} {
 func.func @forward_loss(%x: tensor<f32>) -> tensor<f32> {
@@ -211,10 +270,40 @@ func.func @forward_loss(%x: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// expected-error @+1 {{loss parallel (a vocabulary-sharded cross-entropy) is not built yet; set parallelism.disable_loss_parallel = true (docs/tp.md)}}
-module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>, kiln.tp = {rank = 0 : i64, loss_parallel = true}} {
-func.func @forward_loss(%x: tensor<f32>) -> tensor<f32> {
-  return %x : tensor<f32>
+// Loss parallel, tp 4, rank 1, B = 1: the output projection's 8 of 32
+// vocabulary rows give the logits of all 4 positions on the rank's slice
+// [8, 16); the targets (the rank's position) become f32 and are gathered
+// along the sequence like the activations; the row max is all-reduced
+// (max), then each row's sum of exponentials and target logit (sum); every
+// rank computes the same loss. No logits are gathered or scattered.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: %[[TGT:[^:]+]]: tensor<1x1xi32> {kiln.input = "targets", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 1>}
+// CHECK-SAME: tensor<8x8xf32> {kiln.param = "w", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
+// CHECK: %[[LG:.+]] = kiln.linear output {{.*}} : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32>
+// CHECK-NOT: {group = "logits"
+// CHECK: %[[IDS:.+]] = kiln.index_to_float %[[TGT]] : tensor<1x1xi32> -> tensor<1x1xf32>
+// CHECK: %[[IT:.+]] = kiln.transpose %[[IDS]] [1, 0] : tensor<1x1xf32> -> tensor<1x1xf32>
+// CHECK: %[[IF:.+]] = kiln.reshape %[[IT]] : tensor<1x1xf32> -> tensor<1xf32>
+// CHECK: %[[IG:.+]] = kiln.all_gather_start %[[IF]] over tp {group = "targets", ranks = 4 : i64} : tensor<1xf32> -> tensor<4xf32>
+// CHECK: %[[IW:.+]] = kiln.wait %[[IG]] : tensor<4xf32>
+// CHECK: %[[IU:.+]] = kiln.reshape %[[IW]] : tensor<4xf32> -> tensor<4x1xf32>
+// CHECK: %[[ALL:.+]] = kiln.transpose %[[IU]] [1, 0] : tensor<4x1xf32> -> tensor<1x4xf32>
+// CHECK: %[[LM:.+]] = kiln.vocab_parallel_max %[[LG]] {vocab_size = 32 : i64, vocab_start = 8 : i64} : tensor<1x4x8xf32> -> tensor<1x4xf32>
+// CHECK: %[[MS:.+]] = kiln.all_reduce_start %[[LM]] over tp {ranks = 4 : i64, reduction = "max"} : tensor<1x4xf32>
+// CHECK: %[[M:.+]] = kiln.wait %[[MS]] : tensor<1x4xf32>
+// CHECK: %[[ST:.+]] = kiln.vocab_parallel_stats %[[LG]], %[[M]], %[[ALL]] {vocab_size = 32 : i64, vocab_start = 8 : i64} : tensor<1x4x8xf32>, tensor<1x4xf32>, tensor<1x4xf32> -> tensor<1x4x2xf32>
+// CHECK: %[[SS:.+]] = kiln.all_reduce_start %[[ST]] over tp {ranks = 4 : i64, reduction = "sum"} : tensor<1x4x2xf32>
+// CHECK: %[[S:.+]] = kiln.wait %[[SS]] : tensor<1x4x2xf32>
+// CHECK: %[[LOSS:.+]] = kiln.vocab_parallel_loss %[[S]], %[[M]] : tensor<1x4x2xf32>, tensor<1x4xf32>
+// CHECK-NOT: kiln.cross_entropy
+// CHECK: return %[[LOSS]] : tensor<f32>
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {rank = 1 : i64, loss_parallel = true}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},
+                        %e: tensor<32x8xf32> {kiln.param = "e"}, %w: tensor<32x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %h = kiln.embedding %e[%tok] param("e") : tensor<32x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %y = kiln.linear output %h, %w param("w") : tensor<1x4x8xf32>, tensor<32x8xf32> -> tensor<1x4x32xf32>
+  %l = kiln.cross_entropy %y, %tgt : tensor<1x4x32xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
 }
 }
 

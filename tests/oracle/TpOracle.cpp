@@ -1,10 +1,9 @@
 //===- TpOracle.cpp - Tensor parallel's step against one rank's, in fp64 --===//
 //
 // Run under `mpirun -np T`: each MPI rank is position r of a tp = T mesh
-// (dp_shard 1). It compiles the tiny model's step for its position (the
-// test stands in for the per-rank compile `kiln train` does not have yet:
-// it writes `kiln.tp`'s rank and runs every phase, which the driver
-// refuses for tp > 1), loads its slices of one set of whole weights, runs
+// (dp_shard 1). It compiles the tiny model's step for its position (as
+// `kiln train` does: the session's tp position goes into `kiln.tp`), loads
+// its slices of one set of whole weights, runs
 // `loss_and_grads` on the CPU backend (fp32 policy) with its token shard,
 // and compares with the LibTorch oracle (float64, one rank, the whole
 // weights and batch):
@@ -20,7 +19,11 @@
 //   the reference's norm of all its gradients.
 //
 // Prints the worst relative errors (norm-wise per tensor) and fails above
-// the bound given as argv[1].
+// the bound given as argv[1]. With `loss-parallel` as argv[2] the step is
+// compiled with loss parallel (the cross-entropy on vocabulary-sharded
+// logits, docs/tp.md "The ends"), else with disable_loss_parallel; argv[3],
+// if given, is the vocabulary (64 by default; one tp does not divide is
+// padded: the padding rows load as 0 and must get a zero gradient).
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,6 +52,7 @@ struct Param {
   std::string name;
   std::vector<int64_t> local; // the rank's shape
   int64_t shardDim = -1;      // -1: replicated over tp
+  int64_t pad = 0;            // padding entries at the end of shardDim
 };
 
 /// A deterministic value in [-1, 1) from (name, index): the same whole
@@ -64,7 +68,8 @@ double pseudoRandom(const std::string &name, int64_t i) {
   return static_cast<double>(h >> 11) / static_cast<double>(1ull << 52) - 1.0;
 }
 
-/// Row-major index of element `local` of shard `index` in the whole tensor.
+/// Row-major index of element `local` of shard `index` in the whole tensor,
+/// or -1 for padding.
 int64_t wholeIndex(const Param &p, int64_t tp, int64_t index, int64_t flat) {
   if (p.shardDim < 0)
     return flat;
@@ -78,8 +83,10 @@ int64_t wholeIndex(const Param &p, int64_t tp, int64_t index, int64_t flat) {
   coord[p.shardDim] += index * p.local[p.shardDim];
   int64_t out = 0;
   for (size_t d = 0; d < p.local.size(); ++d) {
-    int64_t size =
-        p.local[d] * (static_cast<int64_t>(d) == p.shardDim ? tp : 1);
+    bool sharded = static_cast<int64_t>(d) == p.shardDim;
+    int64_t size = sharded ? p.local[d] * tp - p.pad : p.local[d];
+    if (coord[d] >= size)
+      return -1;
     out = out * size + coord[d];
   }
   return out;
@@ -105,6 +112,8 @@ double relError(const std::vector<double> &got,
 
 int main(int argc, char **argv) {
   double bound = argc > 1 ? std::atof(argv[1]) : 1e-5;
+  bool lossParallel = argc > 2 && std::string(argv[2]) == "loss-parallel";
+  const int64_t vocab = argc > 3 ? std::atoll(argv[3]) : 64;
   Expected<std::unique_ptr<comm::Communicator>> created =
       comm::createMpiCommunicator();
   if (!created) {
@@ -116,12 +125,13 @@ int main(int argc, char **argv) {
   const int64_t batch = 2, seq = 16;
   std::vector<std::string> sets = {
       "parallelism.tensor_parallel_degree=" + std::to_string(tp),
-      "parallelism.disable_loss_parallel=true",
+      std::string("parallelism.disable_loss_parallel=") +
+          (lossParallel ? "false" : "true"),
       "mixed_precision.param=float32",
       "training.global_batch_size=" + std::to_string(batch),
       "training.seq_len=" + std::to_string(seq),
       "model.n_layers=2",
-      "model.vocab_size=64",
+      "model.vocab_size=" + std::to_string(vocab),
       // GQA (2 query heads per kv head) where tp divides the 2 kv heads.
       "model.n_kv_heads=" + std::string(tp <= 2 ? "2" : "4"),
   };
@@ -153,8 +163,10 @@ int main(int argc, char **argv) {
         mlir::cast<mlir::RankedTensorType>(forward.getArgument(i).getType());
     p.local.assign(type.getShape().begin(), type.getShape().end());
     if (auto shard = forward.getArgAttrOfType<TpShardAttr>(
-            i, KilnDialect::kTpShardAttrName))
+            i, KilnDialect::kTpShardAttrName)) {
       p.shardDim = shard.getDim();
+      p.pad = shard.getPad();
+    }
     params.push_back(p);
   }
   bool pastTp = false;
@@ -196,6 +208,8 @@ int main(int argc, char **argv) {
     double scale = norm ? 0.1 : 0.05;
     std::vector<double> &w = whole[p.name];
     int64_t n = numel(p.local) * (p.shardDim < 0 ? 1 : tp);
+    if (p.shardDim >= 0)
+      n -= p.pad * numel(p.local) / p.local[p.shardDim];
     w.resize(n);
     for (int64_t i = 0; i < n; ++i)
       w[i] = (norm ? 1.0 : 0.0) + scale * pseudoRandom(p.name, i);
@@ -205,13 +219,17 @@ int main(int argc, char **argv) {
                    p.name.c_str());
       return 1;
     }
-    for (int64_t i = 0; i < numel(p.local); ++i)
-      (*state)[i] = static_cast<float>(w[wholeIndex(p, tp, rank, i)]);
+    for (int64_t i = 0; i < numel(p.local); ++i) {
+      int64_t at = wholeIndex(p, tp, rank, i);
+      (*state)[i] = at < 0 ? 0.0f : static_cast<float>(w[at]);
+    }
   }
   std::vector<int32_t> tokens(batch * seq), targets(batch * seq);
   for (int64_t i = 0; i < batch * seq; ++i) {
-    tokens[i] = static_cast<int32_t>((pseudoRandom("tokens", i) + 1) * 32);
-    targets[i] = static_cast<int32_t>((pseudoRandom("targets", i) + 1) * 32);
+    tokens[i] = static_cast<int32_t>((pseudoRandom("tokens", i) + 1) * 0.5 *
+                                     static_cast<double>(vocab));
+    targets[i] = static_cast<int32_t>((pseudoRandom("targets", i) + 1) * 0.5 *
+                                      static_cast<double>(vocab));
   }
   // The rank's sequence shard of both (#kiln.tp_shard<dim = 1>).
   std::vector<int32_t> shard, shardTargets;
@@ -244,8 +262,10 @@ int main(int argc, char **argv) {
     std::vector<double> got(g.begin(), g.end()), want = r;
     if (p.shardDim >= 0) {
       want.clear();
-      for (int64_t i = 0; i < numel(p.local); ++i)
-        want.push_back(r[wholeIndex(p, tp, rank, i)]);
+      for (int64_t i = 0; i < numel(p.local); ++i) {
+        int64_t at = wholeIndex(p, tp, rank, i);
+        want.push_back(at < 0 ? 0.0 : r[at]);
+      }
     }
     double e = relError(got, want);
     double &worst = p.shardDim >= 0 ? worstSharded : worstReplicated;
@@ -269,14 +289,15 @@ int main(int argc, char **argv) {
   refNorm = std::sqrt(refNorm);
   double normError = std::fabs(step->at("grad_norm")[0] - refNorm) / refNorm;
 
-  std::printf("rank %lld of tp %lld: loss %.9g (reference %.9g), relative "
+  std::printf("rank %lld of tp %lld%s: loss %.9g (reference %.9g), relative "
               "error %.3g; worst gradient errors: sharded %.3g (%s), "
               "replicated %.3g (%s); grad_norm %.9g (reference %.9g), "
               "relative error %.3g\n",
               static_cast<long long>(rank), static_cast<long long>(tp),
-              out->at("loss")[0], ref.loss, lossError, worstSharded,
-              shardedName.c_str(), worstReplicated, replicatedName.c_str(),
-              step->at("grad_norm")[0], refNorm, normError);
+              lossParallel ? " (loss parallel)" : "", out->at("loss")[0],
+              ref.loss, lossError, worstSharded, shardedName.c_str(),
+              worstReplicated, replicatedName.c_str(), step->at("grad_norm")[0],
+              refNorm, normError);
   bool ok = lossError <= bound && worstSharded <= bound &&
             worstReplicated <= bound && normError <= bound;
   if (!ok)

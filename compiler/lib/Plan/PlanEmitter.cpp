@@ -238,9 +238,13 @@ FailureOr<int64_t> PlanBuilder::named(Operation *at, StringRef kind,
 }
 
 /// `{"dim": d, "index": r}`: the slice r of the mesh's tp equal slices of
-/// the whole tensor along d (docs/plan.md).
+/// the whole tensor along d (docs/plan.md), and `"pad": p` when the whole
+/// tensor is p entries short of tp slices along d.
 json::Object tpShardJson(TpShardAttr slice) {
-  return json::Object{{"dim", slice.getDim()}, {"index", slice.getIndex()}};
+  json::Object out{{"dim", slice.getDim()}, {"index", slice.getIndex()}};
+  if (slice.getPad() != 0)
+    out["pad"] = slice.getPad();
+  return out;
 }
 
 json::Object PlanBuilder::valueJson(int64_t id) const {

@@ -77,7 +77,7 @@ private:
 void Recompute::run() {
   Operation *backwardStart = nullptr;
   for (Operation &op : block) {
-    if (isa<CrossEntropyGradOp>(op)) {
+    if (isa<CrossEntropyGradOp, VocabParallelLossGradOp>(op)) {
       backwardStart = &op;
       break;
     }

@@ -5,8 +5,8 @@
 // parameters come from (an all-gather of their group's shard, unflattened),
 // where gradients go (a reduce-scatter of their group's flat buffer) and
 // what the optimizer updates (the shards). Forward and backward are told
-// apart by position: everything from the first cross_entropy_grad on is
-// backward.
+// apart by position: everything from the first cross_entropy_grad (under
+// loss parallel, vocab_parallel_loss_grad) on is backward.
 //
 // With tp > 1 (the IR of one tp position), the tp-sharded and tp-replicated
 // parameters go to different groups, and the gradient norm sums the former's
@@ -128,7 +128,7 @@ private:
 
 void FunctionSharder::collect() {
   for (Operation &op : body)
-    if (isa<CrossEntropyGradOp>(op)) {
+    if (isa<CrossEntropyGradOp, VocabParallelLossGradOp>(op)) {
       backwardStart = &op;
       break;
     }

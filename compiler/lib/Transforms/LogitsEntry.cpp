@@ -34,6 +34,12 @@ struct LogitsEntryPass : kiln::impl::KilnLogitsEntryBase<LogitsEntryPass> {
     if (!forward || module.lookupSymbol(kForwardLogitsFunc))
       return;
     auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
+    // Loss parallel (docs/tp.md): each tp rank has only its vocabulary
+    // slice of the logits, so there is nothing to sample from; the plan has
+    // no logits entry (sampling compiles at tp 1).
+    if (ret.getNumOperands() == 1 &&
+        ret.getOperand(0).getDefiningOp<VocabParallelLossOp>())
+      return;
     auto loss = ret.getNumOperands() == 1
                     ? lossOp(ret.getOperand(0)).getDefiningOp<CrossEntropyOp>()
                     : CrossEntropyOp();

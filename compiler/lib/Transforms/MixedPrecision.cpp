@@ -2,7 +2,10 @@
 //
 // One rule for every compute op, so the pass needs no list of ops: float
 // operands of rank >= 1 are fed in the param dtype, float results of rank
-// >= 1 are produced in it, except attention's logsumexp. The optimizer ops
+// >= 1 are produced in it, except attention's logsumexp and loss parallel's
+// per-row values (target ids, row max, statistics; docs/tp.md "The ends"),
+// which stay f32 through the layout ops and collectives that move them. The
+// optimizer ops
 // and scalars keep f32. One exception: the ops that sum into a parameter's
 // gradient (every embedding_grad, a scatter-add; the adds a gradient is
 // built of, found from where the gradients go) produce the wider of the
@@ -47,6 +50,19 @@ bool isLogsumexp(Value v) {
   auto result = dyn_cast<OpResult>(v);
   return result && isa<AttentionOp>(result.getOwner()) &&
          result.getResultNumber() == 1;
+}
+
+/// Values that stay f32 wherever they go: attention's logsumexp, and loss
+/// parallel's per-row values (ids must stay exact; the row max and sums feed
+/// a log-sum-exp), with what layout ops and collectives make of them.
+bool keepsF32(Operation *op, const DenseSet<Value> &pinned) {
+  if (isa<IndexToFloatOp, VocabParallelMaxOp, VocabParallelStatsOp,
+          VocabParallelLossGradOp>(op))
+    return true;
+  return isa<TransposeOp, ReshapeOp, AllGatherStartOp, AllReduceStartOp,
+             WaitOp>(op) &&
+         llvm::any_of(op->getOperands(),
+                      [&](Value v) { return pinned.contains(v); });
 }
 
 Type withElement(Type type, Type element) {
@@ -133,6 +149,7 @@ void applyPolicy(func::FuncOp func, Type param, Type reduce) {
   llvm::SmallPtrSet<Operation *, 4> sums;
   if (sumType != param)
     sums = gradientSums(func);
+  DenseSet<Value> pinned;
   for (Operation &op : llvm::make_early_inc_range(body)) {
     if (isOptimizerOp(&op) || isa<CastOp, func::ReturnOp>(op) ||
         op.getDialect() != func->getContext()->getLoadedDialect<KilnDialect>())
@@ -142,12 +159,16 @@ void applyPolicy(func::FuncOp func, Type param, Type reduce) {
     bool isSum = sums.contains(&op);
     Type in = isSum && !isa<EmbeddingGradOp>(op) ? sumType : param;
     Type out = isSum ? sumType : param;
+    if (keepsF32(&op, pinned))
+      pinned.insert(op.result_begin(), op.result_end());
     b.setInsertionPoint(&op);
     for (OpOperand &operand : op.getOpOperands())
-      if (isActivation(operand.get().getType()) && !isLogsumexp(operand.get()))
+      if (isActivation(operand.get().getType()) &&
+          !isLogsumexp(operand.get()) && !pinned.contains(operand.get()))
         operand.set(castTo(b, operand.get(), in));
     for (OpResult result : op.getResults())
-      if (isActivation(result.getType()) && !isLogsumexp(result))
+      if (isActivation(result.getType()) && !isLogsumexp(result) &&
+          !pinned.contains(result))
         result.setType(withElement(result.getType(), out));
   }
   // Whatever leaves the compute region goes back to f32: gradients through

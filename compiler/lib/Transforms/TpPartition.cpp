@@ -48,8 +48,9 @@ RankedTensorType withDim(RankedTensorType type, int64_t dim, int64_t size) {
 
 class Partition {
 public:
-  Partition(func::FuncOp func, int64_t tp, int64_t rank)
-      : func(func), tp(tp), rank(rank), b(func.getContext()) {}
+  Partition(func::FuncOp func, int64_t tp, int64_t rank, bool lossParallel)
+      : func(func), tp(tp), rank(rank), lossParallel(lossParallel),
+        b(func.getContext()) {}
 
   LogicalResult run();
 
@@ -66,12 +67,19 @@ private:
   /// The loss without loss parallel: each rank's tokens with the whole
   /// vocabulary, then the mean over tp.
   LogicalResult rewriteLoss(CrossEntropyOp ce);
+  /// Loss parallel: the cross-entropy of every position on the rank's
+  /// vocabulary slice, its row statistics all-reduced over tp.
+  LogicalResult rewriteParallelLoss(CrossEntropyOp ce);
   LogicalResult shardDim(Operation *op, Value v, int64_t dim);
   LogicalResult expect(Operation *op, Value v, Layout layout, StringRef what);
   void setLayout(Value v, Layout l) { layouts[v] = l; }
 
   func::FuncOp func;
   int64_t tp, rank;
+  bool lossParallel;
+  /// The output projection's vocabulary (its whole dim 0), and the padding
+  /// that makes it a multiple of tp.
+  int64_t wholeVocab = 0, vocabPad = 0;
   OpBuilder b;
   DenseMap<Value, Layout> layouts;
   DenseMap<Value, Value> gathered;
@@ -132,6 +140,23 @@ LogicalResult Partition::shardArguments() {
              << "' is a linear's weight and also used otherwise (tied "
                 "embeddings?): kiln-tp-partition cannot shard it";
     int64_t dim = isColumnParallel(linear.getRole()) ? 0 : 1;
+    if (linear.getRole() == LinearRole::output) {
+      // A vocabulary tp does not divide is padded to the next multiple:
+      // each rank V_pad / tp rows, the padding rows in the last slices,
+      // masked out of the loss.
+      RankedTensorType type = tensorOf(arg);
+      wholeVocab = type.getDimSize(0);
+      int64_t slice = (wholeVocab + tp - 1) / tp;
+      vocabPad = slice * tp - wholeVocab;
+      if (vocabPad >= slice)
+        return func.emitOpError("a vocabulary of ")
+               << wholeVocab << " padded for tp " << tp
+               << " would leave a rank only padding";
+      arg.setType(withDim(type, 0, slice));
+      func.setArgAttr(i, KilnDialect::kTpShardAttrName,
+                      TpShardAttr::get(ctx, 0, rank, vocabPad));
+      continue;
+    }
     if (failed(shardDim(func, arg, dim)))
       return failure();
     func.setArgAttr(i, KilnDialect::kTpShardAttrName,
@@ -288,7 +313,7 @@ LogicalResult Partition::rewrite(Operation *op) {
     return success();
   }
   if (auto ce = dyn_cast<CrossEntropyOp>(op))
-    return rewriteLoss(ce);
+    return lossParallel ? rewriteParallelLoss(ce) : rewriteLoss(ce);
   return op->emitOpError("kiln-tp-partition does not know how to partition "
                          "this op (docs/tp.md)");
 }
@@ -333,6 +358,20 @@ LogicalResult Partition::rewriteLoss(CrossEntropyOp ce) {
                           ArrayRef<int64_t>{2, 1, 0, 3});
   Value logits =
       ReshapeOp::create(b, loc, type({batch, seq / tp, tp * vocab}), ordered);
+  if (vocabPad != 0) {
+    // The padded vocabulary's last columns dropped: vocabulary-major, the
+    // first wholeVocab rows of the flat buffer, and back. Their gradient
+    // (flatten) is zero on the padding.
+    int64_t rows = batch * seq / tp, padded = tp * vocab;
+    Value byVocab = TransposeOp::create(b, loc, type({padded, batch, seq / tp}),
+                                        logits, ArrayRef<int64_t>{2, 0, 1});
+    Value flatVocab = ReshapeOp::create(b, loc, type({padded * rows}), byVocab);
+    Value kept =
+        UnflattenOp::create(b, loc, type({wholeVocab, batch, seq / tp}),
+                            flatVocab, b.getI64IntegerAttr(0));
+    logits = TransposeOp::create(b, loc, type({batch, seq / tp, wholeVocab}),
+                                 kept, ArrayRef<int64_t>{1, 2, 0});
+  }
   ce.getLogitsMutable().assign(logits);
   // The mean over the rank's tokens, then over tp (equal token counts): the
   // mean over all tokens. Its gradient rule divides by tp.
@@ -342,6 +381,53 @@ LogicalResult Partition::rewriteLoss(CrossEntropyOp ce) {
                                         b.getStringAttr("mean"));
   Value loss = WaitOp::create(b, loc, start.getType(), start);
   ce.getResult().replaceAllUsesExcept(loss, start);
+  setLayout(loss, Layout::Scalar);
+  return success();
+}
+
+LogicalResult Partition::rewriteParallelLoss(CrossEntropyOp ce) {
+  Operation *op = ce;
+  Location loc = op->getLoc();
+  if (failed(expect(op, ce.getLogits(), Layout::Local,
+                    "the rank's vocabulary slice of the logits")))
+    return failure();
+  RankedTensorType local = tensorOf(ce.getLogits()); // [B, S, V/tp]
+  if (local.getRank() != 3)
+    return op->emitOpError("kiln-tp-partition expects logits [B, S, V]");
+  int64_t slice = local.getDimSize(2);
+  auto vocabStart = b.getI64IntegerAttr(rank * slice);
+  auto vocabSize = b.getI64IntegerAttr(wholeVocab);
+  auto rowsType = RankedTensorType::get(local.getShape().drop_back(),
+                                        b.getF32Type()); // [B, S]
+  auto axis = MeshAxisAttr::get(b.getContext(), MeshAxis::tp);
+  auto allReduce = [&](Value v, StringRef reduction) -> Value {
+    auto start = AllReduceStartOp::create(
+        b, loc, v, axis, b.getI64IntegerAttr(tp), b.getStringAttr(reduction));
+    return WaitOp::create(b, loc, start.getType(), start);
+  };
+  // Every position's target: the rank's sequence shard, as f32 (the
+  // collectives move floats; ids below 2^24 are exact), gathered along the
+  // sequence like the activations.
+  RankedTensorType targets = tensorOf(ce.getTargets()); // [B, S/tp]
+  Value ids = IndexToFloatOp::create(
+      b, loc, RankedTensorType::get(targets.getShape(), b.getF32Type()),
+      ce.getTargets());
+  Value allIds = collectiveAlong(ids, 1, /*scatter=*/false, "targets", loc);
+  Value max =
+      allReduce(VocabParallelMaxOp::create(b, loc, rowsType, ce.getLogits(),
+                                           vocabStart, vocabSize),
+                "max");
+  SmallVector<int64_t> statsShape(rowsType.getShape());
+  statsShape.push_back(2);
+  Value stats =
+      allReduce(VocabParallelStatsOp::create(b, loc, rowsType.clone(statsShape),
+                                             ce.getLogits(), max, allIds,
+                                             vocabStart, vocabSize),
+                "sum");
+  // The same loss on every tp rank: the mean over all B x S tokens.
+  Value loss = VocabParallelLossOp::create(b, loc, stats, max);
+  ce.getResult().replaceAllUsesWith(loss);
+  ce->erase();
   setLayout(loss, Layout::Scalar);
   return success();
 }
@@ -388,12 +474,6 @@ struct TpPartitionPass : kiln::impl::KilnTpPartitionBase<TpPartitionPass> {
           << mesh.getTp() << ")";
       return signalPassFailure();
     }
-    if (lossParallel.getValue()) {
-      module.emitError("loss parallel (a vocabulary-sharded cross-entropy) "
-                       "is not built yet; set "
-                       "parallelism.disable_loss_parallel = true (docs/tp.md)");
-      return signalPassFailure();
-    }
     auto forward = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
     if (!forward) {
       module.emitError("kiln-tp-partition needs a func.func @forward_loss");
@@ -401,7 +481,9 @@ struct TpPartitionPass : kiln::impl::KilnTpPartitionBase<TpPartitionPass> {
     }
     LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": rank " << rank.getInt() << " of "
                             << mesh.getTp() << "\n");
-    if (failed(Partition(forward, mesh.getTp(), rank.getInt()).run()))
+    if (failed(Partition(forward, mesh.getTp(), rank.getInt(),
+                         lossParallel.getValue())
+                   .run()))
       return signalPassFailure();
   }
 };

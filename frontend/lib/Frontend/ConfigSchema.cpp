@@ -157,8 +157,9 @@ const std::vector<KeySpec> &kiln::configSchema() {
              FIELD(parallelism.tensor_parallel_degree), 1, 64,
              "Tensor-parallel ranks, the mesh's inner axis (ranks of one "
              "node); heads, kv heads, the FFN's hidden size and `seq_len` "
-             "must divide by it. Each rank compiles its own position "
-             "(`kiln train`); runs on the CPU backend (docs/tp.md).",
+             "must divide by it; a vocabulary it does not divide is padded. "
+             "Each rank compiles its own position (`kiln train` under "
+             "`mpirun`); trains on the CPU backend (docs/tp.md).",
              kTp, true),
       otherKey("parallelism", "enable_async_tensor_parallel",
                FIELD(parallelism.enable_async_tensor_parallel), "",
@@ -169,8 +170,8 @@ const std::vector<KeySpec> &kiln::configSchema() {
       otherKey("parallelism", "disable_loss_parallel",
                FIELD(parallelism.disable_loss_parallel), "",
                "Gather the logits for the loss instead of a vocab-sharded "
-               "cross-entropy. Required with `tensor_parallel_degree` > 1: "
-               "loss parallel is not built yet (docs/tp.md).",
+               "cross-entropy (loss parallel: each tp rank's vocabulary "
+               "slice, no logits gathered; docs/tp.md).",
                kTp, true),
       // [mixed_precision]
       otherKey("mixed_precision", "param", FIELD(mixed_precision.param),

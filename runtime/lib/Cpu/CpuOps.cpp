@@ -125,6 +125,48 @@ KILN_CPU_OP(crossEntropyGrad) {
                                    out[0].f32(), rows(logits), lastDim(logits));
 }
 
+KILN_CPU_OP(indexToFloat) {
+  (void)step;
+  for (int64_t i = 0, n = in[0].numElements(); i < n; ++i)
+    out[0].f32()[i] = static_cast<float>(in[0].i32()[i]);
+  return Error::success();
+}
+
+KILN_CPU_OP(vocabParallelMax) {
+  cpu::vocabParallelMax(in[0].f32(), out[0].f32(), rows(in[0]), lastDim(in[0]),
+                        step.i64("vocab_start"), step.i64("vocab_size"));
+  return Error::success();
+}
+
+KILN_CPU_OP(vocabParallelStats) {
+  // Operands: logits, max, targets.
+  return cpu::vocabParallelStats(
+      in[0].f32(), in[1].f32(), in[2].f32(), out[0].f32(), rows(in[0]),
+      lastDim(in[0]), step.i64("vocab_start"), step.i64("vocab_size"));
+}
+
+KILN_CPU_OP(vocabParallelStatsGrad) {
+  // Operands: dstats, logits, max, targets.
+  return cpu::vocabParallelStatsBackward(
+      in[0].f32(), in[1].f32(), in[2].f32(), in[3].f32(), out[0].f32(),
+      rows(in[1]), lastDim(in[1]), step.i64("vocab_start"),
+      step.i64("vocab_size"));
+}
+
+KILN_CPU_OP(vocabParallelLoss) {
+  (void)step;
+  cpu::vocabParallelLoss(in[0].f32(), in[1].f32(), out[0].f32(),
+                         in[1].numElements());
+  return Error::success();
+}
+
+KILN_CPU_OP(vocabParallelLossGrad) {
+  (void)step;
+  cpu::vocabParallelLossBackward(in[0].f32()[0], in[1].f32(), out[0].f32(),
+                                 in[1].numElements() / 2);
+  return Error::success();
+}
+
 KILN_CPU_OP(copy) {
   (void)step;
   std::memmove(out[0].f32(), in[0].f32(),
@@ -266,6 +308,18 @@ CpuOpFn findCpuOp(plan::Op op) {
     return crossEntropy;
   case Op::CrossEntropyGrad:
     return crossEntropyGrad;
+  case Op::IndexToFloat:
+    return indexToFloat;
+  case Op::VocabParallelMax:
+    return vocabParallelMax;
+  case Op::VocabParallelStats:
+    return vocabParallelStats;
+  case Op::VocabParallelStatsGrad:
+    return vocabParallelStatsGrad;
+  case Op::VocabParallelLoss:
+    return vocabParallelLoss;
+  case Op::VocabParallelLossGrad:
+    return vocabParallelLossGrad;
   case Op::Reshape:
     // The executor rounds every result to its dtype: a reshape is a copy
     // through f32.

@@ -723,3 +723,35 @@ func.func @send_recv_rank2(%s: tensor<2x2xf32>) {
   %1 = kiln.wait %0 : tensor<2x2xf32>
   return
 }
+
+// -----
+
+func.func @index_to_float_c1(%t: tensor<2x8xi32>) {
+  // expected-error @+1 {{'kiln.index_to_float' op shape changes from [2, 8] to [16]}}
+  %0 = kiln.index_to_float %t : tensor<2x8xi32> -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @vocab_parallel_c1(%l: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{'kiln.vocab_parallel_max' op vocab_start 32 must lie in [0, vocab_size = 30)}}
+  %0 = kiln.vocab_parallel_max %l {vocab_start = 32 : i64, vocab_size = 30 : i64} : tensor<2x8x16xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @vocab_parallel_c2(%l: tensor<2x8x16xf32>, %m: tensor<2x8xf32>, %t: tensor<2x4xf32>) {
+  // expected-error @+1 {{'kiln.vocab_parallel_stats' op operand [2, 4] must be the logits' shape [2, 8, 16] without the vocabulary dim}}
+  %0 = kiln.vocab_parallel_stats %l, %m, %t {vocab_start = 16 : i64, vocab_size = 32 : i64} : tensor<2x8x16xf32>, tensor<2x8xf32>, tensor<2x4xf32> -> tensor<2x8x2xf32>
+  return
+}
+
+// -----
+
+func.func @vocab_parallel_loss_c1(%s: tensor<2x8x3xf32>, %m: tensor<2x8xf32>) {
+  // expected-error @+1 {{'kiln.vocab_parallel_loss' op statistics [2, 8, 3] must be [2, 8] plus [2]}}
+  %0 = kiln.vocab_parallel_loss %s, %m : tensor<2x8x3xf32>, tensor<2x8xf32>
+  return
+}

@@ -32,9 +32,11 @@ struct InitSpec {
 
 /// A tensor-parallel rank's slice of a whole tensor (docs/plan.md,
 /// `tp_shard`): slice `index` of the mesh's `tp` equal slices along `dim`.
-/// The whole tensor's shape is the slice's with `dim` times `tp`.
+/// The whole tensor's shape is the slice's with `dim` times `tp`, less
+/// `pad`: the padded tensor's last `pad` entries along `dim` (in the last
+/// slices) are padding, zero at init and in no checkpoint.
 struct TpSlice {
-  int64_t dim = 0, index = 0;
+  int64_t dim = 0, index = 0, pad = 0;
 };
 
 /// One parameter (or moment) in the flat buffer a sharded state is a piece

@@ -163,6 +163,15 @@ bool isKernelOp(plan::Op op) {
   case Op::AttentionGrad:
   case Op::CrossEntropy:
   case Op::CrossEntropyGrad:
+  // Loss parallel has no CUDA kernels yet: opLaunchPlan refuses them, by
+  // name, when a plan is loaded (only tp > 1 plans have them, which the
+  // CUDA executor refuses anyway).
+  case Op::IndexToFloat:
+  case Op::VocabParallelMax:
+  case Op::VocabParallelStats:
+  case Op::VocabParallelStatsGrad:
+  case Op::VocabParallelLoss:
+  case Op::VocabParallelLossGrad:
   case Op::Reshape:
   case Op::Transpose:
   case Op::Flatten:

@@ -97,6 +97,12 @@ enum class Category : uint8_t {
   X(AttentionGrad, "attention_grad", Library, 6, 6, 3)                         \
   X(CrossEntropy, "cross_entropy", Library, 2, 2, 1)                           \
   X(CrossEntropyGrad, "cross_entropy_grad", Library, 3, 3, 1)                  \
+  X(IndexToFloat, "index_to_float", Library, 1, 1, 1)                          \
+  X(VocabParallelMax, "vocab_parallel_max", Library, 1, 1, 1)                  \
+  X(VocabParallelStats, "vocab_parallel_stats", Library, 3, 3, 1)              \
+  X(VocabParallelStatsGrad, "vocab_parallel_stats_grad", Library, 4, 4, 1)     \
+  X(VocabParallelLoss, "vocab_parallel_loss", Library, 2, 2, 1)                \
+  X(VocabParallelLossGrad, "vocab_parallel_loss_grad", Library, 2, 2, 1)       \
   X(Reshape, "reshape", Library, 1, 1, 1)                                      \
   X(Transpose, "transpose", Library, 1, 1, 1)                                  \
   X(Flatten, "flatten", Library, 1, -1, 1)                                     \
@@ -226,6 +232,18 @@ inline constexpr AttrSpec kAttrs[] = {
     {Op::Attention, "scale", AttrType::Float, true, kTiny, kHuge, nullptr},
     {Op::AttentionGrad, "causal", AttrType::Bool, false, 0, 0, nullptr},
     {Op::AttentionGrad, "scale", AttrType::Float, true, kTiny, kHuge, nullptr},
+    {Op::VocabParallelMax, "vocab_start", AttrType::Int, true, 0, kMaxOffset,
+     nullptr},
+    {Op::VocabParallelMax, "vocab_size", AttrType::Int, true, 1, kMaxOffset,
+     nullptr},
+    {Op::VocabParallelStats, "vocab_start", AttrType::Int, true, 0, kMaxOffset,
+     nullptr},
+    {Op::VocabParallelStats, "vocab_size", AttrType::Int, true, 1, kMaxOffset,
+     nullptr},
+    {Op::VocabParallelStatsGrad, "vocab_start", AttrType::Int, true, 0,
+     kMaxOffset, nullptr},
+    {Op::VocabParallelStatsGrad, "vocab_size", AttrType::Int, true, 1,
+     kMaxOffset, nullptr},
     {Op::Transpose, "permutation", AttrType::IntList, true, 0, 63, nullptr},
     {Op::Flatten, "offsets", AttrType::IntList, true, 0, kMaxOffset, nullptr},
     {Op::Unflatten, "offset", AttrType::Int, true, 0, kMaxOffset, nullptr},

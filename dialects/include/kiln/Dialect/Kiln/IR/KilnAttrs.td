@@ -191,13 +191,22 @@ def Kiln_TpShardAttr : AttrDef<Kiln_Dialect, "TpShard"> {
     on the mesh's tp axis) of `tp` equal chunks of the whole tensor along
     `dim`. Parameters keep their HF name (`kiln.param`), so a checkpoint can
     gather the whole tensor; the token input is the rank's sequence shard.
+    `pad` (omitted when 0) counts padding entries at the end of `dim`: the
+    whole tensor is `tp x size - pad` long along it (a vocabulary that tp
+    does not divide, padded for the output projection; docs/tp.md).
 
     ```mlir
     %wq: tensor<32x64xf32> {kiln.param = "model.layers.0.self_attn.q_proj.weight",
                             kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
     ```
   }];
-  let parameters = (ins "int64_t":$dim, "int64_t":$index);
+  let parameters = (ins "int64_t":$dim, "int64_t":$index,
+                        DefaultValuedParameter<"int64_t", "0">:$pad);
+  let builders = [
+    AttrBuilder<(ins "int64_t":$dim, "int64_t":$index), [{
+      return $_get($_ctxt, dim, index, 0);
+    }]>
+  ];
   let assemblyFormat = "`<` struct(params) `>`";
 }
 

@@ -314,5 +314,6 @@ include "kiln/Dialect/Kiln/IR/KilnOptimizerOps.td"
 include "kiln/Dialect/Kiln/IR/KilnFusionOps.td"
 include "kiln/Dialect/Kiln/IR/KilnCollectiveOps.td"
 include "kiln/Dialect/Kiln/IR/KilnFp8Ops.td"
+include "kiln/Dialect/Kiln/IR/KilnLossParallelOps.td"
 
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_TD
