@@ -488,7 +488,8 @@ bool StepRules::check() {
   case Op::SendRecvStart: {
     const PlanValue &a = in(0);
     return axisRanks() && floating(a, operandName(0)) &&
-           rank(a, 1, operandName(0)) && dtype(out(0), a.dtype, resultName(0)) &&
+           rank(a, 1, operandName(0)) &&
+           dtype(out(0), a.dtype, resultName(0)) &&
            shape(out(0), a.shape, resultName(0)) &&
            (integer("shift") < integer("ranks") ||
             fail("attribute 'shift'", "must be below 'ranks'"));

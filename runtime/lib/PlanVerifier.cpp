@@ -48,8 +48,7 @@ std::string stepName(const std::string &entry, size_t i, const PlanStep &s) {
 /// a mesh with tp > 1, its pad below the slice's length along the dim, and
 /// the whole tensor (the slice's dim times tp) has at most 2^48 elements.
 Error checkTpSlice(const Plan &plan, const std::optional<TpSlice> &slice,
-                   const std::vector<int64_t> &shape,
-                   const std::string &what) {
+                   const std::vector<int64_t> &shape, const std::string &what) {
   if (!slice)
     return Error::success();
   if (plan.mesh.tp == 1)
@@ -66,8 +65,7 @@ Error checkTpSlice(const Plan &plan, const std::optional<TpSlice> &slice,
                  " (a slice would be padding only)");
   if (slice->index != plan.tpIndex)
     return Error(what + " is tp slice " + std::to_string(slice->index) +
-                 " in a plan for tp position " +
-                 std::to_string(plan.tpIndex) +
+                 " in a plan for tp position " + std::to_string(plan.tpIndex) +
                  " (a plan holds one position's slices)");
   int64_t n = 1;
   for (int64_t d : shape)

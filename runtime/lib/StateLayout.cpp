@@ -76,17 +76,14 @@ struct SliceRuns {
 /// Elements [first, first + count) of a tensor `name` (shape `shape`, a
 /// slice or whole) from its initialiser, into `out`.
 void initializeRange(const Plan &plan, const InitSpec &init, uint64_t seed,
-                     const std::string &name,
-                     const std::vector<int64_t> &shape,
+                     const std::string &name, const std::vector<int64_t> &shape,
                      const std::optional<TpSlice> &slice, int64_t first,
                      int64_t count, float *out) {
   std::fill_n(out, count, 0.0f); // padding
   SliceRuns runs(plan, shape, slice);
-  runs.forRuns(first, count, runs.index,
-               [&](int64_t e, int64_t w, int64_t n) {
-                 runtime::initialize(init, seed, name, w, n,
-                                     out + (e - first));
-               });
+  runs.forRuns(first, count, runs.index, [&](int64_t e, int64_t w, int64_t n) {
+    runtime::initialize(init, seed, name, w, n, out + (e - first));
+  });
 }
 
 /// The whole tensor from this rank's slice `local`: the tp ranks'
@@ -105,8 +102,8 @@ Expected<std::vector<float>> gatherSlice(const Plan &plan,
   for (int64_t d : wholeShape(plan, shape, slice))
     wholeSize *= d;
   std::vector<float> all(n * plan.mesh.tp), whole(wholeSize);
-  comm::CommHandle h = tp->startAllGather(local.data(), all.data(), n,
-                                          comm::ElementType::F32);
+  comm::CommHandle h =
+      tp->startAllGather(local.data(), all.data(), n, comm::ElementType::F32);
   if (Error failure = tp->wait(h))
     return Error("gathering '" + name + "' over tp: " + failure.message());
   SliceRuns runs(plan, shape, slice);
@@ -161,15 +158,15 @@ void initializeStates(const Plan &plan, int rank, uint64_t seed,
       auto [begin, count] = overlap(part, lo, hi);
       if (count > 0)
         initializeRange(plan, part.init, seed, part.name, part.shape, part.tp,
-                        begin - part.offset, count,
-                        data.data() + (begin - lo));
+                        begin - part.offset, count, data.data() + (begin - lo));
     }
   }
 }
 
-Expected<std::vector<FloatTensor>>
-unshardedStates(const Plan &plan, const HostStates &states,
-                comm::Communicator *dpShard, comm::Communicator *tp) {
+Expected<std::vector<FloatTensor>> unshardedStates(const Plan &plan,
+                                                   const HostStates &states,
+                                                   comm::Communicator *dpShard,
+                                                   comm::Communicator *tp) {
   std::vector<FloatTensor> out;
   for (const PlanValue &v : plan.values) {
     if (v.kind != PlanValue::State)
@@ -202,8 +199,7 @@ unshardedStates(const Plan &plan, const HostStates &states,
           part.shape, part.tp, tp, part.name);
       if (!whole)
         return whole.takeError();
-      out.push_back(
-          {part.name, wholeShape(plan, part.shape, part.tp), *whole});
+      out.push_back({part.name, wholeShape(plan, part.shape, part.tp), *whole});
     }
   }
   return out;

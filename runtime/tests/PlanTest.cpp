@@ -127,9 +127,11 @@ TEST(Plan, ChecksTpSlices) {
            ", \"index\": " + std::to_string(index) + "},";
   };
   auto tp2 = [&](const std::string &tokens, const std::string &weight) {
-    std::string text = replace(kValid, R"("mesh": {"dp_shard": 1, "tp": 1},)",
-                               R"("ranks": 2, "mesh": {"dp_shard": 1, "tp": 2},)");
-    text = replace(text, R"("name": "tokens",)", tokens + R"( "name": "tokens",)");
+    std::string text =
+        replace(kValid, R"("mesh": {"dp_shard": 1, "tp": 1},)",
+                R"("ranks": 2, "mesh": {"dp_shard": 1, "tp": 2},)");
+    text =
+        replace(text, R"("name": "tokens",)", tokens + R"( "name": "tokens",)");
     text = replace(text, R"("name": "targets",)",
                    tokens + R"( "name": "targets",)");
     return replace(text, w, weight + " " + w);
@@ -152,9 +154,9 @@ TEST(Plan, ChecksTpSlices) {
   EXPECT_EQ(errorOf(tp2(slice(1, 1), slice(0, 0))),
             "value 0: 'tokens' is tp slice 1 in a plan for tp position 0 (a "
             "plan holds one position's slices)");
-  EXPECT_NE(errorOf(tp2(slice(1, 1), R"("tp_shard": {"dim": 0},)"))
-                .find("tp_shard"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf(tp2(slice(1, 1), R"("tp_shard": {"dim": 0},)")).find("tp_shard"),
+      std::string::npos);
 
   // A padded slice (a vocabulary tp does not divide): the whole tensor is
   // pad entries short; a pad of a whole slice, or on the tokens, is refused.

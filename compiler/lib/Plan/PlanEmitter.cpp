@@ -266,11 +266,10 @@ json::Object PlanBuilder::valueJson(int64_t id) const {
       json::Object o{
           {"name", part.getAs<StringAttr>("name").getValue().str()},
           {"offset", part.getAs<IntegerAttr>("offset").getInt()},
-          {"shape", json::Array(part.getAs<DenseI64ArrayAttr>("shape")
-                                    .asArrayRef())},
+          {"shape",
+           json::Array(part.getAs<DenseI64ArrayAttr>("shape").asArrayRef())},
           {"init", initToJson(part.getAs<InitAttr>("init"))}};
-      if (auto slice =
-              part.getAs<TpShardAttr>("tp_shard"))
+      if (auto slice = part.getAs<TpShardAttr>("tp_shard"))
         o["tp_shard"] = tpShardJson(slice);
       parts.push_back(std::move(o));
     }
@@ -303,10 +302,9 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
     auto slice =
         func.getArgAttrOfType<TpShardAttr>(i, KilnDialect::kTpShardAttrName);
     if (auto p = func.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttrName))
-      id = named(
-          func, "state", p.getValue(), arg.getType(),
-          func.getArgAttrOfType<InitAttr>(i, KilnDialect::kInitAttrName),
-          /*zeros=*/false, ArrayAttr(), slice);
+      id = named(func, "state", p.getValue(), arg.getType(),
+                 func.getArgAttrOfType<InitAttr>(i, KilnDialect::kInitAttrName),
+                 /*zeros=*/false, ArrayAttr(), slice);
     else if (auto s = func.getArgAttrOfType<StringAttr>(
                  i, KilnDialect::kStateAttrName))
       id = named(

@@ -68,8 +68,8 @@ private:
   Value swap(Location loc, Value v) {
     RankedTensorType t = tensorOf(v);
     return TransposeOp::create(
-        b, loc, t.clone({t.getDimSize(1), t.getDimSize(0), t.getDimSize(2)}),
-        v, kSwap);
+        b, loc, t.clone({t.getDimSize(1), t.getDimSize(0), t.getDimSize(2)}), v,
+        kSwap);
   }
   Value reshape(Location loc, Value v, ArrayRef<int64_t> shape) {
     return ReshapeOp::create(b, loc, tensorOf(v).clone(shape), v);
@@ -122,17 +122,15 @@ void Ring::rewriteGather(AllGatherStartOp start) {
   }
   if (linears.empty())
     return;
-  llvm::sort(linears, [](LinearOp a, LinearOp b) {
-    return a->isBeforeInBlock(b);
-  });
+  llvm::sort(linears,
+             [](LinearOp a, LinearOp b) { return a->isBeforeInBlock(b); });
   ArrayRef<int64_t> sbd = tensorOf(front.getResult()).getShape();
   int64_t s = sbd[0] / tp;
   Location loc = start.getLoc();
 
   // Each linear's chunk results, [s * B * N] flat in [s, B, N] order, by
   // chunk index.
-  SmallVector<SmallVector<Value>> parts(linears.size(),
-                                        SmallVector<Value>(tp));
+  SmallVector<SmallVector<Value>> parts(linears.size(), SmallVector<Value>(tp));
   b.setInsertionPoint(start);
   Value held = start.getShard();
   for (int64_t k = 0; k < tp; ++k) {
@@ -173,8 +171,8 @@ void Ring::rewriteScatter(ReduceScatterStartOp start) {
   if (start.getReduction() != "sum")
     return;
   auto flat = start.getInput().getDefiningOp<ReshapeOp>();
-  auto swapped = flat ? flat.getInput().getDefiningOp<TransposeOp>()
-                      : TransposeOp();
+  auto swapped =
+      flat ? flat.getInput().getDefiningOp<TransposeOp>() : TransposeOp();
   auto linear =
       swapped ? swapped.getInput().getDefiningOp<LinearOp>() : LinearOp();
   auto wait = onlyUser<WaitOp>(start.getResult());
@@ -190,8 +188,9 @@ void Ring::rewriteScatter(ReduceScatterStartOp start) {
   Value xFlat = reshape(loc, swap(loc, x), {tensorOf(x).getNumElements()});
   int64_t chunk = s * bsf[0] * bsf[2];
   auto partial = [&](int64_t c) {
-    Value xc = UnflattenOp::create(b, loc, tensorOf(x).clone({s, bsf[0], bsf[2]}),
-                                   xFlat, b.getI64IntegerAttr(c * chunk));
+    Value xc =
+        UnflattenOp::create(b, loc, tensorOf(x).clone({s, bsf[0], bsf[2]}),
+                            xFlat, b.getI64IntegerAttr(c * chunk));
     Value y = swap(loc, linearOn(linear, swap(loc, xc)));
     return reshape(loc, y, {tensorOf(y).getNumElements()});
   };

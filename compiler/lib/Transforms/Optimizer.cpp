@@ -99,10 +99,9 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   auto stateAttrs = [&](StringRef name, BlockArgument param = {}) {
     SmallVector<NamedAttribute> attrs = {
         b.getNamedAttr(KilnDialect::kStateAttrName, b.getStringAttr(name))};
-    if (Attribute slice =
-            param ? func.getArgAttr(param.getArgNumber(),
-                                    KilnDialect::kTpShardAttrName)
-                  : Attribute())
+    if (Attribute slice = param ? func.getArgAttr(param.getArgNumber(),
+                                                  KilnDialect::kTpShardAttrName)
+                                : Attribute())
       attrs.push_back(b.getNamedAttr(KilnDialect::kTpShardAttrName, slice));
     return b.getDictionaryAttr(attrs);
   };
@@ -112,8 +111,7 @@ LogicalResult appendOptimizer(func::FuncOp func, const Hyper &h) {
   SmallVector<DictionaryAttr> newAttrs;
   for (auto &[param, name] : params) {
     newTypes.append(2, param.getType());
-    newAttrs.push_back(
-        stateAttrs(("exp_avg." + name.getValue()).str(), param));
+    newAttrs.push_back(stateAttrs(("exp_avg." + name.getValue()).str(), param));
     newAttrs.push_back(
         stateAttrs(("exp_avg_sq." + name.getValue()).str(), param));
   }

@@ -339,9 +339,10 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
              b.getNamedAttr(
                  "loss_parallel",
                  b.getBoolAttr(!config.parallelism.disable_loss_parallel)),
-             b.getNamedAttr("async",
-                            b.getBoolAttr(config.parallelism
-                                              .enable_async_tensor_parallel))}));
+             b.getNamedAttr(
+                 "async",
+                 b.getBoolAttr(
+                     config.parallelism.enable_async_tensor_parallel))}));
   module->getOperation()->setAttr(
       "kiln.fsdp",
       b.getDictionaryAttr({b.getNamedAttr(

@@ -93,10 +93,10 @@ Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
     return Error(std::string("null ") + (send ? "receive" : "send") +
                  " buffer");
   // Elements of the larger buffer: size*count except for all-reduce.
-  int64_t factor = kind == CollectiveKind::AllReduce ||
-                           kind == CollectiveKind::SendRecv
-                       ? 1
-                       : size;
+  int64_t factor =
+      kind == CollectiveKind::AllReduce || kind == CollectiveKind::SendRecv
+          ? 1
+          : size;
   if (count > maxElements / factor)
     return Error("more than " + std::to_string(maxElements) +
                  " elements in one buffer, this backend's limit");

@@ -53,8 +53,7 @@ public:
   }
   CommHandle startReduceScatter(const void *send, void *recv, int64_t count,
                                 ElementType type, ReduceOp op) final {
-    return issue(CollectiveKind::ReduceScatter, send, recv, count, type, op,
-                 0);
+    return issue(CollectiveKind::ReduceScatter, send, recv, count, type, op, 0);
   }
   CommHandle startAllReduce(const void *send, void *recv, int64_t count,
                             ElementType type, ReduceOp op) final {

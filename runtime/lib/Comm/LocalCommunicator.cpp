@@ -65,9 +65,9 @@ private:
     uint64_t id = nextId_++;
     if (failure_.failed())
       return {id};
-    if (Error why = checkCollective(kind, send, recv, count, type, op, 1,
-                                    std::numeric_limits<int64_t>::max(),
-                                    shift)) {
+    if (Error why =
+            checkCollective(kind, send, recv, count, type, op, 1,
+                            std::numeric_limits<int64_t>::max(), shift)) {
       failure_.fail(id, std::string("local ") +
                             describeCollective(kind, id, count, type, op) +
                             ": " + why.message());

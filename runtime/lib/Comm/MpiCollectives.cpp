@@ -122,8 +122,8 @@ Error MpiCommunicator::sendRecv(const Request &r) {
   // Collectives are issued in one order on every rank and run one at a
   // time, so one tag cannot pair a message with another collective's.
   MPI_Request requests[2];
-  int rc = MPI_Irecv(r.recv, count, mpiType(r.type), from, 0, comm_,
-                     &requests[0]);
+  int rc =
+      MPI_Irecv(r.recv, count, mpiType(r.type), from, 0, comm_, &requests[0]);
   if (rc != MPI_SUCCESS)
     return Error("MPI_Irecv failed: " + mpiErrorText(rc));
   rc = MPI_Isend(r.send, count, mpiType(r.type), to, 0, comm_, &requests[1]);

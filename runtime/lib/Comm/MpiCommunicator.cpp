@@ -148,9 +148,8 @@ CommHandle MpiCommunicator::issue(CollectiveKind kind, const void *send,
   {
     std::lock_guard<std::mutex> lock(mu_);
     request.id = handle.id = nextId_++;
-    if (Error why =
-            checkCollective(kind, send, recv, count, type, op, size_, INT_MAX,
-                            shift))
+    if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
+                                    INT_MAX, shift))
       request.invalid = "mpi " +
                         describeCollective(kind, request.id, count, type, op) +
                         ": " + why.message();

@@ -194,8 +194,7 @@ CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
   std::string error;
   if (!failedBefore)
     if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
-                                    std::numeric_limits<int64_t>::max(),
-                                    shift))
+                                    std::numeric_limits<int64_t>::max(), shift))
       error = "nccl " + what + ": " + why.message();
 
   // The join: the communicator's stream waits for the producer's work.
@@ -231,7 +230,8 @@ CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
           rc = ncclUnhandledCudaError;
       } else {
         call = "ncclSend/ncclRecv";
-        int to = (rank_ + shift) % size_, from = (rank_ - shift + size_) % size_;
+        int to = (rank_ + shift) % size_,
+            from = (rank_ - shift + size_) % size_;
         rc = ncclGroupStart();
         if (rc == ncclSuccess)
           rc = ncclSend(send, static_cast<size_t>(count), ncclType(type), to,

@@ -46,9 +46,9 @@ private:
     uint64_t id = nextId_++;
     if (failure_.failed())
       return {id};
-    if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
-                                    std::numeric_limits<int64_t>::max(),
-                                    shift)) {
+    if (Error why =
+            checkCollective(kind, send, recv, count, type, op, size_,
+                            std::numeric_limits<int64_t>::max(), shift)) {
       failure_.fail(id, "mirror " +
                             describeCollective(kind, id, count, type, op) +
                             ": " + why.message());
