@@ -70,6 +70,9 @@ private:
   /// Loss parallel: the cross-entropy of every position on the rank's
   /// vocabulary slice, its row statistics all-reduced over tp.
   LogicalResult rewriteParallelLoss(CrossEntropyOp ce);
+  /// The type of the loss's logits, the rank's vocabulary slice [B, S,
+  /// V/tp] (either loss's input), or an error.
+  FailureOr<RankedTensorType> localLogits(CrossEntropyOp ce);
   LogicalResult shardDim(Operation *op, Value v, int64_t dim);
   LogicalResult expect(Operation *op, Value v, Layout layout, StringRef what);
   void setLayout(Value v, Layout l) { layouts[v] = l; }
@@ -318,15 +321,23 @@ LogicalResult Partition::rewrite(Operation *op) {
                          "this op (docs/tp.md)");
 }
 
+FailureOr<RankedTensorType> Partition::localLogits(CrossEntropyOp ce) {
+  if (failed(expect(ce, ce.getLogits(), Layout::Local,
+                    "the rank's vocabulary slice of the logits")))
+    return failure();
+  RankedTensorType local = tensorOf(ce.getLogits());
+  if (local.getRank() != 3)
+    return ce.emitOpError("kiln-tp-partition expects logits [B, S, V]");
+  return local;
+}
+
 LogicalResult Partition::rewriteLoss(CrossEntropyOp ce) {
   Operation *op = ce;
   Location loc = op->getLoc();
-  if (failed(expect(op, ce.getLogits(), Layout::Local,
-                    "the rank's vocabulary slice of the logits")))
+  FailureOr<RankedTensorType> sliced = localLogits(ce);
+  if (failed(sliced))
     return failure();
-  RankedTensorType local = tensorOf(ce.getLogits()); // [B, S, V/tp]
-  if (local.getRank() != 3)
-    return op->emitOpError("kiln-tp-partition expects logits [B, S, V]");
+  RankedTensorType local = *sliced; // [B, S, V/tp]
   int64_t batch = local.getDimSize(0), seq = local.getDimSize(1),
           vocab = local.getDimSize(2), part = seq / tp * batch * vocab;
   auto type = [&](ArrayRef<int64_t> shape) { return local.clone(shape); };
@@ -388,12 +399,10 @@ LogicalResult Partition::rewriteLoss(CrossEntropyOp ce) {
 LogicalResult Partition::rewriteParallelLoss(CrossEntropyOp ce) {
   Operation *op = ce;
   Location loc = op->getLoc();
-  if (failed(expect(op, ce.getLogits(), Layout::Local,
-                    "the rank's vocabulary slice of the logits")))
+  FailureOr<RankedTensorType> sliced = localLogits(ce);
+  if (failed(sliced))
     return failure();
-  RankedTensorType local = tensorOf(ce.getLogits()); // [B, S, V/tp]
-  if (local.getRank() != 3)
-    return op->emitOpError("kiln-tp-partition expects logits [B, S, V]");
+  RankedTensorType local = *sliced; // [B, S, V/tp]
   int64_t slice = local.getDimSize(2);
   auto vocabStart = b.getI64IntegerAttr(rank * slice);
   auto vocabSize = b.getI64IntegerAttr(wholeVocab);
