@@ -25,6 +25,8 @@ void kiln::buildTpPipeline(OpPassManager &pm) {
 
 void kiln::buildTrainPipeline(OpPassManager &pm) {
   pm.addPass(createKilnAutodiff());
+  // A no-op unless kiln-async-tp split linears into chunks.
+  pm.addPass(createKilnAsyncTpGrads());
   pm.addPass(createKilnOptimizer());
   // A no-op unless the mesh's tp > 1: the replicated parameters' gradients
   // and the grad norm summed over tp, in @loss_and_grads and @train_step.

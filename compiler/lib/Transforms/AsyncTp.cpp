@@ -81,10 +81,12 @@ private:
         b.getI64IntegerAttr(tp), b.getI64IntegerAttr(1));
     return WaitOp::create(b, loc, start.getType(), start);
   }
-  /// `linear` on `input` instead of its own, with the result's shape.
-  Value linearOn(LinearOp linear, Value input) {
+  /// `linear` on `input`, sequence chunk `chunk`, instead of its own
+  /// input, with the result's shape.
+  Value linearOn(LinearOp linear, Value input, int64_t chunk) {
     Operation *copy = b.clone(*linear);
     copy->setOperand(0, input);
+    copy->setAttr(kAsyncChunkAttr, b.getI64IntegerAttr(chunk));
     RankedTensorType in = tensorOf(input), out = tensorOf(linear.getResult());
     copy->getResult(0).setType(
         out.clone({in.getDimSize(0), in.getDimSize(1), out.getDimSize(2)}));
@@ -138,7 +140,7 @@ void Ring::rewriteGather(AllGatherStartOp start) {
     Value next = k + 1 < tp ? shift(loc, held) : Value();
     Value x = swap(loc, reshape(loc, held, {s, sbd[1], sbd[2]}));
     for (auto [i, linear] : llvm::enumerate(linears)) {
-      Value y = swap(loc, linearOn(linear, x));
+      Value y = swap(loc, linearOn(linear, x, gatherChunk(k)));
       parts[i][gatherChunk(k)] =
           reshape(loc, y, {tensorOf(y).getNumElements()});
     }
@@ -191,7 +193,7 @@ void Ring::rewriteScatter(ReduceScatterStartOp start) {
     Value xc =
         UnflattenOp::create(b, loc, tensorOf(x).clone({s, bsf[0], bsf[2]}),
                             xFlat, b.getI64IntegerAttr(c * chunk));
-    Value y = swap(loc, linearOn(linear, swap(loc, xc)));
+    Value y = swap(loc, linearOn(linear, swap(loc, xc), c));
     return reshape(loc, y, {tensorOf(y).getNumElements()});
   };
   Value sum = partial(scatterChunk(0));

@@ -19,6 +19,9 @@ namespace kiln {
 /// Names the compiler and runtime agree on.
 inline constexpr llvm::StringLiteral kForwardLossFunc = "forward_loss";
 inline constexpr llvm::StringLiteral kLossAndGradsFunc = "loss_and_grads";
+/// On a linear kiln-async-tp made for one sequence chunk: the chunk's index
+/// (i64), read and removed by kiln-async-tp-grads.
+inline constexpr llvm::StringLiteral kAsyncChunkAttr = "kiln.async_chunk";
 inline constexpr llvm::StringLiteral kTrainStepFunc = "train_step";
 inline constexpr llvm::StringLiteral kForwardLogitsFunc = "forward_logits";
 /// The delayed FP8 recipe's first measurement of its amaxes (kiln-fp8-linear).

@@ -139,6 +139,18 @@ def KilnAsyncTp : Pass<"kiln-async-tp", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnAsyncTpGrads : Pass<"kiln-async-tp-grads", "mlir::ModuleOp"> {
+  let summary = "One weight-gradient GEMM per async TP linear, as plain TP's";
+  let description = [{
+    After kiln-autodiff: the chunk GEMMs of a linear that kiln-async-tp
+    split (marked `kiln.async_chunk = c`) each got a weight-gradient GEMM,
+    summed with adds. Their output gradients and inputs are put back in
+    sequence order and the sum becomes one `linear_grad_weight` over the
+    whole sequence, plain TP's GEMM, so the weight gradient has its bits.
+    Removes the marks. A no-op without them.
+  }];
+}
+
 def KilnTpGradSync : Pass<"kiln-tp-grad-sync", "mlir::ModuleOp"> {
   let summary = "Sum the tp-replicated gradients over tp; the grad norm over tp";
   let description = [{
