@@ -49,8 +49,7 @@ Value concatSequence(OpBuilder &b, Location loc, ArrayRef<Value> parts) {
   }
   Value all = FlattenOp::create(b, loc, t.clone({chunk * count}), flat,
                                 b.getDenseI64ArrayAttr(offsets));
-  Value front =
-      ReshapeOp::create(b, loc, t.clone({s * count, batch, n}), all);
+  Value front = ReshapeOp::create(b, loc, t.clone({s * count, batch, n}), all);
   return TransposeOp::create(b, loc, t.clone({batch, s * count, n}), front,
                              kSwap);
 }
@@ -83,8 +82,7 @@ Value sumOf(ArrayRef<Value> leaves, SmallVectorImpl<AddOp> &adds) {
   return root;
 }
 
-struct AsyncTpGradsPass
-    : kiln::impl::KilnAsyncTpGradsBase<AsyncTpGradsPass> {
+struct AsyncTpGradsPass : kiln::impl::KilnAsyncTpGradsBase<AsyncTpGradsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     module.walk([&](func::FuncOp func) {
