@@ -6,29 +6,30 @@
 // (chunk 0 at offset 0, chunk 1 after it). The reduce-scatter after o: the
 // rank first multiplies its rows of chunk (1 - 0 - 1) = 0 and sends that
 // partial sum on, then adds the received partial of its own chunk (1) to
-// its rows' product.
+// its rows' product. Each chunk's linear carries its chunk's index for
+// kiln-async-tp-grads.
 // CHECK-LABEL: func.func @forward_loss(
 // CHECK: %[[F:.+]] = kiln.reshape %{{.+}} : tensor<2x1x4xf32> -> tensor<8xf32>
 // CHECK-NOT: all_gather_start
 // CHECK: %[[S:.+]] = kiln.send_recv_start %[[F]] over tp {ranks = 2 : i64, shift = 1 : i64} : tensor<8xf32>
 // CHECK: %[[C0:.+]] = kiln.wait %[[S]] : tensor<8xf32>
 // CHECK: %[[X1:.+]] = kiln.transpose %{{.+}} [1, 0, 2] : tensor<2x1x4xf32> -> tensor<1x2x4xf32>
-// CHECK: %[[Q1:.+]] = kiln.linear wq %[[X1]], %{{.+}} param("q") : tensor<1x2x4xf32>, tensor<6x4xf32> -> tensor<1x2x6xf32>
-// CHECK: %[[K1:.+]] = kiln.linear wk %[[X1]]
+// CHECK: %[[Q1:.+]] = kiln.linear wq %[[X1]], %{{.+}} param("q") {kiln.async_chunk = 1 : i64} : tensor<1x2x4xf32>, tensor<6x4xf32> -> tensor<1x2x6xf32>
+// CHECK: %[[K1:.+]] = kiln.linear wk %[[X1]], %{{.+}} param("k") {kiln.async_chunk = 1 : i64}
 // CHECK: kiln.reshape %[[C0]] : tensor<8xf32> -> tensor<2x1x4xf32>
-// CHECK: %[[Q0:.+]] = kiln.linear wq
-// CHECK: %[[K0:.+]] = kiln.linear wk
+// CHECK: %[[Q0:.+]] = kiln.linear wq {{.*}} {kiln.async_chunk = 0 : i64}
+// CHECK: %[[K0:.+]] = kiln.linear wk {{.*}} {kiln.async_chunk = 0 : i64}
 // CHECK: kiln.flatten %{{.+}}, %{{.+}} [0, 12] : tensor<12xf32>, tensor<12xf32> -> tensor<24xf32>
 // CHECK: kiln.flatten %{{.+}}, %{{.+}} [0, 4] : tensor<4xf32>, tensor<4xf32> -> tensor<8xf32>
 // CHECK: %[[H:.+]] = kiln.reshape %{{.+}} : tensor<4x1x6xf32> -> tensor<24xf32>
 // CHECK: kiln.unflatten %[[H]][0] : tensor<24xf32> -> tensor<2x1x6xf32>
-// CHECK: kiln.linear wo
+// CHECK: kiln.linear wo {{.*}} {kiln.async_chunk = 0 : i64}
 // CHECK: %[[P0:.+]] = kiln.reshape %{{.+}} : tensor<2x1x4xf32> -> tensor<8xf32>
 // CHECK-NOT: reduce_scatter_start
 // CHECK: %[[T:.+]] = kiln.send_recv_start %[[P0]] over tp {ranks = 2 : i64, shift = 1 : i64} : tensor<8xf32>
 // CHECK: %[[R:.+]] = kiln.wait %[[T]] : tensor<8xf32>
 // CHECK: kiln.unflatten %[[H]][12] : tensor<24xf32> -> tensor<2x1x6xf32>
-// CHECK: kiln.linear wo
+// CHECK: kiln.linear wo {{.*}} {kiln.async_chunk = 1 : i64}
 // CHECK: %[[P1:.+]] = kiln.reshape %{{.+}} : tensor<2x1x4xf32> -> tensor<8xf32>
 // CHECK: %[[SUM:.+]] = kiln.add %[[R]], %[[P1]] : tensor<8xf32>
 // CHECK: %[[OUT:.+]] = kiln.reshape %[[SUM]] : tensor<8xf32> -> tensor<2x1x4xf32>
