@@ -96,13 +96,20 @@ public:
     tpIndex = tokens->tp ? tokens->tp->index : 0;
     in.resize(batch * seq);
     tg.resize(batch * seq);
-    wholeIn.resize(batch * wholeSeq);
-    wholeTg.resize(batch * wholeSeq);
+    if (wholeSeq != seq) {
+      wholeIn.resize(batch * wholeSeq);
+      wholeTg.resize(batch * wholeSeq);
+    }
   }
 
   /// Batch `counter` of tokens[begin, end), into `in` and `tg`.
   void fill(const std::vector<uint32_t> &tokens, size_t begin, size_t end,
             uint64_t seed, uint64_t counter) {
+    if (seq == wholeSeq) { // no tp slice: the rows are the inputs
+      fillBatch(tokens, begin, end, dpRanks * batch, seq, seed, counter,
+                in.data(), tg.data(), dpIndex * batch, batch);
+      return;
+    }
     fillBatch(tokens, begin, end, dpRanks * batch, wholeSeq, seed, counter,
               wholeIn.data(), wholeTg.data(), dpIndex * batch, batch);
     for (int64_t b = 0; b < batch; ++b) {
