@@ -130,6 +130,7 @@ int kiln::runTrain(const TrainCommand &command) {
   options.overwrite = command.overwrite;
   options.configText = configText;
   options.threads = command.threads;
+  options.cpuGemm = command.cpuGemm;
   options.checkNumerics = command.checkNumerics;
   options.progressBar = isatty(STDOUT_FILENO);
   char title[256];

@@ -2,7 +2,7 @@
 
 // Async TP at tp 2, rank 1 (docs/tp.md, "Async TP"). The gather feeding q
 // and k: the rank multiplies its own chunk (1) while the ring brings chunk
-// 0, then chunk 0; each linear's chunk results go back in sequence order
+// 0 (shift tp - 1 = 1), then chunk 0; each linear's chunk results go back in sequence order
 // (chunk 0 at offset 0, chunk 1 after it). The reduce-scatter after o: the
 // rank first multiplies its rows of chunk (1 - 0 - 1) = 0 and sends that
 // partial sum on, then adds the received partial of its own chunk (1) to
@@ -56,17 +56,32 @@ func.func @forward_loss(%x: tensor<1x2x4xf32>, %wq: tensor<6x4xf32> {kiln.param 
 
 // -----
 
-// tp 4, rank 0: the gather's chunks arrive in ring order 0, 3, 2, 1 (three
-// steps), the scatter's partial sums are of chunks 3, 2, 1 then the rank's
-// own 0; a gather that feeds anything but linears, and a reduce-scatter
-// that is not a linear's (the loss's), stay as they are.
+// tp 4, rank 0: the gather passes chunks to the rank before (shift 3), so
+// they arrive in order 0, 1, 2, 3; the scatter passes partial sums to the
+// rank after (shift 1): chunks 3, 2, 1, then the rank's own 0, the order
+// in which every chunk's sum is folded (ranks j+1, ..., j: docs/tp.md). A
+// gather that feeds anything but linears, and a reduce-scatter that is not
+// a linear's (the loss's), stay as they are.
 // CHECK-LABEL: func.func @forward_loss(
-// CHECK-COUNT-3: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 1 : i64} : tensor<4xf32>
+// CHECK: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 3 : i64} : tensor<4xf32>
+// CHECK: kiln.linear wq {{.*}} {kiln.async_chunk = 0 : i64}
+// CHECK: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 3 : i64} : tensor<4xf32>
+// CHECK: kiln.linear wq {{.*}} {kiln.async_chunk = 1 : i64}
+// CHECK: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 3 : i64} : tensor<4xf32>
+// CHECK: kiln.linear wq {{.*}} {kiln.async_chunk = 2 : i64}
+// CHECK-NOT: send_recv_start
+// CHECK: kiln.linear wq {{.*}} {kiln.async_chunk = 3 : i64}
 // CHECK: kiln.flatten %[[A:.+]], %[[B:.+]], %[[C:.+]], %[[D:.+]] [0, 6, 12, 18]
 // CHECK: kiln.unflatten %{{.+}}[18]
+// CHECK: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 1 : i64} : tensor<4xf32>
 // CHECK: kiln.unflatten %{{.+}}[12]
+// CHECK: kiln.add
+// CHECK: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 1 : i64} : tensor<4xf32>
 // CHECK: kiln.unflatten %{{.+}}[6]
+// CHECK: kiln.add
+// CHECK: kiln.send_recv_start %{{.+}} over tp {ranks = 4 : i64, shift = 1 : i64} : tensor<4xf32>
 // CHECK: kiln.unflatten %{{.+}}[0]
+// CHECK: kiln.add
 // CHECK: kiln.all_gather_start %{{.+}} over tp {group = "other", ranks = 4 : i64}
 // CHECK: kiln.reduce_scatter_start %{{.+}} over tp {group = "other"
 module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 4>, kiln.tp = {async = true, loss_parallel = false, rank = 0 : i64}} {

@@ -7,13 +7,25 @@
 // overlapping the GEMM of the chunk in hand:
 //
 // - gather -> linears: the rank starts from its own sequence chunk; at
-//   step k it holds chunk (r - k) mod tp, sends it on, and multiplies it.
-//   Each linear's result is its chunks' results put back in sequence order
-//   (`flatten`), the same values as the gathered linear's.
+//   step k it holds chunk (r + k) mod tp, multiplies it, and passes it to
+//   the rank before it (shift tp - 1). Each linear's result is its chunks'
+//   results put back in sequence order (`flatten`), the same values as the
+//   gathered linear's.
 // - linear -> reduce-scatter: at step k the rank multiplies its rows of
 //   chunk (r - k - 1) mod tp, adds the partial sum received from the rank
-//   before it, and sends the sum on; after tp - 1 steps it holds the sum of
-//   its own chunk over every rank.
+//   before it, and sends the sum on (shift 1); after tp - 1 steps it holds
+//   the sum of its own chunk over every rank.
+//
+// Both directions are chosen so that every sum is the plain collective's
+// bit for bit (docs/communicator.md, "Reduction semantics": chunk j is
+// folded over ranks j + 1, j + 2, ..., j). The scatter ring adds in that
+// order as it goes; the gather's gradient ring (autodiff's, shift 1) nests
+// rank j's own gradient outermost, around rank j - 1's, around rank j - 2's
+// and so on: the same fold, since a + b is b + a bit for bit. The weight
+// gradients are put back as one GEMM by kiln-async-tp-grads. The GEMMs of
+// a chunk are then the same bits as the whole's rows wherever the GEMM
+// library's result does not depend on the row count (Kiln's portable GEMM;
+// not OpenBLAS's, docs/tp.md "Async TP").
 //
 // Runs on @forward_loss right after kiln-tp-partition, on its IR as written
 // (before canonicalization folds its reshapes), so that autodiff
@@ -60,7 +72,7 @@ public:
 
 private:
   /// The chunk index a rank holds at ring step `k` of a gather.
-  int64_t gatherChunk(int64_t k) const { return ((rank - k) % tp + tp) % tp; }
+  int64_t gatherChunk(int64_t k) const { return (rank + k) % tp; }
   /// The chunk a rank adds at ring step `k` of a scatter.
   int64_t scatterChunk(int64_t k) const {
     return ((rank - k - 1) % tp + tp) % tp;
@@ -74,11 +86,11 @@ private:
   Value reshape(Location loc, Value v, ArrayRef<int64_t> shape) {
     return ReshapeOp::create(b, loc, tensorOf(v).clone(shape), v);
   }
-  /// `v` passed one place along the ring.
-  Value shift(Location loc, Value v) {
+  /// `v` passed `places` places along the ring (tp - 1: one back).
+  Value shift(Location loc, Value v, int64_t places) {
     auto start = SendRecvStartOp::create(
         b, loc, v.getType(), v, MeshAxisAttr::get(b.getContext(), MeshAxis::tp),
-        b.getI64IntegerAttr(tp), b.getI64IntegerAttr(1));
+        b.getI64IntegerAttr(tp), b.getI64IntegerAttr(places));
     return WaitOp::create(b, loc, start.getType(), start);
   }
   /// `linear` on `input`, sequence chunk `chunk`, instead of its own
@@ -137,7 +149,7 @@ void Ring::rewriteGather(AllGatherStartOp start) {
   Value held = start.getShard();
   for (int64_t k = 0; k < tp; ++k) {
     // The next chunk is on its way while this one is multiplied.
-    Value next = k + 1 < tp ? shift(loc, held) : Value();
+    Value next = k + 1 < tp ? shift(loc, held, tp - 1) : Value();
     Value x = swap(loc, reshape(loc, held, {s, sbd[1], sbd[2]}));
     for (auto [i, linear] : llvm::enumerate(linears)) {
       Value y = swap(loc, linearOn(linear, x, gatherChunk(k)));
@@ -198,7 +210,7 @@ void Ring::rewriteScatter(ReduceScatterStartOp start) {
   };
   Value sum = partial(scatterChunk(0));
   for (int64_t k = 1; k < tp; ++k) {
-    Value received = shift(loc, sum);
+    Value received = shift(loc, sum, 1);
     // The next chunk's GEMM runs while the sum travels.
     Value mine = partial(scatterChunk(k));
     sum = AddOp::create(b, loc, received, mine);

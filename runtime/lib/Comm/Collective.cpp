@@ -1,7 +1,7 @@
 //===- Collective.cpp - Argument checks, failed state, reductions ---------===//
 //
 // The reductions are written as plain loops over elements, one rank's row
-// at a time; each element's own order of operations is the rank order the
+// at a time; each element's own order of operations is the ring order the
 // specification fixes (the compiler may vectorise across elements, never
 // reassociate within one: no -ffast-math, and this file is built with
 // -ffp-contract=off).
@@ -133,17 +133,20 @@ Error FailureState::resultOf(uint64_t id) const {
                " not run: the communicator failed earlier: " + message);
 }
 
-void reduceRows(const void *rows, int nranks, int64_t count, ElementType type,
-                ReduceOp op, void *out, std::vector<float> &scratch) {
+void reduceRows(const void *rows, int nranks, int chunk, int64_t count,
+                ElementType type, ReduceOp op, void *out,
+                std::vector<float> &scratch) {
   if (count <= 0 || nranks <= 0)
     return;
+  // The fold's i-th row: the ring order, starting after `chunk`.
+  auto rowAt = [&](int i) { return (chunk + 1 + i) % nranks; };
   if (type == ElementType::F32) {
     const float *in = static_cast<const float *>(rows);
     float *acc = static_cast<float *>(out);
-    if (acc != in)
-      std::memcpy(acc, in, count * sizeof(float));
-    for (int r = 1; r < nranks; ++r) {
-      const float *row = in + r * count;
+    if (acc != in + rowAt(0) * count)
+      std::memcpy(acc, in + rowAt(0) * count, count * sizeof(float));
+    for (int i = 1; i < nranks; ++i) {
+      const float *row = in + rowAt(i) * count;
       if (op == ReduceOp::Sum)
         for (int64_t i = 0; i < count; ++i)
           acc[i] = acc[i] + row[i];
@@ -158,10 +161,11 @@ void reduceRows(const void *rows, int nranks, int64_t count, ElementType type,
   if (static_cast<int64_t>(scratch.size()) < count)
     scratch.resize(count);
   float *acc = scratch.data();
+  const uint16_t *first = in + rowAt(0) * count;
   for (int64_t i = 0; i < count; ++i)
-    acc[i] = numerics::fromBf16Bits(in[i]);
+    acc[i] = numerics::fromBf16Bits(first[i]);
   for (int r = 1; r < nranks; ++r) {
-    const uint16_t *row = in + r * count;
+    const uint16_t *row = in + rowAt(r) * count;
     if (op == ReduceOp::Sum)
       for (int64_t i = 0; i < count; ++i)
         acc[i] = acc[i] + numerics::fromBf16Bits(row[i]);

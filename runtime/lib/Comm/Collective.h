@@ -91,12 +91,16 @@ struct FailureState {
   Error resultOf(uint64_t id) const;
 };
 
-/// out[i] = the reduction over r = 0..nranks-1 of rows[r*count + i], by the
-/// rules of docs/communicator.md: an f32 fold in rank order starting from
-/// row 0, rounded once to bf16 at the end for bf16. `out` may equal `rows`
-/// only when nranks == 1. `scratch` is reused f32 space (bf16 only).
-void reduceRows(const void *rows, int nranks, int64_t count, ElementType type,
-                ReduceOp op, void *out, std::vector<float> &scratch);
+/// out[i] = the reduction over r = 0..nranks-1 of rows[r*count + i] (row r:
+/// rank r's contribution to chunk `chunk`), by the rules of
+/// docs/communicator.md: an f32 fold in ring order, rows chunk + 1, chunk +
+/// 2, ... (mod nranks), ending with row `chunk`, the order in which a ring
+/// reduce-scatter (and async TP's, docs/tp.md) adds them; rounded once to
+/// bf16 at the end for bf16. `out` may equal `rows` only when nranks == 1.
+/// `scratch` is reused f32 space (bf16 only).
+void reduceRows(const void *rows, int nranks, int chunk, int64_t count,
+                ElementType type, ReduceOp op, void *out,
+                std::vector<float> &scratch);
 
 } // namespace kiln::runtime::comm
 

@@ -80,7 +80,7 @@ private:
           count > 0)
         std::memcpy(recv, send, count * elementBytes(type));
       else if (kind != CollectiveKind::Barrier)
-        reduceRows(send, 1, count, type, op, recv, scratch_);
+        reduceRows(send, 1, 0, count, type, op, recv, scratch_);
     } catch (const std::exception &e) { // scratch space that cannot be had
       failure_.fail(id, std::string("local ") +
                             describeCollective(kind, id, count, type, op) +

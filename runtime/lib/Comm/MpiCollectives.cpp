@@ -3,7 +3,7 @@
 // Data movement and arithmetic are separate: MPI only moves bytes
 // (MPI_FLOAT, MPI_UINT16_T; MPI's own reductions are never used, their
 // order is the library's choice), and the communication thread reduces
-// the gathered rows with reduceRows in rank order.
+// the gathered rows with reduceRows in ring order (Collective.h).
 //   all-gather      MPI_Iallgather.
 //   reduce-scatter  MPI_Ialltoall gathers the N contributions to this
 //                   rank's chunk as N rows, then reduceRows.
@@ -101,7 +101,8 @@ Error MpiCommunicator::run(const Request &r) {
                 ? Error("MPI_Ialltoall failed: " + mpiErrorText(rc))
                 : finish(request, "MPI_Ialltoall");
     if (!error)
-      reduceRows(rows_.data(), size_, r.count, r.type, r.op, r.recv, scratch_);
+      reduceRows(rows_.data(), size_, rank_, r.count, r.type, r.op, r.recv,
+                 scratch_);
   } else {
     error = allReduce(r);
   }
@@ -173,7 +174,7 @@ Error MpiCommunicator::allReduce(const Request &r) {
   // The send buffer is no longer read, so with send == recv the reduced
   // chunk may go straight to its place in recv.
   void *chunk = static_cast<unsigned char *>(r.recv) + offsets[rank_] * bytes;
-  reduceRows(rows_.data(), n, mine, r.type, r.op, chunk, scratch_);
+  reduceRows(rows_.data(), n, rank_, mine, r.type, r.op, chunk, scratch_);
   rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.recv,
                        lengths.data(), offsets.data(), type, comm_, &request);
   if (rc != MPI_SUCCESS)

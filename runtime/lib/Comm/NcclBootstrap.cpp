@@ -265,8 +265,8 @@ public:
   bool test(CommHandle h) override { return c.test(h); }
   Error barrier() override { return c.barrier(); }
   Error failure() const override { return c.failure(); }
-  bool exactRankOrderReduction() const override {
-    return c.exactRankOrderReduction();
+  bool exactRingOrderReduction() const override {
+    return c.exactRingOrderReduction();
   }
   Expected<std::unique_ptr<Communicator>> split(int color, int key) override {
     return c.split(color, key);

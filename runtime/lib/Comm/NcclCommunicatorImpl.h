@@ -69,7 +69,7 @@ public:
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char *backendName() const override { return "nccl"; }
-  bool exactRankOrderReduction() const override { return false; }
+  bool exactRingOrderReduction() const override { return false; }
 
   Error wait(CommHandle handle) override;
   bool test(CommHandle handle) override;

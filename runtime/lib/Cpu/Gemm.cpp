@@ -1,7 +1,8 @@
 //===- Gemm.cpp - OpenBLAS, or Kiln's own blocked f32 GEMM ----------------===//
 //
 // gemm() forwards to cblas_sgemm when built with OpenBLAS
-// (KILN_HAVE_OPENBLAS, set on this file only), else to portableGemm.
+// (KILN_HAVE_OPENBLAS, set on this file only) unless the portable loops
+// were chosen (usePortableGemm), else to portableGemm.
 //
 // portableGemm (Gemm.h gives the order of its sums): for each kNc-column
 // block of op(B) and each kKc-deep slice of the inner dimension, the slice
@@ -26,6 +27,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 namespace kiln::runtime::cpu::detail {
@@ -214,21 +216,38 @@ void portableGemm(const GemmOperand &a, const GemmOperand &b, float *c,
   }
 }
 
+namespace {
+std::atomic<bool> portableChosen{false};
+} // namespace
+
+void usePortableGemm(bool portable) {
+  portableChosen.store(portable, std::memory_order_relaxed);
+}
+
 #if KILN_HAVE_OPENBLAS
+
+bool haveOpenBlas() { return true; }
 
 void gemm(const GemmOperand &a, const GemmOperand &b, float *c, int64_t ldc,
           int64_t m, int64_t n, int64_t k, bool accumulate) {
+  if (portableChosen.load(std::memory_order_relaxed))
+    return portableGemm(a, b, c, ldc, m, n, k, accumulate);
   cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans,
               b.transposed ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
               1.0f, a.data, int(a.ld), b.data, int(b.ld),
               accumulate ? 1.0f : 0.0f, c, int(ldc));
 }
 
-const char *gemmLibrary() { return "OpenBLAS"; }
+const char *gemmLibrary() {
+  return portableChosen.load(std::memory_order_relaxed) ? "portable"
+                                                        : "OpenBLAS";
+}
 
 void setGemmThreads(int n) { openblas_set_num_threads(n); }
 
 #else
+
+bool haveOpenBlas() { return false; }
 
 void gemm(const GemmOperand &a, const GemmOperand &b, float *c, int64_t ldc,
           int64_t m, int64_t n, int64_t k, bool accumulate) {

@@ -3,7 +3,8 @@
 // Internal to the CPU kernels: the one place that chooses who multiplies
 // matrices. gemm() is OpenBLAS's cblas_sgemm where Kiln is built with it
 // (KILN_HAVE_OPENBLAS; runtime/CMakeLists.txt says which at configure
-// time), else portableGemm(), Kiln's own loops, which are always compiled
+// time) and not told otherwise (setCpuGemm: `kiln train --cpu-gemm`), else
+// portableGemm(), Kiln's own loops, which are always compiled
 // so that the tests compare them with OpenBLAS wherever both exist.
 //
 // portableGemm packs blocks of both operands into panels (kKc deep, the
@@ -47,6 +48,13 @@ void portableGemm(const GemmOperand &a, const GemmOperand &b, float *c,
 
 /// "OpenBLAS" or "portable": who gemm() is.
 const char *gemmLibrary();
+
+/// Whether the build has OpenBLAS (KILN_HAVE_OPENBLAS).
+bool haveOpenBlas();
+
+/// Makes gemm() the portable loops even where OpenBLAS is built in
+/// (setCpuGemm); false goes back to the build's default.
+void usePortableGemm(bool portable);
 
 /// Gives the GEMM library the kernels' thread count (setCpuThreads).
 void setGemmThreads(int n);

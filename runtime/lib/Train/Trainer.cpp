@@ -377,6 +377,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
 
   cpu::setCpuThreads(options.threads > 0 ? options.threads
                                          : defaultThreads(options.communicator));
+  if (!options.cpuGemm.empty())
+    if (Error error = cpu::setCpuGemm(options.cpuGemm))
+      return fail(error.message());
   Expected<std::unique_ptr<Executor>> created = createExecutor(
       plan, options.backend, ExecutorOptions{options.cudaGraphs});
   if (!created)

@@ -5,8 +5,9 @@
 // deterministic function of (salt, r, i), so each rank computes what every
 // rank sent and checks its results bit for bit against a reference written
 // here, independently of the library, from docs/communicator.md: an f32
-// fold in rank order 0..N-1 starting from rank 0's value, the max rule
-// (NaN wins, then the larger value, +0 above -0), and for bf16 one
+// fold in ring order (chunk j: ranks j+1, j+2, ... mod N, ending with j;
+// for an all-reduce, chunk j is the j-th of N near-equal chunks), the max
+// rule (NaN wins, then the larger value, +0 above -0), and for bf16 one
 // round-to-nearest-even at the end.
 //
 // The contributions mix signs and magnitudes over 2^-10..2^10, so that for
@@ -14,7 +15,7 @@
 // bit-exact comparisons really pin the order down); hand-picked values
 // show the bf16 rounding happens once, after an f32 (not f64) fold.
 //
-// A backend whose exactRankOrderReduction() is false (NCCL: its library
+// A backend whose exactRingOrderReduction() is false (NCCL: its library
 // picks the order, and adds bf16 in bf16) is held to a bound instead
 // wherever the result depends on the order (checkReduced): a sum within
 // N * u * sum|c_r| of the exact sum (u = 2^-24 for f32, 2^-8 for bf16:
@@ -109,7 +110,7 @@ TEST_F(CommConformance, ReduceScatter) {
         EXPECT_OK(comm().wait(comm().startReduceScatter(send.get(), recv.get(),
                                                         count, type, op)));
         EXPECT_EQ(checkReduced(recv.read(), type, op, 2, size(), count,
-                               rank() * count),
+                               rank() * count, rank()),
                   "");
       }
 }
@@ -170,17 +171,19 @@ TEST_F(CommConformance, SumsDependOnTheOrderForThisData) {
   for (int64_t i = 0; i < count; ++i) {
     for (int r = 0; r < size(); ++r)
       c[r] = contribution(ElementType::F32, 6, r, i);
-    float forward = refFold(ReduceOp::Sum, c.data(), size());
-    float backward = c[size() - 1];
-    for (int r = size() - 2; r >= 0; --r)
-      backward = backward + c[r];
+    int chunk = allReduceChunk(i, count, size());
+    float forward = refFold(ReduceOp::Sum, c.data(), size(), chunk);
+    // The same ring, the other way round.
+    float backward = c[chunk];
+    for (int k = 1; k < size(); ++k)
+      backward = backward + c[(chunk - k + size()) % size()];
     differ += bitsOf(forward) != bitsOf(backward);
   }
   EXPECT_GT(differ, count / 100)
       << "the test data does not distinguish summation orders";
 }
 
-// bf16 sums: folded in f32 in rank order, rounded once at the end. Three
+// bf16 sums: folded in f32 in ring order, rounded once at the end. Three
 // elements whose result tells these apart from rounding every partial sum
 // and from folding in f64 (for N >= 3; with fewer addends all agree):
 //   0: 1 + 3*2^-10 + 3*2^-10 + ...  each partial rounds back to 1, but the
@@ -227,7 +230,8 @@ TEST_F(CommConformance, Bf16SumsRoundOnceAfterAnF32Fold) {
     std::vector<float> c(n);
     for (int r = 0; r < n; ++r)
       c[r] = roundingCase(r, e);
-    uint16_t spec = refBf16(refFold(ReduceOp::Sum, c.data(), n));
+    uint16_t spec =
+        refBf16(refFold(ReduceOp::Sum, c.data(), n, allReduceChunk(e, 3, n)));
     float eachRounded = c[0];
     double inF64 = c[0];
     for (int r = 1; r < n; ++r) {
@@ -296,7 +300,8 @@ TEST_F(CommConformance, SpecialValues) {
       for (int64_t e = 0; e < count; ++e) {
         for (int r = 0; r < n; ++r)
           c[r] = specialCase(r, n, e);
-        put(want, type, e, refFold(op, c.data(), n));
+        put(want, type, e,
+            refFold(op, c.data(), n, allReduceChunk(e, count, n)));
       }
       Buffer arSend(mine), arRecv(mine.size()), rsSend(mineRs),
           rsRecv(mine.size());

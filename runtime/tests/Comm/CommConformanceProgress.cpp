@@ -68,7 +68,7 @@ TEST_F(CommConformance, SeveralInFlightWaitedInAnotherOrder) {
   }
   EXPECT_EQ(compareBits(ag1Recv.read(), ag1Want, f32), "") << "1";
   EXPECT_EQ(checkReduced(rs2Recv.read(), bf16, ReduceOp::Sum, 12, n, 1001,
-                         rank() * 1001),
+                         rank() * 1001, rank()),
             "")
       << "2";
   EXPECT_EQ(checkReduced(ar3Recv.read(), f32, ReduceOp::Max, 13, n, 50000), "")
@@ -77,7 +77,7 @@ TEST_F(CommConformance, SeveralInFlightWaitedInAnotherOrder) {
             "")
       << "4";
   EXPECT_EQ(checkReduced(rs5Recv.read(), f32, ReduceOp::Sum, 15, n, 777,
-                         rank() * 777),
+                         rank() * 777, rank()),
             "")
       << "5";
   EXPECT_EQ(compareBits(ag6Recv.read(), ag6Want, bf16), "") << "6";

@@ -94,12 +94,21 @@ float refMax(float acc, float x) {
 }
 } // namespace
 
-/// The fold over contributions c[0..n) in rank order, in f32.
-float refFold(ReduceOp op, const float *c, int n) {
-  float acc = c[0];
-  for (int r = 1; r < n; ++r)
-    acc = op == ReduceOp::Sum ? acc + c[r] : refMax(acc, c[r]);
+float refFold(ReduceOp op, const float *c, int n, int chunk) {
+  float acc = c[(chunk + 1) % n];
+  for (int i = 1; i < n; ++i) {
+    float x = c[(chunk + 1 + i) % n];
+    acc = op == ReduceOp::Sum ? acc + x : refMax(acc, x);
+  }
   return acc;
+}
+
+int allReduceChunk(int64_t i, int64_t count, int n) {
+  // count % n chunks of count / n + 1 elements, then chunks of count / n.
+  int64_t small = count / n, big = small + 1, longOnes = count % n;
+  if (i < longOnes * big)
+    return static_cast<int>(i / big);
+  return static_cast<int>(longOnes + (i - longOnes * big) / small);
 }
 
 // --- Buffers of either element type, as bytes -------------------------------
@@ -195,18 +204,19 @@ Bytes contributions(ElementType type, uint32_t salt, int rank, int64_t n,
 
 /// The reduction of elements first..first+n-1 over `size` ranks.
 Bytes reference(ElementType type, ReduceOp op, uint32_t salt, int size,
-                int64_t n, int64_t first) {
+                int64_t n, int64_t first, int chunk) {
   Bytes b(n * bytesOf(type));
   std::vector<float> c(size);
   for (int64_t i = 0; i < n; ++i) {
     for (int r = 0; r < size; ++r)
       c[r] = contribution(type, salt, r, first + i);
-    put(b, type, i, refFold(op, c.data(), size));
+    int j = chunk >= 0 ? chunk : allReduceChunk(i, n, size);
+    put(b, type, i, refFold(op, c.data(), size, j));
   }
   return b;
 }
 
-bool exactOrder() { return target().comm->exactRankOrderReduction(); }
+bool exactOrder() { return target().comm->exactRingOrderReduction(); }
 
 /// For a max in another order: "" when `got` equals `want` in value (+0 and
 /// -0 alike) wherever `want` is not NaN.
@@ -232,12 +242,13 @@ std::string compareMaxValues(const Bytes &got, const Bytes &want,
 
 /// "" when `got` is the reduction of elements first..first+n-1 over `size`
 /// ranks: bit for bit the reference, or within the bound of the file
-/// comment for a backend without exactRankOrderReduction().
+/// comment for a backend without exactRingOrderReduction().
 std::string checkReduced(const Bytes &got, ElementType type, ReduceOp op,
-                         uint32_t salt, int size, int64_t n,
-                         int64_t first) {
+                         uint32_t salt, int size, int64_t n, int64_t first,
+                         int chunk) {
   if (exactOrder())
-    return compareBits(got, reference(type, op, salt, size, n, first), type);
+    return compareBits(got, reference(type, op, salt, size, n, first, chunk),
+                       type);
   if (got.size() != n * bytesOf(type))
     return "size " + std::to_string(got.size()) + " bytes, expected " +
            std::to_string(n * bytesOf(type));

@@ -40,8 +40,12 @@ uint16_t refBf16(float x);
 /// The bf16 nearest to a double (ties to even).
 uint16_t refBf16FromDouble(double d);
 float widenBf16(uint16_t b);
-/// The fold over contributions c[0..n) in rank order, in f32.
-float refFold(ReduceOp op, const float *c, int n);
+/// The fold over contributions c[0..n) to chunk `chunk` in ring order
+/// (c[chunk + 1], c[chunk + 2], ... mod n, ending with c[chunk]), in f32.
+float refFold(ReduceOp op, const float *c, int n, int chunk);
+/// The chunk element i of a `count`-element all-reduce over n ranks is
+/// reduced in (docs/communicator.md: the first count % n chunks one longer).
+int allReduceChunk(int64_t i, int64_t count, int n);
 
 // --- Buffers of either element type, as bytes -------------------------------
 
@@ -67,10 +71,12 @@ float contribution(ElementType type, uint32_t salt, int rank, int64_t index);
 /// A rank's `n` contributions starting at element `first`.
 Bytes contributions(ElementType type, uint32_t salt, int rank, int64_t n,
                     int64_t first = 0);
-/// The reduction of elements first..first+n-1 over `size` ranks.
+/// The reduction of elements first..first+n-1 over `size` ranks: a
+/// reduce-scatter's chunk `chunk` (its rank), or with chunk -1 an
+/// all-reduce of n elements (first 0), each folded in its chunk's order.
 Bytes reference(ElementType type, ReduceOp op, uint32_t salt, int size,
-                int64_t n, int64_t first = 0);
-/// Whether the target reduces in rank order (exactRankOrderReduction).
+                int64_t n, int64_t first = 0, int chunk = -1);
+/// Whether the target reduces in ring order (exactRingOrderReduction).
 bool exactOrder();
 /// For a max in another order: "" when `got` equals `want` in value (+0 and
 /// -0 alike) wherever `want` is not NaN.
@@ -79,10 +85,10 @@ std::string compareMaxValues(const Bytes &got, const Bytes &want,
 /// "" when `got` is the reduction of elements first..first+n-1 over `size`
 /// ranks: bit for bit the reference, or within the bound of
 /// CommConformance.cpp's comment for a backend without
-/// exactRankOrderReduction().
+/// exactRingOrderReduction().
 std::string checkReduced(const Bytes &got, ElementType type, ReduceOp op,
                          uint32_t salt, int size, int64_t n,
-                         int64_t first = 0);
+                         int64_t first = 0, int chunk = -1);
 
 std::string caseName(ElementType type, int64_t count);
 std::string caseName(ElementType type, ReduceOp op, int64_t count);

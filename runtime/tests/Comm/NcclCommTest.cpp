@@ -101,7 +101,7 @@ private:
 } // namespace
 
 TEST_F(NcclCommunicatorTest, NotRankOrderExact) {
-  EXPECT_FALSE(nccl().exactRankOrderReduction());
+  EXPECT_FALSE(nccl().exactRingOrderReduction());
   EXPECT_STREQ(nccl().backendName(), "nccl");
   EXPECT_EQ(nccl().rank(), nccl().host().rank());
   EXPECT_EQ(nccl().size(), nccl().host().size());

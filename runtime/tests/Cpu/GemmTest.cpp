@@ -198,3 +198,24 @@ TEST(Gemm, GemmIsTheConfiguredLibrary) {
   EXPECT_TRUE(sameBits(viaGemm, portable(a, b, before, 45, 29, 33, true, 1)));
 #endif
 }
+
+TEST(Gemm, PortableCanBeChosen) {
+  // setCpuGemm("portable") makes gemm() the portable loops, bit for bit;
+  // the default comes back with the build's first library.
+  const std::vector<std::string> &names = cpuGemmLibraries();
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.back(), "portable");
+  Operand a(45, 33, false, 31), b(33, 29, true, 32);
+  std::vector<float> before = outputOf(45, 29, 33);
+  std::vector<float> viaGemm = before;
+  ASSERT_FALSE(setCpuGemm("portable"));
+  EXPECT_STREQ(detail::gemmLibrary(), "portable");
+  detail::gemm(a.view(), b.view(), viaGemm.data(), 31, 45, 29, 33, true);
+  EXPECT_TRUE(sameBits(viaGemm, portable(a, b, before, 45, 29, 33, true, 1)));
+  ASSERT_FALSE(setCpuGemm(names.front()));
+  kiln::runtime::Error error = setCpuGemm("mkl");
+  ASSERT_TRUE(error);
+  EXPECT_NE(error.message().find("unknown CPU GEMM library 'mkl'"),
+            std::string::npos)
+      << error.message();
+}

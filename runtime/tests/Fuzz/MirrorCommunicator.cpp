@@ -75,7 +75,7 @@ private:
     rows_.resize(static_cast<size_t>(bytes) * size_);
     for (int r = 0; r < size_; ++r)
       std::memcpy(rows_.data() + r * bytes, from, bytes);
-    reduceRows(rows_.data(), size_, count, type, op, recv, scratch_);
+    reduceRows(rows_.data(), size_, rank_, count, type, op, recv, scratch_);
     return {id};
   }
 

@@ -43,6 +43,7 @@ struct TrainCommand {
   std::string resume;                 // checkpoint to continue from
   bool overwrite = false;             // replace an earlier run in `out`
   int threads = 0;                    // 0: every core
+  std::string cpuGemm;                // empty: the build's default
   bool checkNumerics = true;          // name the op of a NaN/Inf
   std::string trace;                  // Chrome trace file; empty: none
   std::string backend = "cpu";        // cpu or cuda

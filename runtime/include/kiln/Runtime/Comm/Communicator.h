@@ -23,12 +23,13 @@
 //   (send == recv).
 // - Element types f32 and bf16 (uint16_t bit patterns). Reductions (sum,
 //   max) are deterministic: result element i is a fixed function of the N
-//   contributions to it, computed in f32 in rank order 0, 1, ..., N-1,
-//   and for bf16 rounded to bf16 once at the end (RNE). So results are
+//   contributions to it, computed in f32 in ring order (the chunk's
+//   ranks j+1, j+2, ..., j mod N), and for bf16 rounded to bf16 once at
+//   the end (RNE). So results are
 //   bit-identical across runs for a given world size, and an all-reduce
 //   gives every rank the same bits. The exact rules are in
 //   docs/communicator.md ("Reduction semantics"). NCCL does not keep this
-//   rule (exactRankOrderReduction() is false there); see
+//   rule (exactRingOrderReduction() is false there); see
 //   NcclCommunicator.h for what it keeps.
 // - Errors are one-line messages, never exceptions or aborts. A failed
 //   collective (bad arguments, a transport error) puts the communicator in
@@ -131,11 +132,11 @@ public:
   /// MPI_Abort; the default ends this process only.
   [[noreturn]] virtual void abortRun(int code);
 
-  /// Whether reductions follow the rank-order f32 rule above bit for bit
+  /// Whether reductions follow the ring-order f32 rule above bit for bit
   /// (MPI, local). A backend that reduces in its library's own order
   /// (NCCL) returns false and documents what it guarantees instead; the
   /// conformance suite then checks its sums against an error bound.
-  virtual bool exactRankOrderReduction() const { return true; }
+  virtual bool exactRingOrderReduction() const { return true; }
 
   /// The communicator of the ranks of this one that pass the same `color`
   /// (>= 0), numbered by `key` then by rank: MPI_Comm_split's rule. Issued

@@ -14,7 +14,7 @@
 // stream wait for it on the device without blocking the host (what the
 // CUDA backend uses, and what CUDA graph capture needs).
 //
-// Reductions are NCCL's own (exactRankOrderReduction() is false): an
+// Reductions are NCCL's own (exactRingOrderReduction() is false): an
 // all-reduce gives every rank the same bits, but the order of the sum is
 // NCCL's (ring, tree or NVLS, chosen by size and topology), bf16 is added
 // in bf16 (every partial sum rounded), and max drops NaN (fmaxf) and may

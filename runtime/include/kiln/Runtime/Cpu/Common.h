@@ -29,6 +29,9 @@
 
 #include "kiln/Runtime/Support/Error.h"
 
+#include <string>
+#include <vector>
+
 namespace kiln::runtime::cpu {
 
 /// Sets the number of threads used by OpenBLAS (openblas_set_num_threads,
@@ -39,6 +42,16 @@ void setCpuThreads(int n);
 
 /// The thread count the kernels' own loops use.
 int cpuThreads();
+
+/// The GEMM libraries this build can use: "openblas" (where built with it)
+/// and "portable", Kiln's own loops, whose every element is the same bits
+/// whatever the matrix's row count and thread count (Gemm.h). The first is
+/// the default.
+const std::vector<std::string> &cpuGemmLibraries();
+
+/// Chooses who multiplies matrices (one of cpuGemmLibraries()); an error
+/// names the others. Set before a run, not while kernels run.
+Error setCpuGemm(const std::string &library);
 
 } // namespace kiln::runtime::cpu
 

@@ -39,6 +39,9 @@ struct TrainOptions {
   bool cudaGraphs = true;
   /// Threads of the CPU backend; 0 keeps the default (every core).
   int threads = 0;
+  /// The CPU backend's GEMM library (cpu::cpuGemmLibraries()); empty keeps
+  /// the build's default.
+  std::string cpuGemm;
   /// Check every op's result for NaN and infinity, so a failure names the
   /// op; otherwise only the loss and gradient norm are checked.
   bool checkNumerics = true;
