@@ -25,7 +25,7 @@ target_sources(kiln-group-kernel-check PRIVATE tests/Cuda/HostShim.cpp)
 # runtime/cmake/Cudnn.cmake).
 add_executable(kiln-op-kernel-check tests/Cuda/OpKernelCheck.cpp
   tests/Cuda/OpKernelDevices.cpp tests/Cuda/OpKernelCudnn.cpp
-  tests/Cuda/OpKernelTolerance.cpp
+  tests/Cuda/OpKernelTolerance.cpp tests/Cuda/OpKernelInputs.cpp
   tests/Cuda/HostShim.cpp)
 target_link_libraries(kiln-op-kernel-check PRIVATE KilnRuntime
   ${CMAKE_DL_LIBS})

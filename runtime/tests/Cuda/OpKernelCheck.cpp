@@ -13,11 +13,13 @@
 // its location, the element and both values. Also checked: AdamW over each
 // run of consecutive updates at once (adamwListLaunchPlan), a synthetic
 // transpose step, meanDivideLaunch and the numerics check
-// (nonFiniteCheckLaunch). --stats prints, per op, the largest difference
-// seen in units in the last place of the result dtype. --launches OP
-// prints how each distinct step of op OP is launched (its kernels, the
-// results zeroed first, the scratch), so a test can show which path a
-// plan takes.
+// (nonFiniteCheckLaunch). Loss parallel's vocab_parallel_max, _stats and
+// _stats_grad steps run at every tp position's vocab_start (tpPositions,
+// OpKernelInputs.h), so a padded vocabulary's last slices are checked. --stats
+// prints, per op, the largest difference seen in units in the last place of the
+// result dtype. --launches OP prints how each distinct step of op OP is
+// launched (its kernels, the results zeroed first, the scratch), so a test can
+// show which path a plan takes.
 //
 // --device host: through the host shim (HostShim.h). --device gpu (builds
 // with the CUDA backend): NVRTC compiles the library for GPU 0 and cudart
@@ -34,6 +36,7 @@
 #include "../../lib/Cuda/SdpaConfig.h"
 #include "HostShim.h"
 #include "OpKernelDevices.h"
+#include "OpKernelInputs.h"
 #include "OpKernelTolerance.h"
 
 #include "kiln/Runtime/Cpu/Bf16.h"
@@ -65,17 +68,6 @@ constexpr bool kHaveCudnn = true;
 constexpr bool kHaveCudnn = false;
 #endif
 
-void setValue(DType t, std::vector<uint8_t> &b, int64_t i, float x) {
-  if (t == DType::F32) {
-    std::memcpy(b.data() + 4 * i, &x, 4);
-  } else if (t == DType::BF16) {
-    uint16_t bits = cpu::toBf16Bits(x);
-    std::memcpy(b.data() + 2 * i, &bits, 2);
-  } else {
-    b[i] = t == DType::F8E4M3 ? cpu::toE4m3(x) : cpu::toE5m2(x);
-  }
-}
-
 bool isFloat(DType t) { return t != DType::I32 && t != DType::I64; }
 
 struct Stats {
@@ -84,63 +76,6 @@ struct Stats {
   int steps = 0;
   double maxUlps = 0, maxOfLargest = 0;
 };
-
-/// Random operand values: normal floats, ids inside the table, and where
-/// an op expects it, positive amaxes and norms, sensible AdamW state.
-std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
-                                   size_t index, std::mt19937 &rng) {
-  const PlanValue &v = plan.values[step.operands[index]];
-  int64_t n = v.numElements();
-  std::vector<uint8_t> b(n * dtypeBytes(v.dtype));
-  const plan::Op op = step.kind;
-  if (v.dtype == DType::I32) {
-    const PlanValue &table =
-        op == plan::Op::EmbeddingGrad ? plan.values[step.results[0]]
-        : op == plan::Op::Embedding   ? plan.values[step.operands[0]]
-                                      : plan.values[step.operands[index - 1]];
-    int64_t range =
-        op == plan::Op::Embedding || op == plan::Op::EmbeddingGrad
-            ? table.shape[0]
-            : table.shape.back();
-    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(range - 1));
-    for (int64_t i = 0; i < n; ++i) {
-      int32_t x = id(rng);
-      std::memcpy(b.data() + 4 * i, &x, 4);
-    }
-    return b;
-  }
-  if (v.dtype == DType::I64) {
-    int64_t most =
-        op == plan::Op::LrSchedule ? step.i64("total_steps") + 100 : 200;
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t x = 1 + static_cast<int64_t>(rng() % most);
-      std::memcpy(b.data() + 8 * i, &x, 8);
-    }
-    return b;
-  }
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t i = 0; i < n; ++i) {
-    float x = normal(rng);
-    if (op == plan::Op::DelayedAmax || op == plan::Op::AmaxHistoryUpdate)
-      x = std::fabs(x) * 4;
-    else if (op == plan::Op::AdamW && index == 2)
-      x *= 0.1f;
-    else if (op == plan::Op::AdamW && index == 3)
-      x = std::fabs(x) * 0.01f;
-    else if (op == plan::Op::AdamW && index == 4)
-      x = 0.5f + std::fabs(x); // the norm: clipping or not
-    else if (op == plan::Op::AdamW && index == 5)
-      x = 1e-3f;
-    else if (op == plan::Op::ShardQuantize && index == 1)
-      x = 0.5f + 3 * std::fabs(x);
-    else if (op == plan::Op::CrossEntropyGrad && index == 0)
-      x = 0.5f + std::fabs(x);
-    else if (op == plan::Op::CrossEntropy || op == plan::Op::CrossEntropyGrad)
-      x *= 3; // logits with a spread
-    setValue(v.dtype, b, i, x);
-  }
-  return b;
-}
 
 /// out and lse of attention_grad's operands: the CPU forward of its q, k,
 /// v, rounded to their dtypes, so that the backward sees a real softmax.
@@ -245,7 +180,10 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
       float w = valueAt(v.dtype, want[k], i), g = valueAt(v.dtype, got, i);
       if ((std::isnan(w) && std::isnan(g)) || std::memcmp(&w, &g, 4) == 0)
         continue;
-      double diff = std::fabs(double(g) - double(w));
+      // Bit for bit means the zero's sign too.
+      bool exact = tol.ulps == 0 && tol.ofMax == 0;
+      double diff = std::fabs(double(g) - double(w)) +
+                    (exact && std::signbit(g) != std::signbit(w) ? 1 : 0);
       stats.maxUlps = std::max(stats.maxUlps, diff / ulpOf(v.dtype, w));
       stats.maxOfLargest = std::max(stats.maxOfLargest, diff / largest);
       if (diff <= tol.ulps * ulpOf(v.dtype, w) + tol.ofMax * largest)
@@ -654,30 +592,38 @@ int main(int argc, char **argv) {
       return 1;
     }
     for (const auto &[name, entry] : plan->entries)
-      for (const PlanStep &step : entry.steps) {
-        if (step.group || !cuda::isKernelOp(step.kind))
+      for (const PlanStep &planStep : entry.steps) {
+        if (planStep.group || !cuda::isKernelOp(planStep.kind))
           continue;
-        bool shard =
-            plan::category(step.kind) == plan::Category::ShardCast;
-        for (int rank = 0; rank < (shard ? plan->ranks : 1); ++rank) {
-          if (!checked.insert(signature(*plan, step, rank)).second)
-            continue;
-          ++count;
-          std::string failure = checkStep(*plan, step, rank, *device, rng,
-                                          statsOf(step.op, step.kind));
-          if (failure.empty())
-            failure = cudnnCheck(*plan, step, false);
-          if (!failure.empty()) {
-            std::fprintf(stderr, "%s: %s, %s (rank %d): %s\n", path.c_str(),
-                         name.c_str(), step.loc.c_str(), rank,
-                         failure.c_str());
-            return 1;
-          }
-          if (step.op == launchesOf)
-            if (Expected<cuda::OpLaunchPlan> p =
-                    cuda::opLaunchPlan(*plan, step, rank))
-              std::printf("%s\n", launchesLine(path, *plan, step, *p).c_str());
+        std::string why;
+        std::vector<PlanStep> positions = tpPositions(*plan, planStep, why);
+        if (positions.empty()) {
+          std::fprintf(stderr, "%s: %s, %s: %s\n", path.c_str(), name.c_str(),
+                       planStep.loc.c_str(), why.c_str());
+          return 1;
         }
+        bool shard = plan::category(planStep.kind) == plan::Category::ShardCast;
+        for (const PlanStep &step : positions)
+          for (int rank = 0; rank < (shard ? plan->ranks : 1); ++rank) {
+            if (!checked.insert(signature(*plan, step, rank)).second)
+              continue;
+            ++count;
+            std::string failure = checkStep(*plan, step, rank, *device, rng,
+                                            statsOf(step.op, step.kind));
+            if (failure.empty())
+              failure = cudnnCheck(*plan, step, false);
+            if (!failure.empty()) {
+              std::fprintf(stderr, "%s: %s, %s (rank %d): %s\n", path.c_str(),
+                           name.c_str(), step.loc.c_str(), rank,
+                           failure.c_str());
+              return 1;
+            }
+            if (step.op == launchesOf)
+              if (Expected<cuda::OpLaunchPlan> p =
+                      cuda::opLaunchPlan(*plan, step, rank))
+                std::printf("%s\n",
+                            launchesLine(path, *plan, step, *p).c_str());
+          }
       }
     // AdamW over consecutive updates at once, as the executor runs them
     // (CudaActions.cpp): all parameters per launch, and 3 per launch so

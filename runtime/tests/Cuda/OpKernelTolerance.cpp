@@ -27,9 +27,9 @@ double ulpOf(DType t, float x) {
 
 /// The stated tolerance of `op` (docs/cuda-op-kernels.md). On the host
 /// only attention's forward (online softmax: another order of exp and
-/// sums), cross-entropy and the gradient norm (double sums as trees) are
-/// not bit for bit; on a GPU, CUDA's expf, logf, pow, sin and cos are not
-/// the host's libm either.
+/// sums), cross-entropy, the gradient norm and loss parallel's statistics
+/// and loss (double sums as trees) are not bit for bit; on a GPU, CUDA's
+/// expf, logf, pow, sin and cos are not the host's libm either.
 /// AdamW over a list of parameters (kiln_adamw_list) has adamw's.
 Tolerance toleranceOf(plan::Op op, bool gpu) {
   switch (op) {
@@ -40,6 +40,14 @@ Tolerance toleranceOf(plan::Op op, bool gpu) {
     return {gpu ? 4.0 : 2.0, 0};
   case plan::Op::CrossEntropyGrad:
     return {gpu ? 2.0 : 1.0, 0};
+  // A double sum in another order, rounded to f32: at most the neighbour.
+  case plan::Op::VocabParallelLoss:
+    return {1, 0};
+  case plan::Op::VocabParallelStats:
+    return {gpu ? 4.0 : 1.0, 0};
+  // CUDA's expf; the target's column adds dstats[n, 1], which may cancel.
+  case plan::Op::VocabParallelStatsGrad:
+    return {gpu ? 4.0 : 0.0, gpu ? 1e-6 : 0.0};
   case plan::Op::Rope:
   case plan::Op::RopeGrad:
   case plan::Op::LrSchedule:

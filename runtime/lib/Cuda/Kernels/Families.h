@@ -37,9 +37,13 @@ const char *attentionSource();
 Result attention(StepReader &r);
 Result attentionGrad(StepReader &r);
 
-// Loss.cpp: cross_entropy and cross_entropy_grad.
+// Loss.cpp: cross_entropy and cross_entropy_grad; loss parallel's
+// index_to_float and vocab_parallel_* (max, stats, stats_grad, loss,
+// loss_grad).
 const char *lossSource();
 Result crossEntropy(const Step &s, bool grad);
+Result indexToFloat(const Step &s);
+Result vocabParallel(const Step &s);
 
 // Optim.cpp: grad_norm, lr_schedule, adamw (and adamwListLaunchPlan).
 const char *optimSource();

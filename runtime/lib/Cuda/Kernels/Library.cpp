@@ -163,9 +163,8 @@ bool isKernelOp(plan::Op op) {
   case Op::AttentionGrad:
   case Op::CrossEntropy:
   case Op::CrossEntropyGrad:
-  // Loss parallel has no CUDA kernels yet: opLaunchPlan refuses them, by
-  // name, when a plan is loaded (only tp > 1 plans have them, which the
-  // CUDA executor refuses anyway).
+  // Loss parallel's (Loss.cpp): checked on the host against the CPU
+  // backend (tests/Cuda/loss-parallel-host.test), never run on a GPU.
   case Op::IndexToFloat:
   case Op::VocabParallelMax:
   case Op::VocabParallelStats:
@@ -242,6 +241,14 @@ Expected<OpLaunchPlan> opLaunchPlan(const Plan &plan, const PlanStep &step,
     return crossEntropy(s, false);
   case plan::Op::CrossEntropyGrad:
     return crossEntropy(s, true);
+  case plan::Op::IndexToFloat:
+    return indexToFloat(s);
+  case plan::Op::VocabParallelMax:
+  case plan::Op::VocabParallelStats:
+  case plan::Op::VocabParallelStatsGrad:
+  case plan::Op::VocabParallelLoss:
+  case plan::Op::VocabParallelLossGrad:
+    return vocabParallel(s);
   case plan::Op::GradNorm:
     return gradNorm(s);
   case plan::Op::LrSchedule:
