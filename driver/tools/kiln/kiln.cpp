@@ -98,10 +98,11 @@ int main(int argc, char **argv) {
   trainCmd->add_option("--threads", train.threads,
                        "CPU threads (default: every core)")
       ->check(CLI::Range(1, 1024));
-  trainCmd->add_option("--cpu-gemm", train.cpuGemm,
-                       "CPU backend GEMMs: openblas (the default where built) "
-                       "or portable (Kiln's loops: the same bits whatever the "
-                       "row count)")
+  trainCmd
+      ->add_option("--cpu-gemm", train.cpuGemm,
+                   "CPU backend GEMMs: openblas (the default where built) "
+                   "or portable (Kiln's loops: the same bits whatever the "
+                   "row count)")
       ->check(CLI::IsMember(kiln::runtime::cpu::cpuGemmLibraries()));
   trainCmd->add_option("--trace", train.trace,
                        "Write a Chrome trace of every step (compute and "

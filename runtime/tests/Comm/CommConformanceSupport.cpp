@@ -290,7 +290,6 @@ std::string checkReduced(const Bytes &got, ElementType type, ReduceOp op,
   return line;
 }
 
-
 std::string caseName(ElementType type, int64_t count) {
   return std::string(elementTypeName(type)) + ", count " +
          std::to_string(count);

@@ -87,8 +87,8 @@ std::string compareMaxValues(const Bytes &got, const Bytes &want,
 /// CommConformance.cpp's comment for a backend without
 /// exactRingOrderReduction().
 std::string checkReduced(const Bytes &got, ElementType type, ReduceOp op,
-                         uint32_t salt, int size, int64_t n,
-                         int64_t first = 0, int chunk = -1);
+                         uint32_t salt, int size, int64_t n, int64_t first = 0,
+                         int chunk = -1);
 
 std::string caseName(ElementType type, int64_t count);
 std::string caseName(ElementType type, ReduceOp op, int64_t count);
