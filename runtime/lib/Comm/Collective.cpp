@@ -138,15 +138,15 @@ void reduceRows(const void *rows, int nranks, int chunk, int64_t count,
                 std::vector<float> &scratch) {
   if (count <= 0 || nranks <= 0)
     return;
-  // The fold's i-th row: the ring order, starting after `chunk`.
+  // The fold's k-th row: the ring order, starting after `chunk`.
   auto rowAt = [&](int i) { return (chunk + 1 + i) % nranks; };
   if (type == ElementType::F32) {
     const float *in = static_cast<const float *>(rows);
     float *acc = static_cast<float *>(out);
     if (acc != in + rowAt(0) * count)
       std::memcpy(acc, in + rowAt(0) * count, count * sizeof(float));
-    for (int i = 1; i < nranks; ++i) {
-      const float *row = in + rowAt(i) * count;
+    for (int k = 1; k < nranks; ++k) {
+      const float *row = in + rowAt(k) * count;
       if (op == ReduceOp::Sum)
         for (int64_t i = 0; i < count; ++i)
           acc[i] = acc[i] + row[i];
@@ -164,8 +164,8 @@ void reduceRows(const void *rows, int nranks, int chunk, int64_t count,
   const uint16_t *first = in + rowAt(0) * count;
   for (int64_t i = 0; i < count; ++i)
     acc[i] = numerics::fromBf16Bits(first[i]);
-  for (int r = 1; r < nranks; ++r) {
-    const uint16_t *row = in + rowAt(r) * count;
+  for (int k = 1; k < nranks; ++k) {
+    const uint16_t *row = in + rowAt(k) * count;
     if (op == ReduceOp::Sum)
       for (int64_t i = 0; i < count; ++i)
         acc[i] = acc[i] + numerics::fromBf16Bits(row[i]);
