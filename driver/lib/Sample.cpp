@@ -42,7 +42,8 @@ int kiln::runSample(const SampleCommand &command) {
   if (!llvm::sys::fs::exists(configPath))
     return commandError(*dir + " has no config.toml (the model to sample from)");
 
-  std::vector<std::string> overrides = {"training.global_batch_size=1"};
+  std::vector<std::string> overrides = {"training.global_batch_size=1",
+                                        "training.local_batch_size=1"};
   ModelSession session;
   if (!session.load(configPath, overrides))
     return 1;

@@ -59,6 +59,10 @@ public:
            fail(what, std::string("is ") + dtypeName(v.dtype) +
                           "; it must be f32, bf16 or FP8");
   }
+  /// What reshape and unflatten move: a stored float, or token ids.
+  bool movable(const PlanValue &v, const std::string &what) {
+    return v.dtype == DType::I32 || stored(v, what);
+  }
   bool dtype(const PlanValue &v, DType want, const std::string &what) {
     return v.dtype == want || fail(what, std::string("is ") +
                                              dtypeName(v.dtype) +
@@ -420,7 +424,7 @@ bool StepRules::check() {
            dtype(out(0), DType::F32, resultName(0)) &&
            shape(out(0), in(1).shape, resultName(0));
   case Op::Reshape:
-    return stored(in(0), operandName(0)) &&
+    return movable(in(0), operandName(0)) &&
            dtype(out(0), in(0).dtype, resultName(0)) &&
            elements(out(0), in(0).numElements(), resultName(0));
   case Op::Transpose:
@@ -428,7 +432,7 @@ bool StepRules::check() {
   case Op::Flatten:
     return flatten();
   case Op::Unflatten:
-    return stored(in(0), operandName(0)) && rank(in(0), 1, operandName(0)) &&
+    return movable(in(0), operandName(0)) && rank(in(0), 1, operandName(0)) &&
            dtype(out(0), in(0).dtype, resultName(0)) &&
            (integer("offset") + out(0).numElements() <= in(0).numElements() ||
             fail("attribute 'offset'",

@@ -60,6 +60,10 @@ void kiln::buildFp8Pipeline(OpPassManager &pm) {
   pm.addPass(createKilnFp8TpAllGather());
 }
 
+void kiln::buildAccumulatePipeline(OpPassManager &pm) {
+  pm.addPass(createKilnGradAccum());
+}
+
 void kiln::buildFusePipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createKilnFuseElementwise());
 }
@@ -93,6 +97,10 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
       {"shard", "FP8 decisions; FSDP shards, all-gathers and reduce-scatters",
        buildShardPipeline},
       {"fp8", "eligible linears as FP8 scaled GEMMs", buildFp8Pipeline},
+      {"accumulate",
+       "gradient accumulation: the step's forward and backward once per "
+       "microbatch (only with training.local_batch_size)",
+       buildAccumulatePipeline},
       {"fuse", "elementwise and row-wise ops as fused groups",
        buildFusePipeline},
       {"schedule",

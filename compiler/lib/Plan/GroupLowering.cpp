@@ -202,6 +202,15 @@ LogicalResult GroupWriter::lower(Operation *op) {
         emit(GroupOp::Mul, {emit(GroupOp::Mul, {*dy, s}), inner}, *type);
     return success();
   }
+  if (auto divide = dyn_cast<DivideOp>(op)) {
+    FailureOr<int64_t> x = arg(0);
+    if (failed(x))
+      return failure();
+    regs[result] = emit(GroupOp::Div,
+                        {*x, constant(static_cast<double>(divide.getBy()))},
+                        *type);
+    return success();
+  }
   if (isa<CastOp, SqrtOp>(op)) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))

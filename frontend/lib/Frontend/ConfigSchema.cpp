@@ -94,6 +94,13 @@ const std::vector<KeySpec> &kiln::configSchema() {
              "Sequences per step over all ranks; split evenly over the "
              "data-parallel ranks.",
              kImport, true),
+      intKey("training", "local_batch_size", FIELD(training.local_batch_size),
+             1, 1 << 20,
+             "Sequences per microbatch on one rank. Below the rank's share "
+             "of `global_batch_size` it must divide that share, and each "
+             "step accumulates the gradients of share / local_batch_size "
+             "microbatches (docs/pp.md, \"Gradient accumulation\").",
+             kImport, true, false, "unset: the rank's whole share"),
       intKey("training", "seq_len", FIELD(training.seq_len), 1, 1 << 20,
              "Tokens per sequence.", kImport, true),
       intKey("training", "steps", FIELD(training.steps), 1, 1e9,

@@ -74,5 +74,13 @@ kiln::resolveMesh(const Config &config, std::optional<int64_t> worldSize,
         << " dp_shard ranks";
     return failure();
   }
+  int64_t local = config.training.local_batch_size;
+  if (local != 0 && (batch / dp) % local != 0) {
+    error("training.local_batch_size")
+        << "training.local_batch_size (" << local
+        << ") must divide each dp_shard rank's share of the global batch ("
+        << batch << " / " << dp << " = " << batch / dp << ")";
+    return failure();
+  }
   return std::optional<MeshShape>(MeshShape{dp, tp});
 }

@@ -78,14 +78,9 @@ std::vector<ParamSpec> kiln::modelParameters(const Config &config) {
 }
 
 namespace {
-/// Data-parallel ranks the module is built for: the mesh's dp_shard (the tp
-/// ranks of a group share their batch).
-int64_t ranksOf(const Config &config) { return config.runMesh().dpShard; }
-
-/// The batch one rank computes on: its share of the global batch.
-int64_t localBatch(const Config &config) {
-  return config.training.global_batch_size / ranksOf(config);
-}
+/// The batch @forward_loss computes on: one microbatch of the rank's share
+/// of the global batch (kiln-grad-accum makes the step take the share).
+int64_t localBatch(const Config &config) { return config.microbatchRows(); }
 
 /// Emits the body of @forward_loss, one helper per model component.
 class ForwardBuilder {
@@ -348,6 +343,13 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
       b.getDictionaryAttr({b.getNamedAttr(
           "reshard_after_forward",
           b.getBoolAttr(config.parallelism.reshard_after_forward))}));
+
+  // Gradient accumulation (kiln-grad-accum, docs/pp.md): the step runs
+  // @forward_loss's backward on this many microbatches.
+  if (config.microbatches() > 1)
+    module->getOperation()->setAttr(
+        KilnDialect::kMicrobatchesAttrName,
+        b.getI64IntegerAttr(config.microbatches()));
 
   if (config.float8.enable) {
     Location at = keyLocation(context, config, "float8.enable");

@@ -167,6 +167,8 @@ KILN_CPU_OP(vocabParallelLossGrad) {
   return Error::success();
 }
 
+// Token ids (i32) are neither widened nor narrowed: their 4-byte elements
+// are moved as they are.
 KILN_CPU_OP(copy) {
   (void)step;
   std::memmove(out[0].f32(), in[0].f32(),

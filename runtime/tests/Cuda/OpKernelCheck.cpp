@@ -124,12 +124,19 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
       wide[k].push_back(valueAt(v.dtype, in[k], i));
     operands.push_back(View{wide[k].data(), DType::F32, v.shape});
   }
+  out.clear();
+  // Token ids (a moved i32) go straight into their result, as bytes.
+  std::vector<std::vector<uint8_t>> ids(step.results.size());
   for (size_t k = 0; k < step.results.size(); ++k) {
     const PlanValue &v = plan.values[step.results[k]];
+    if (!isFloat(v.dtype)) {
+      ids[k].assign(v.bytes(), 0);
+      results.push_back(View{ids[k].data(), v.dtype, v.shape});
+      continue;
+    }
     res[k].assign(v.numElements(), 0.0f);
     results.push_back(View{res[k].data(), DType::F32, v.shape});
   }
-  out.clear();
   if (plan::category(step.kind) == plan::Category::ShardCast) {
     // As CpuExecutor::runShardOp: the rank's part of each weight.
     const auto &offsets = std::get<std::vector<int64_t>>(step.attrs.at("offsets"));
@@ -153,6 +160,10 @@ std::string cpuResults(const Plan &plan, const PlanStep &step, int rank,
   }
   for (size_t k = out.size(); k < step.results.size(); ++k) {
     const PlanValue &v = plan.values[step.results[k]];
+    if (!isFloat(v.dtype)) {
+      out.push_back(std::move(ids[k]));
+      continue;
+    }
     out.emplace_back(v.bytes());
     for (int64_t i = 0; i < v.numElements(); ++i)
       setValue(v.dtype, out[k], i, res[k][i]);
@@ -173,6 +184,14 @@ std::string compareResults(const Plan &plan, const PlanStep &step,
         cudnn ? cudnnToleranceOf(step.kind, k) : toleranceOf(step.kind, gpu);
     const PlanValue &v = plan.values[step.results[k]];
     const std::vector<uint8_t> &got = b.storage[b.results[at][k]];
+    if (!isFloat(v.dtype)) {
+      // Token ids: every byte.
+      if (got.size() < want[k].size() ||
+          std::memcmp(got.data(), want[k].data(), want[k].size()) != 0)
+        return step.op + " result " + std::to_string(k) +
+               ": the ids differ from the CPU backend's";
+      continue;
+    }
     double largest = 0;
     for (int64_t i = 0; i < v.numElements(); ++i)
       largest = std::max(largest, std::fabs(double(valueAt(v.dtype, want[k], i))));
@@ -595,15 +614,16 @@ int main(int argc, char **argv) {
       for (const PlanStep &planStep : entry.steps) {
         if (planStep.group || !cuda::isKernelOp(planStep.kind))
           continue;
-        std::string why;
-        std::vector<PlanStep> positions = tpPositions(*plan, planStep, why);
-        if (positions.empty()) {
+        Expected<std::vector<PlanStep>> positions =
+            tpPositions(*plan, planStep);
+        if (!positions) {
           std::fprintf(stderr, "%s: %s, %s: %s\n", path.c_str(), name.c_str(),
-                       planStep.loc.c_str(), why.c_str());
+                       planStep.loc.c_str(),
+                       positions.error().message().c_str());
           return 1;
         }
         bool shard = plan::category(planStep.kind) == plan::Category::ShardCast;
-        for (const PlanStep &step : positions)
+        for (const PlanStep &step : *positions)
           for (int rank = 0; rank < (shard ? plan->ranks : 1); ++rank) {
             if (!checked.insert(signature(*plan, step, rank)).second)
               continue;

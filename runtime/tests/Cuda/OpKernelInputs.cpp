@@ -37,8 +37,11 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
   int64_t n = v.numElements();
   std::vector<uint8_t> b(n * dtypeBytes(v.dtype));
   const plan::Op op = step.kind;
-  if (v.dtype == DType::I32 && op == plan::Op::IndexToFloat) {
-    // Any i32, so that ids past 2^24 round as the CPU's conversion does.
+  if (v.dtype == DType::I32 &&
+      (op == plan::Op::IndexToFloat || op == plan::Op::Reshape ||
+       op == plan::Op::Unflatten)) {
+    // Any i32, so that ids past 2^24 round as the CPU's conversion does,
+    // and a move keeps every bit.
     for (int64_t i = 0; i < n; ++i) {
       int32_t x = static_cast<int32_t>(rng());
       std::memcpy(b.data() + 4 * i, &x, 4);
@@ -124,18 +127,18 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
 /// vocabulary's padding are checked too (`kiln compile` builds position
 /// 0's plan only); any other step as it is. Empty, with `why`, when the
 /// plan's own vocab_start is not its position's.
-std::vector<PlanStep> tpPositions(const Plan &plan, const PlanStep &step,
-                                  std::string &why) {
+Expected<std::vector<PlanStep>> tpPositions(const Plan &plan,
+                                            const PlanStep &step) {
   if (plan.mesh.tp < 2 || !step.attrs.count("vocab_start"))
-    return {step};
+    return std::vector<PlanStep>{step};
   const PlanValue &logits =
       plan.values[step.operands
                       [step.kind == plan::Op::VocabParallelStatsGrad ? 1 : 0]];
   int64_t slice = logits.shape.back(), vocab = step.i64("vocab_size");
   if (step.i64("vocab_start") != plan.tpIndex * slice) {
-    why = "vocab_start " + std::to_string(step.i64("vocab_start")) +
-          " is not tp position " + std::to_string(plan.tpIndex) + "'s";
-    return {};
+    return Error("vocab_start " + std::to_string(step.i64("vocab_start")) +
+                 " is not tp position " + std::to_string(plan.tpIndex) +
+                 "'s");
   }
   std::vector<PlanStep> steps;
   for (int64_t r = 0; r < plan.mesh.tp && r * slice < vocab; ++r) {

@@ -10,6 +10,7 @@
 #define KILN_RUNTIME_TESTS_CUDA_OPKERNELINPUTS_H
 
 #include "kiln/Runtime/Plan.h"
+#include "kiln/Runtime/Support/Error.h"
 
 #include <cstdint>
 #include <random>
@@ -31,10 +32,10 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
 /// _stats or _stats_grad step of a tp plan once per position r, with
 /// vocab_start = r L (L the logits' slice), so that the slices with the
 /// vocabulary's padding are checked too (`kiln compile` builds position
-/// 0's plan only); any other step as it is. Empty, with `why`, when the
-/// plan's own vocab_start is not its position's.
-std::vector<PlanStep> tpPositions(const Plan &plan, const PlanStep &step,
-                                  std::string &why);
+/// 0's plan only); any other step as it is. An error when the plan's own
+/// vocab_start is not its position's.
+Expected<std::vector<PlanStep>> tpPositions(const Plan &plan,
+                                            const PlanStep &step);
 
 } // namespace kiln::runtime::opcheck
 

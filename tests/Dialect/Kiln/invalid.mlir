@@ -755,3 +755,11 @@ func.func @vocab_parallel_loss_c1(%s: tensor<2x8x3xf32>, %m: tensor<2x8xf32>) {
   %0 = kiln.vocab_parallel_loss %s, %m : tensor<2x8x3xf32>, tensor<2x8xf32>
   return
 }
+
+// -----
+
+func.func @divide_c1(%g: tensor<4x8xf32>) {
+  // expected-error @+1 {{'kiln.divide' op divides by a whole number of at least 1, got 0}}
+  %0 = kiln.divide %g by 0 : tensor<4x8xf32>
+  return
+}

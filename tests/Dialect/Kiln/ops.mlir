@@ -126,3 +126,16 @@ func.func @fp8_marks(%x: tensor<128x64xbf16>, %w: tensor<64x64xbf16>,
   %7 = kiln.scaled_matmul "grad_input" wq %xq, %s, %wq, %s param("a") {fast_accumulation = false} : tensor<128x64xf8E4M3FN>, tensor<f32>, tensor<64x64xf8E4M3FN>, tensor<f32> -> tensor<128x64xbf16>
   return
 }
+
+// Gradient accumulation (kiln-grad-accum): a mean over microbatches, and
+// the token ids' rows moved by reshape and unflatten.
+// CHECK-LABEL: func.func @grad_accum
+func.func @grad_accum(%g: tensor<4x8xbf16>, %t: tensor<2x4xi32>) {
+  // CHECK: kiln.divide %{{.+}} by 4 : tensor<4x8xbf16>
+  %0 = kiln.divide %g by 4 : tensor<4x8xbf16>
+  // CHECK: kiln.reshape %{{.+}} : tensor<2x4xi32> -> tensor<8xi32>
+  %1 = kiln.reshape %t : tensor<2x4xi32> -> tensor<8xi32>
+  // CHECK: kiln.unflatten %{{.+}}[4] : tensor<8xi32> -> tensor<4xi32>
+  %2 = kiln.unflatten %1[4] : tensor<8xi32> -> tensor<4xi32>
+  return
+}

@@ -48,6 +48,9 @@ void buildShardPipeline(mlir::OpPassManager &pm);
 /// fp8: kiln-fp8-linear, then kiln-fp8-all-gather.
 void buildFp8Pipeline(mlir::OpPassManager &pm);
 
+/// accumulate: kiln-grad-accum (only with kiln.microbatches > 1).
+void buildAccumulatePipeline(mlir::OpPassManager &pm);
+
 /// fuse: kiln-fuse-elementwise on every function.
 void buildFusePipeline(mlir::OpPassManager &pm);
 

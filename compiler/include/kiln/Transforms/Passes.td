@@ -116,6 +116,21 @@ def KilnOptimizer : Pass<"kiln-optimizer", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnGradAccum : Pass<"kiln-grad-accum", "mlir::ModuleOp"> {
+  let summary = "Gradient accumulation: the step's forward and backward once "
+                "per microbatch";
+  let description = [{
+    When the module's `kiln.microbatches` is M > 1 (a no-op otherwise),
+    after the shard and fp8 phases: every entry that reads `tokens` and
+    `targets` takes M times their rows, and what its loss, the gradients
+    AdamW reads, or its logits depend on runs once per microbatch on that
+    microbatch's rows. Losses and gradients are summed as the microbatches
+    go and divided by M (`kiln.divide`); logits are put back in row order.
+    The gradient norm and AdamW run once, on the means. docs/pp.md,
+    "Gradient accumulation".
+  }];
+}
+
 def KilnAsyncTp : Pass<"kiln-async-tp", "mlir::ModuleOp"> {
   let summary = "Async TP: tp collectives as rings of chunks overlapping their GEMMs";
   let description = [{

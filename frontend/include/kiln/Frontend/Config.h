@@ -41,6 +41,9 @@ struct ModelConfig {
 
 struct TrainingConfig {
   int64_t global_batch_size = 8;
+  /// Sequences per microbatch on one rank; 0: unset, the rank's whole share
+  /// of the global batch (no gradient accumulation).
+  int64_t local_batch_size = 0;
   int64_t seq_len = 2048;
   int64_t steps = 1000;
   int64_t seed = 0;
@@ -147,6 +150,18 @@ struct Config {
   int64_t tpPosition = 0;
 
   MeshShape runMesh() const { return mesh.value_or(MeshShape{}); }
+  /// Sequences each dp_shard rank takes of a global batch.
+  int64_t rankBatch() const {
+    return training.global_batch_size / runMesh().dpShard;
+  }
+  /// Sequences of one microbatch: training.local_batch_size, or the rank's
+  /// whole share.
+  int64_t microbatchRows() const {
+    return training.local_batch_size ? training.local_batch_size
+                                     : rankBatch();
+  }
+  /// Microbatches per step (gradient accumulation; 1: none).
+  int64_t microbatches() const { return rankBatch() / microbatchRows(); }
 };
 
 } // namespace kiln

@@ -2,7 +2,7 @@
 //
 // Reshape, flatten, unflatten and transpose move elements without
 // arithmetic (a dtype change goes through f32), so they are the CPU
-// backend's bits. kiln_copy is also the last step of the embedding
+// backend's bits. Reshape and unflatten also move token ids (i32). kiln_copy is also the last step of the embedding
 // gradient (its f32 accumulator to the gradient's dtype).
 //
 //===----------------------------------------------------------------------===//
@@ -48,7 +48,9 @@ extern "C" __global__ void kiln_transpose(KilnOpArgs a) {
 const char *layoutSource() { return kSource; }
 
 Result copyLike(StepReader &r, int64_t srcOffset) {
-  if (!r.counts(1, 1) || !r.floats({0}, {0}))
+  // Token ids (i32, a microbatch's rows: kiln-grad-accum) move as they are.
+  bool ids = r.in(0).dtype == DType::I32 && r.out(0).dtype == DType::I32;
+  if (!r.counts(1, 1) || (!ids && !r.floats({0}, {0})))
     return r.takeError();
   int64_t n = r.out(0).numElements();
   if (srcOffset < 0 || srcOffset + n > r.in(0).numElements()) {

@@ -24,6 +24,7 @@ namespace kiln::runtime::cuda {
 // The kernels take DType's values as their dtype codes (KILN_F32, ...).
 static_assert(static_cast<int>(DType::F32) == 0 &&
               static_cast<int>(DType::BF16) == 1 &&
+              static_cast<int>(DType::I32) == 4 &&
               static_cast<int>(DType::F8E4M3) == 6 &&
               static_cast<int>(DType::F8E5M2) == 7);
 
@@ -41,6 +42,7 @@ struct KilnOpListArgs { KilnSlot s[KILN_LIST_SLOTS]; };
 // Dtype codes: kiln::runtime::DType's values.
 #define KILN_F32 0
 #define KILN_BF16 1
+#define KILN_I32 4
 #define KILN_E4M3 6
 #define KILN_E5M2 7
 
@@ -80,7 +82,7 @@ __device__ __forceinline__ void kiln_move(const void *src, int st, kiln_i64 from
                                           void *dst, int dt, kiln_i64 to) {
   if (st != dt)
     kiln_store(dst, dt, to, kiln_load(src, st, from));
-  else if (st == KILN_F32)
+  else if (st == KILN_F32 || st == KILN_I32)
     ((unsigned *)dst)[to] = ((const unsigned *)src)[from];
   else if (st == KILN_BF16)
     ((kiln_u16 *)dst)[to] = ((const kiln_u16 *)src)[from];

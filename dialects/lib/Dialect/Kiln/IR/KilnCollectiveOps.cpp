@@ -113,3 +113,10 @@ LogicalResult FlattenOp::verify() {
       return emitOpError("parts overlap");
   return success();
 }
+
+LogicalResult DivideOp::verify() {
+  if (getBy() < 1)
+    return emitOpError("divides by a whole number of at least 1, got ")
+           << getBy();
+  return success();
+}

@@ -19,7 +19,7 @@ std::pair<int64_t, int64_t> rowsAndCols(Type type) {
 } // namespace
 
 std::optional<std::pair<int64_t, int64_t>> kiln::fusionSpace(Operation *op) {
-  if (isa<AddOp, MulOp, SiluOp, SiluGradOp, CastOp, SqrtOp>(op))
+  if (isa<AddOp, MulOp, SiluOp, SiluGradOp, CastOp, SqrtOp, DivideOp>(op))
     return rowsAndCols(op->getResult(0).getType());
   if (auto norm = dyn_cast<RMSNormOp>(op))
     return rowsAndCols(norm.getInput().getType());
@@ -31,8 +31,10 @@ std::optional<std::pair<int64_t, int64_t>> kiln::fusionSpace(Operation *op) {
   if (auto r = dyn_cast<ReshapeOp>(op)) {
     auto from = cast<RankedTensorType>(r.getInput().getType());
     auto to = cast<RankedTensorType>(r.getResult().getType());
+    // Token ids (i32) are moved by the layout op, never in a group.
     if (from.getRank() > 0 && to.getRank() > 0 &&
-        from.getShape().back() == to.getShape().back())
+        from.getShape().back() == to.getShape().back() &&
+        isa<FloatType>(from.getElementType()))
       return rowsAndCols(from);
   }
   if (auto t = dyn_cast<TransposeOp>(op)) {

@@ -33,6 +33,9 @@
 
 // FP8 codes travel too: `kiln-fp8-all-gather` gathers e4m3 shards.
 def Kiln_FlatTensor : StaticShapeTensorOf<[F32, BF16, F16, F8E4M3FN]>;
+// What unflatten takes a slice of: a flat buffer, or token ids.
+def Kiln_SliceableTensor
+    : StaticShapeTensorOf<[F32, BF16, F16, F8E4M3FN, I32]>;
 
 def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start",
     [DeclareOpInterfaceMethods<Kiln_DifferentiableOpInterface>]> {
@@ -159,8 +162,8 @@ def Kiln_UnflattenOp : Kiln_Op<"unflatten", [Pure,
     - unflatten_c1: `flat` has rank 1 and the element type of the result,
       and the slice lies inside it.
   }];
-  let arguments = (ins Kiln_FlatTensor:$flat, I64Attr:$offset);
-  let results = (outs Kiln_LayoutTensor:$result);
+  let arguments = (ins Kiln_SliceableTensor:$flat, I64Attr:$offset);
+  let results = (outs Kiln_MovableTensor:$result);
   let assemblyFormat = [{
     $flat `[` $offset `]` attr-dict `:` type($flat) `->` type($result)
   }];
@@ -184,6 +187,28 @@ def Kiln_FlattenOp : Kiln_Op<"flatten", [Pure,
   let assemblyFormat = [{
     $parts $offsets attr-dict `:` type($parts) `->` type($result)
   }];
+  let hasVerifier = 1;
+}
+
+def Kiln_DivideOp : Kiln_Op<"divide", [Pure, Elementwise,
+    SameOperandsAndResultType]> {
+  let summary = "division by a whole number (after autodiff: not "
+                "differentiable)";
+  let description = [{
+    `result = input / by`, each element divided in f32 (correctly rounded)
+    and rounded to the element type. `kiln-grad-accum` averages the
+    microbatches' gradients and losses with it.
+
+    ```mlir
+    %m = kiln.divide %sum by 4 : tensor<64x64xf32>
+    ```
+
+    Rules:
+    - divide_c1: `by` is at least 1.
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, I64Attr:$by);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$input `by` $by attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
 

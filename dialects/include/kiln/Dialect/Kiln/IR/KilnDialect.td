@@ -54,6 +54,10 @@ def Kiln_Dialect : Dialect {
     // rank's position on the tp axis, loss parallel) and an argument's shard.
     static constexpr ::llvm::StringLiteral kTpAttrName = "kiln.tp";
     static constexpr ::llvm::StringLiteral kTpShardAttrName = "kiln.tp_shard";
+    /// On the module: microbatches per step (gradient accumulation,
+    /// kiln-grad-accum; absent: 1).
+    static constexpr ::llvm::StringLiteral kMicrobatchesAttrName =
+        "kiln.microbatches";
 
   private:
     void registerAttributes();

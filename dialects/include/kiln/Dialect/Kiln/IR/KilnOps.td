@@ -24,6 +24,10 @@ def Kiln_TokenTensor : StaticShapeTensorOf<[I32]>;
 def Kiln_Fp8Tensor : StaticShapeTensorOf<[F8E4M3FN, F8E5M2]>;
 def Kiln_LayoutTensor
     : StaticShapeTensorOf<[F64, F32, BF16, F16, F8E4M3FN, F8E5M2]>;
+// What reshape and unflatten also move: token ids (kiln-grad-accum takes
+// each microbatch's rows of `tokens` and `targets` with them).
+def Kiln_MovableTensor
+    : StaticShapeTensorOf<[F64, F32, BF16, F16, F8E4M3FN, F8E5M2, I32]>;
 // Scalars (losses, norms, learning rates, the step) are rank-0 tensors.
 def Kiln_ScalarF32 : 0DTensorOf<[F32]> {
   let builderCall = "::mlir::RankedTensorType::get({}, $_builder.getF32Type())";
@@ -231,8 +235,8 @@ def Kiln_ReshapeOp : Kiln_Op<"reshape", [Pure,
     - reshape_c1: `input` and `result` have the same element type.
     - reshape_c2: `input` and `result` have the same number of elements.
   }];
-  let arguments = (ins Kiln_LayoutTensor:$input);
-  let results = (outs Kiln_LayoutTensor:$result);
+  let arguments = (ins Kiln_MovableTensor:$input);
+  let results = (outs Kiln_MovableTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;

@@ -1,0 +1,270 @@
+//===- GradAccum.cpp - The step's forward and backward once per microbatch ===//
+//
+// Gradient accumulation (docs/pp.md, "Gradient accumulation"). The frontend
+// builds @forward_loss for one microbatch of `b` sequences and puts the
+// count `M` in the module's `kiln.microbatches`. Here, after the shard and
+// fp8 phases, each entry that reads `tokens` and `targets` takes `M * b`
+// rows instead, and what it computes from them runs once per microbatch:
+//
+// - The microbatch part of an entry is every op its per-microbatch results
+//   depend on: in @train_step the gradients AdamW reads and the loss, in
+//   @forward_loss (the plan's eval_loss) and @loss_and_grads every result,
+//   in @forward_logits the logits. It is cloned M
+//   times in order, microbatch m reading rows [m * b, (m + 1) * b) of the
+//   inputs (a reshape and an unflatten), so microbatch m's activations are
+//   dead before m + 1's forward starts.
+// - Gradients and losses are summed as the microbatches go (so one
+//   microbatch's gradients are live at a time besides the sum), then
+//   divided by M (`kiln.divide`): the mean over the whole batch, as each
+//   microbatch's loss is the mean over its tokens and every microbatch has
+//   as many. Logits are put back in row order (`flatten`).
+// - Everything else (the gradient norm, the learning rate, AdamW) runs once,
+//   on the sums, after the last microbatch.
+//
+// Under FSDP the parameters are gathered, and the gradients reduce-scattered,
+// once per microbatch (the part holds the collectives): FSDP2's behaviour
+// under accumulation, which keeps the memory of one microbatch's step.
+// Keeping parameters gathered across microbatches is pipeline parallel's
+// (#18). An op outside the part that reads a value of one microbatch other
+// than those results is an error (the delayed FP8 recipe's amax history
+// would be one; the session refuses that recipe with microbatches).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "kiln-grad-accum"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNGRADACCUM
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+
+/// How a per-microbatch result becomes the step's.
+enum class Combine { Mean, Rows };
+
+/// The values of `func` that are per microbatch, and how each combines:
+/// in @train_step the loss and the gradients AdamW reads (means), in
+/// @forward_loss (the plan's eval_loss) and @loss_and_grads every result
+/// (means), in @forward_logits the logits (rows). Failure for another
+/// entry.
+FailureOr<SmallVector<std::pair<Value, Combine>>>
+microbatchResults(func::FuncOp func) {
+  SmallVector<std::pair<Value, Combine>> results;
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  StringRef name = func.getSymName();
+  if (name == kForwardLogitsFunc || name == kForwardLossFunc ||
+      name == kLossAndGradsFunc) {
+    Combine how =
+        name == kForwardLogitsFunc ? Combine::Rows : Combine::Mean;
+    for (Value v : ret.getOperands())
+      results.push_back({v, how});
+    return results;
+  }
+  if (name != kTrainStepFunc)
+    return func.emitOpError("reads the batch, and kiln-grad-accum does not "
+                            "know how to combine its microbatches' results");
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    auto output =
+        func.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttrName);
+    if (output && output.getValue() == "loss")
+      results.push_back({ret.getOperand(i), Combine::Mean});
+  }
+  llvm::DenseSet<Value> seen;
+  func.walk([&](AdamWOp adamw) {
+    if (seen.insert(adamw.getGrad()).second)
+      results.push_back({adamw.getGrad(), Combine::Mean});
+  });
+  return results;
+}
+
+class Accumulate {
+public:
+  Accumulate(func::FuncOp func, int64_t microbatches)
+      : func(func), m(microbatches), b(func.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  /// The ops `roots` depend on, in block order.
+  SmallVector<Operation *> partOf(ArrayRef<Value> roots);
+  /// Microbatch k's rows, of type `one`, of a widened input as `flat`.
+  Value rowsOf(Location loc, Value flat, RankedTensorType one, int64_t k);
+
+  func::FuncOp func;
+  int64_t m;
+  OpBuilder b;
+};
+
+SmallVector<Operation *> Accumulate::partOf(ArrayRef<Value> roots) {
+  llvm::SetVector<Operation *> part;
+  SmallVector<Value> work(roots.begin(), roots.end());
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val().getDefiningOp();
+    if (!op || !part.insert(op))
+      continue;
+    // Before the fuse phase no op has a region.
+    for (Value operand : op->getOperands())
+      work.push_back(operand);
+  }
+  SmallVector<Operation *> ordered(part.begin(), part.end());
+  llvm::sort(ordered,
+             [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
+  return ordered;
+}
+
+Value Accumulate::rowsOf(Location loc, Value flat, RankedTensorType one,
+                         int64_t k) {
+  int64_t n = one.getNumElements();
+  Value part = UnflattenOp::create(b, loc, one.clone({n}), flat,
+                                   b.getI64IntegerAttr(k * n));
+  return ReshapeOp::create(b, loc, one, part);
+}
+
+LogicalResult Accumulate::run() {
+  Block &body = func.getBody().front();
+  SmallVector<BlockArgument> inputs;
+  for (BlockArgument arg : body.getArguments())
+    if (func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                          KilnDialect::kInputAttrName) &&
+        cast<RankedTensorType>(arg.getType()).getRank() >= 1)
+      inputs.push_back(arg);
+  if (inputs.empty())
+    return success();
+  FailureOr<SmallVector<std::pair<Value, Combine>>> found =
+      microbatchResults(func);
+  if (failed(found))
+    return failure();
+  SmallVector<std::pair<Value, Combine>> results = std::move(*found);
+  if (results.empty())
+    return func.emitOpError("reads the batch but has no loss, gradient or "
+                            "logits to accumulate over microbatches");
+  SmallVector<Value> roots;
+  for (auto &[v, how] : results)
+    roots.push_back(v);
+  SmallVector<Operation *> part = partOf(roots);
+  llvm::DenseSet<Operation *> inPart(part.begin(), part.end());
+  llvm::DenseSet<Value> combined(roots.begin(), roots.end());
+
+  // Outside the part only the combined results may be read.
+  for (Operation &op : body)
+    if (!inPart.contains(&op))
+      for (Value operand : op.getOperands())
+        if (Operation *def = operand.getDefiningOp();
+            def && inPart.contains(def) && !combined.contains(operand))
+          return op.emitOpError("reads a value of one microbatch (")
+                 << def->getName()
+                 << "), which kiln-grad-accum cannot combine";
+  // The batch is read only inside the part.
+  for (BlockArgument arg : inputs)
+    for (Operation *user : arg.getUsers())
+      if (!inPart.contains(user))
+        return user->emitOpError("reads the batch outside what is computed "
+                                 "per microbatch");
+
+  // Widen the inputs: M times the rows.
+  SmallVector<RankedTensorType> one;
+  for (BlockArgument arg : inputs) {
+    auto t = cast<RankedTensorType>(arg.getType());
+    one.push_back(t);
+    SmallVector<int64_t> shape(t.getShape());
+    shape[0] *= m;
+    arg.setType(t.clone(shape));
+  }
+  func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
+                                 func.getResultTypes()));
+
+  b.setInsertionPoint(part.front());
+  SmallVector<Value> flats;
+  for (BlockArgument arg : inputs) {
+    auto whole = cast<RankedTensorType>(arg.getType());
+    flats.push_back(ReshapeOp::create(
+        b, arg.getLoc(), whole.clone({whole.getNumElements()}), arg));
+  }
+  SmallVector<Value> sums(results.size());
+  SmallVector<SmallVector<Value>> rows(results.size());
+  for (int64_t k = 0; k < m; ++k) {
+    IRMapping map;
+    for (auto [arg, flat, t] : llvm::zip(inputs, flats, one))
+      map.map(arg, rowsOf(arg.getLoc(), flat, t, k));
+    for (Operation *op : part)
+      b.clone(*op, map);
+    for (auto [i, result] : llvm::enumerate(results)) {
+      Value mine = map.lookup(result.first);
+      if (result.second == Combine::Rows)
+        rows[i].push_back(mine);
+      else
+        sums[i] = k == 0 ? mine
+                         : AddOp::create(b, mine.getLoc(), sums[i], mine)
+                               .getResult();
+    }
+  }
+  for (auto [i, result] : llvm::enumerate(results)) {
+    auto [v, how] = result;
+    Location loc = v.getLoc();
+    Value step;
+    if (how == Combine::Mean) {
+      step = DivideOp::create(b, loc, sums[i], b.getI64IntegerAttr(m));
+    } else {
+      auto t = cast<RankedTensorType>(v.getType());
+      int64_t n = t.getNumElements();
+      SmallVector<Value> flat;
+      SmallVector<int64_t> offsets;
+      for (auto [k, r] : llvm::enumerate(rows[i])) {
+        flat.push_back(ReshapeOp::create(b, loc, t.clone({n}), r));
+        offsets.push_back(static_cast<int64_t>(k) * n);
+      }
+      Value all = FlattenOp::create(b, loc, t.clone({n * m}), flat,
+                                    b.getDenseI64ArrayAttr(offsets));
+      SmallVector<int64_t> shape(t.getShape());
+      shape[0] *= m;
+      step = ReshapeOp::create(b, loc, t.clone(shape), all);
+    }
+    v.replaceUsesWithIf(step, [&](OpOperand &use) {
+      return !inPart.contains(use.getOwner());
+    });
+  }
+  for (Operation *op : llvm::reverse(part)) {
+    op->dropAllUses();
+    op->erase();
+  }
+  // The logits' result type is M times the rows too.
+  func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
+                                 body.getTerminator()->getOperandTypes()));
+  return success();
+}
+
+struct GradAccumPass : kiln::impl::KilnGradAccumBase<GradAccumPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto count =
+        module->getAttrOfType<IntegerAttr>(KilnDialect::kMicrobatchesAttrName);
+    if (!count || count.getInt() == 1)
+      return;
+    if (count.getInt() < 1) {
+      module.emitError("kiln.microbatches must be at least 1, got ")
+          << count.getInt();
+      return signalPassFailure();
+    }
+    for (auto func : llvm::to_vector(module.getOps<func::FuncOp>())) {
+      if (failed(Accumulate(func, count.getInt()).run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

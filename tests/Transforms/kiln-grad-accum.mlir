@@ -1,0 +1,103 @@
+// RUN: kiln-opt %s -split-input-file -kiln-grad-accum -verify-diagnostics | FileCheck %s
+
+// Two microbatches of one sequence (docs/pp.md, "Gradient accumulation").
+// The step takes both rows of tokens and targets; each microbatch's rows
+// are a reshape and an unflatten of them (offsets 0 and 4). The forward and
+// backward run once per microbatch, the second after the first's gradient;
+// the losses and gradients are summed as they come and divided by 2; the
+// gradient norm, the learning rate and AdamW run once, on the means.
+// CHECK-LABEL: func.func @train_step(
+// CHECK-SAME: %[[TOK:[^:]+]]: tensor<2x4xi32> {kiln.input = "tokens"}, %[[TGT:[^:]+]]: tensor<2x4xi32> {kiln.input = "targets"}
+// CHECK: %[[LR:.+]] = kiln.lr_schedule
+// CHECK: %[[TOKF:.+]] = kiln.reshape %[[TOK]] : tensor<2x4xi32> -> tensor<8xi32>
+// CHECK: %[[TGTF:.+]] = kiln.reshape %[[TGT]] : tensor<2x4xi32> -> tensor<8xi32>
+// CHECK: %[[T0:.+]] = kiln.unflatten %[[TOKF]][0] : tensor<8xi32> -> tensor<4xi32>
+// CHECK: %[[TOK0:.+]] = kiln.reshape %[[T0]] : tensor<4xi32> -> tensor<1x4xi32>
+// CHECK: kiln.unflatten %[[TGTF]][0] : tensor<8xi32> -> tensor<4xi32>
+// CHECK: %[[X0:.+]] = kiln.embedding %{{.+}}[%[[TOK0]]]
+// CHECK: %[[L0:.+]] = kiln.cross_entropy %[[X0]]
+// CHECK: %[[G0:.+]] = kiln.embedding_grad
+// CHECK: kiln.unflatten %[[TOKF]][4] : tensor<8xi32> -> tensor<4xi32>
+// CHECK: kiln.unflatten %[[TGTF]][4] : tensor<8xi32> -> tensor<4xi32>
+// CHECK: %[[L1:.+]] = kiln.cross_entropy
+// CHECK: %[[G1:.+]] = kiln.embedding_grad
+// CHECK: %[[LS:.+]] = kiln.add %[[L0]], %[[L1]] : tensor<f32>
+// CHECK: %[[GS:.+]] = kiln.add %[[G0]], %[[G1]] : tensor<8x8xf32>
+// CHECK: %[[LOSS:.+]] = kiln.divide %[[LS]] by 2 : tensor<f32>
+// CHECK: %[[GRAD:.+]] = kiln.divide %[[GS]] by 2 : tensor<8x8xf32>
+// CHECK-NOT: kiln.embedding
+// CHECK: %[[NORM:.+]] = kiln.grad_norm %[[GRAD]]
+// CHECK: kiln.adamw %{{.+}}, %[[GRAD]], %{{.+}}, %{{.+}}, %[[NORM]], %[[LR]]
+// CHECK: return %[[LOSS]], %[[NORM]], %[[LR]]
+module attributes {kiln.microbatches = 2 : i64} {
+func.func @train_step(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"}, %w: tensor<8x8xf32> {kiln.param = "w"}, %m: tensor<8x8xf32> {kiln.state = "exp_avg.w"}, %v: tensor<8x8xf32> {kiln.state = "exp_avg_sq.w"}, %step: tensor<i64> {kiln.input = "step"}) -> (tensor<f32> {kiln.output = "loss"}, tensor<f32> {kiln.output = "grad_norm"}, tensor<f32> {kiln.output = "lr"}, tensor<8x8xf32> {kiln.state = "w"}, tensor<8x8xf32> {kiln.state = "exp_avg.w"}, tensor<8x8xf32> {kiln.state = "exp_avg_sq.w"}) {
+  %lr = kiln.lr_schedule %step {decay = "cosine", min_lr = 0.000000e+00 : f64, peak = 8.000000e-04 : f64, total_steps = 1000 : i64, warmup_steps = 200 : i64}
+  %x = kiln.embedding %w[%tok] param("w") : tensor<8x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %loss = kiln.cross_entropy %x, %tgt : tensor<1x4x8xf32>, tensor<1x4xi32> -> tensor<f32>
+  %one = arith.constant dense<1.000000e+00> : tensor<f32>
+  %dx = kiln.cross_entropy_grad %one, %x, %tgt : tensor<1x4x8xf32>, tensor<1x4xi32>
+  %g = kiln.embedding_grad %dx, %tok param("w") : tensor<1x4x8xf32>, tensor<1x4xi32> -> tensor<8x8xf32>
+  %norm = kiln.grad_norm %g : tensor<8x8xf32>
+  %p, %pm, %pv = kiln.adamw %w, %g, %m, %v, %norm, %lr, %step {beta1 = 9.000000e-01 : f64, beta2 = 0.95 : f64, eps = 1.000000e-08 : f64, max_norm = 1.000000e+00 : f64, weight_decay = 1.000000e-01 : f64} : tensor<8x8xf32>
+  return %loss, %norm, %lr, %p, %pm, %pv : tensor<f32>, tensor<f32>, tensor<f32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>
+}
+}
+
+// -----
+
+// The logits entry: each microbatch's logits, put back in row order.
+// CHECK-LABEL: func.func @forward_logits(
+// CHECK-SAME: tensor<2x4xi32> {kiln.input = "tokens"}
+// CHECK-SAME: -> tensor<2x4x8xf32>
+// CHECK: %[[A:.+]] = kiln.embedding
+// CHECK: %[[B:.+]] = kiln.embedding
+// CHECK: %[[FA:.+]] = kiln.reshape %[[A]] : tensor<1x4x8xf32> -> tensor<32xf32>
+// CHECK: %[[FB:.+]] = kiln.reshape %[[B]] : tensor<1x4x8xf32> -> tensor<32xf32>
+// CHECK: %[[ALL:.+]] = kiln.flatten %[[FA]], %[[FB]] [0, 32] : tensor<32xf32>, tensor<32xf32> -> tensor<64xf32>
+// CHECK: %[[OUT:.+]] = kiln.reshape %[[ALL]] : tensor<64xf32> -> tensor<2x4x8xf32>
+// CHECK: return %[[OUT]]
+module attributes {kiln.microbatches = 2 : i64} {
+func.func @forward_logits(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %w: tensor<8x8xf32> {kiln.param = "w"}) -> tensor<1x4x8xf32> {
+  %x = kiln.embedding %w[%tok] param("w") : tensor<8x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  return %x : tensor<1x4x8xf32>
+}
+}
+
+// -----
+
+// Without kiln.microbatches (or with 1), nothing changes.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: tensor<1x4xi32>
+// CHECK-NOT: kiln.unflatten
+module attributes {kiln.microbatches = 1 : i64} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"}, %w: tensor<8x8xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %x = kiln.embedding %w[%tok] param("w") : tensor<8x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %loss = kiln.cross_entropy %x, %tgt : tensor<1x4x8xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+}
+
+// -----
+
+// An entry whose other results read one microbatch's values cannot be
+// combined: an error, not a silently wrong step.
+module attributes {kiln.microbatches = 2 : i64} {
+// expected-error @+1 {{reads the batch, and kiln-grad-accum does not know how to combine its microbatches' results}}
+func.func @other(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %w: tensor<8x8xf32> {kiln.param = "w"}) -> tensor<1x4x8xf32> {
+  %x = kiln.embedding %w[%tok] param("w") : tensor<8x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  return %x : tensor<1x4x8xf32>
+}
+}
+
+// -----
+
+// A step result that is neither the loss nor a gradient AdamW reads (here
+// the embedding's output) is a value of one microbatch: an error.
+module attributes {kiln.microbatches = 2 : i64} {
+func.func @train_step(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"}, %w: tensor<8x8xf32> {kiln.param = "w"}) -> (tensor<f32> {kiln.output = "loss"}, tensor<1x4x8xf32>) {
+  %x = kiln.embedding %w[%tok] param("w") : tensor<8x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %loss = kiln.cross_entropy %x, %tgt : tensor<1x4x8xf32>, tensor<1x4xi32> -> tensor<f32>
+  // expected-error @+1 {{reads a value of one microbatch (kiln.embedding), which kiln-grad-accum cannot combine}}
+  return %loss, %x : tensor<f32>, tensor<1x4x8xf32>
+}
+}
