@@ -206,9 +206,9 @@ LogicalResult GroupWriter::lower(Operation *op) {
     FailureOr<int64_t> x = arg(0);
     if (failed(x))
       return failure();
-    regs[result] = emit(GroupOp::Div,
-                        {*x, constant(static_cast<double>(divide.getBy()))},
-                        *type);
+    regs[result] =
+        emit(GroupOp::Div, {*x, constant(static_cast<double>(divide.getBy()))},
+             *type);
     return success();
   }
   if (isa<CastOp, SqrtOp>(op)) {

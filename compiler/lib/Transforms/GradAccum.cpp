@@ -69,8 +69,7 @@ microbatchResults(func::FuncOp func) {
   StringRef name = func.getSymName();
   if (name == kForwardLogitsFunc || name == kForwardLossFunc ||
       name == kLossAndGradsFunc) {
-    Combine how =
-        name == kForwardLogitsFunc ? Combine::Rows : Combine::Mean;
+    Combine how = name == kForwardLogitsFunc ? Combine::Rows : Combine::Mean;
     for (Value v : ret.getOperands())
       results.push_back({v, how});
     return results;
@@ -167,8 +166,7 @@ LogicalResult Accumulate::run() {
         if (Operation *def = operand.getDefiningOp();
             def && inPart.contains(def) && !combined.contains(operand))
           return op.emitOpError("reads a value of one microbatch (")
-                 << def->getName()
-                 << "), which kiln-grad-accum cannot combine";
+                 << def->getName() << "), which kiln-grad-accum cannot combine";
   // The batch is read only inside the part.
   for (BlockArgument arg : inputs)
     for (Operation *user : arg.getUsers())
@@ -208,9 +206,9 @@ LogicalResult Accumulate::run() {
       if (result.second == Combine::Rows)
         rows[i].push_back(mine);
       else
-        sums[i] = k == 0 ? mine
-                         : AddOp::create(b, mine.getLoc(), sums[i], mine)
-                               .getResult();
+        sums[i] =
+            k == 0 ? mine
+                   : AddOp::create(b, mine.getLoc(), sums[i], mine).getResult();
     }
   }
   for (auto [i, result] : llvm::enumerate(results)) {
@@ -234,9 +232,8 @@ LogicalResult Accumulate::run() {
       shape[0] *= m;
       step = ReshapeOp::create(b, loc, t.clone(shape), all);
     }
-    v.replaceUsesWithIf(step, [&](OpOperand &use) {
-      return !inPart.contains(use.getOwner());
-    });
+    v.replaceUsesWithIf(
+        step, [&](OpOperand &use) { return !inPart.contains(use.getOwner()); });
   }
   for (Operation *op : llvm::reverse(part)) {
     op->dropAllUses();

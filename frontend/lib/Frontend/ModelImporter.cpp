@@ -347,9 +347,8 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
   // Gradient accumulation (kiln-grad-accum, docs/pp.md): the step runs
   // @forward_loss's backward on this many microbatches.
   if (config.microbatches() > 1)
-    module->getOperation()->setAttr(
-        KilnDialect::kMicrobatchesAttrName,
-        b.getI64IntegerAttr(config.microbatches()));
+    module->getOperation()->setAttr(KilnDialect::kMicrobatchesAttrName,
+                                    b.getI64IntegerAttr(config.microbatches()));
 
   if (config.float8.enable) {
     Location at = keyLocation(context, config, "float8.enable");

@@ -137,8 +137,7 @@ Expected<std::vector<PlanStep>> tpPositions(const Plan &plan,
   int64_t slice = logits.shape.back(), vocab = step.i64("vocab_size");
   if (step.i64("vocab_start") != plan.tpIndex * slice) {
     return Error("vocab_start " + std::to_string(step.i64("vocab_start")) +
-                 " is not tp position " + std::to_string(plan.tpIndex) +
-                 "'s");
+                 " is not tp position " + std::to_string(plan.tpIndex) + "'s");
   }
   std::vector<PlanStep> steps;
   for (int64_t r = 0; r < plan.mesh.tp && r * slice < vocab; ++r) {

@@ -157,8 +157,7 @@ struct Config {
   /// Sequences of one microbatch: training.local_batch_size, or the rank's
   /// whole share.
   int64_t microbatchRows() const {
-    return training.local_batch_size ? training.local_batch_size
-                                     : rankBatch();
+    return training.local_batch_size ? training.local_batch_size : rankBatch();
   }
   /// Microbatches per step (gradient accumulation; 1: none).
   int64_t microbatches() const { return rankBatch() / microbatchRows(); }

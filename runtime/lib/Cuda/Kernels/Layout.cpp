@@ -2,8 +2,9 @@
 //
 // Reshape, flatten, unflatten and transpose move elements without
 // arithmetic (a dtype change goes through f32), so they are the CPU
-// backend's bits. Reshape and unflatten also move token ids (i32). kiln_copy is also the last step of the embedding
-// gradient (its f32 accumulator to the gradient's dtype).
+// backend's bits. Reshape and unflatten also move token ids (i32). kiln_copy is
+// also the last step of the embedding gradient (its f32 accumulator to the
+// gradient's dtype).
 //
 //===----------------------------------------------------------------------===//
 
