@@ -45,6 +45,52 @@ func.func @train_step(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tenso
 
 // -----
 
+// What does not depend on the batch runs once, before the first
+// microbatch: here the weight's bf16 cast; without resharding, FSDP's
+// parameter all-gather too (held across the microbatches).
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK: kiln.all_gather_start %{{.+}} over dp_shard
+// CHECK: kiln.wait
+// CHECK: %[[W:.+]] = kiln.unflatten
+// CHECK: %[[C:.+]] = kiln.cast %[[W]]
+// CHECK-NOT: kiln.all_gather_start
+// CHECK-NOT: kiln.cast
+// CHECK: kiln.embedding %[[C]]
+// CHECK: kiln.embedding %[[C]]
+module attributes {kiln.microbatches = 2 : i64, kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {reshard_after_forward = false}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"}, %shard: tensor<32xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %g = kiln.all_gather_start %shard over dp_shard {group = "w", ranks = 2 : i64} : tensor<32xf32> -> tensor<64xf32>
+  %gw = kiln.wait %g : tensor<64xf32>
+  %w = kiln.unflatten %gw[0] : tensor<64xf32> -> tensor<8x8xf32>
+  %c = kiln.cast %w : tensor<8x8xf32> -> tensor<8x8xbf16>
+  %x = kiln.embedding %c[%tok] param("w") : tensor<8x8xbf16>, tensor<1x4xi32> -> tensor<1x4x8xbf16>
+  %loss = kiln.cross_entropy %x, %tgt : tensor<1x4x8xbf16>, tensor<1x4xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+}
+
+// -----
+
+// With resharding (the default), the gather and what is computed from the
+// gathered parameter run per microbatch; what only reads the shard would
+// still run once.
+// CHECK-LABEL: func.func @forward_loss(
+// CHECK-COUNT-2: kiln.all_gather_start %{{.+}} over dp_shard
+// CHECK-NOT: kiln.all_gather_start
+module attributes {kiln.microbatches = 2 : i64, kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 1>, kiln.fsdp = {reshard_after_forward = true}} {
+func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"}, %shard: tensor<32xf32> {kiln.param = "w"}) -> tensor<f32> {
+  %g = kiln.all_gather_start %shard over dp_shard {group = "w", ranks = 2 : i64} : tensor<32xf32> -> tensor<64xf32>
+  %gw = kiln.wait %g : tensor<64xf32>
+  %w = kiln.unflatten %gw[0] : tensor<64xf32> -> tensor<8x8xf32>
+  %c = kiln.cast %w : tensor<8x8xf32> -> tensor<8x8xbf16>
+  %x = kiln.embedding %c[%tok] param("w") : tensor<8x8xbf16>, tensor<1x4xi32> -> tensor<1x4x8xbf16>
+  %loss = kiln.cross_entropy %x, %tgt : tensor<1x4x8xbf16>, tensor<1x4xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+}
+
+// -----
+
 // The logits entry: each microbatch's logits, put back in row order.
 // CHECK-LABEL: func.func @forward_logits(
 // CHECK-SAME: tensor<2x4xi32> {kiln.input = "tokens"}

@@ -21,13 +21,20 @@
 // - Everything else (the gradient norm, the learning rate, AdamW) runs once,
 //   on the sums, after the last microbatch.
 //
-// Under FSDP the parameters are gathered, and the gradients reduce-scattered,
-// once per microbatch (the part holds the collectives): FSDP2's behaviour
-// under accumulation, which keeps the memory of one microbatch's step.
-// Keeping parameters gathered across microbatches is pipeline parallel's
-// (#18). An op outside the part that reads a value of one microbatch other
-// than those results is an error (the delayed FP8 recipe's amax history
-// would be one; the session refuses that recipe with microbatches).
+// What those results depend on but the batch does not runs once per step,
+// before the first microbatch, and its values are held across them (as a
+// compiler hoists what a loop does not change): the weights' casts, their
+// FP8 amaxes and quantization, and with `reshard_after_forward = false`
+// FSDP's parameter all-gathers. With resharding (the default) FSDP gathers
+// the parameters again for the backward; holding both gathers across the
+// microbatches would hold every parameter twice, so the gathers and what
+// is computed from the gathered parameters run per microbatch, keeping the
+// memory of one microbatch's step (FSDP2's behaviour under accumulation).
+// The gradients' reduce-scatters are per microbatch either way.
+//
+// An op outside the part that reads a value of one microbatch other than
+// those results is an error (the delayed FP8 recipe's amax history would be
+// one; the session refuses that recipe with microbatches).
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,7 +46,6 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "kiln-grad-accum"
@@ -93,37 +99,61 @@ microbatchResults(func::FuncOp func) {
 
 class Accumulate {
 public:
-  Accumulate(func::FuncOp func, int64_t microbatches)
-      : func(func), m(microbatches), b(func.getContext()) {}
+  Accumulate(func::FuncOp func, int64_t microbatches, bool reshard)
+      : func(func), m(microbatches), reshard(reshard), b(func.getContext()) {}
 
   LogicalResult run();
 
 private:
-  /// The ops `roots` depend on, in block order.
-  SmallVector<Operation *> partOf(ArrayRef<Value> roots);
+  /// The ops `roots` depend on that run per microbatch, in block order:
+  /// those that depend on `inputs` and, when FSDP reshards, on a parameter
+  /// all-gather. The others `roots` depend on are moved before the first
+  /// of them, to run once.
+  SmallVector<Operation *> partOf(ArrayRef<Value> roots,
+                                  ArrayRef<BlockArgument> inputs);
   /// Microbatch k's rows, of type `one`, of a widened input as `flat`.
   Value rowsOf(Location loc, Value flat, RankedTensorType one, int64_t k);
 
   func::FuncOp func;
   int64_t m;
+  bool reshard;
   OpBuilder b;
 };
 
-SmallVector<Operation *> Accumulate::partOf(ArrayRef<Value> roots) {
-  llvm::SetVector<Operation *> part;
+SmallVector<Operation *>
+Accumulate::partOf(ArrayRef<Value> roots, ArrayRef<BlockArgument> inputs) {
+  llvm::DenseSet<Operation *> needed;
   SmallVector<Value> work(roots.begin(), roots.end());
   while (!work.empty()) {
     Operation *op = work.pop_back_val().getDefiningOp();
-    if (!op || !part.insert(op))
+    if (!op || !needed.insert(op).second)
       continue;
     // Before the fuse phase no op has a region.
     for (Value operand : op->getOperands())
       work.push_back(operand);
   }
-  SmallVector<Operation *> ordered(part.begin(), part.end());
-  llvm::sort(ordered,
-             [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
-  return ordered;
+  // Per microbatch: what reads the batch, or (resharding) a gathered
+  // parameter, directly or through another such op; in block order.
+  llvm::DenseSet<Value> varying(inputs.begin(), inputs.end());
+  SmallVector<Operation *> part, once;
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    bool perMicrobatch =
+        llvm::any_of(op.getOperands(),
+                     [&](Value v) { return varying.contains(v); }) ||
+        (reshard && isa<AllGatherStartOp>(op) &&
+         cast<AllGatherStartOp>(op).getAxis() == MeshAxis::dp_shard);
+    if (perMicrobatch)
+      varying.insert(op.result_begin(), op.result_end());
+    if (needed.contains(&op))
+      (perMicrobatch ? part : once).push_back(&op);
+  }
+  // What runs once goes before the first microbatch, in its order (its
+  // operands are arguments or other such ops).
+  if (!part.empty())
+    for (Operation *op : once)
+      if (part.front()->isBeforeInBlock(op))
+        op->moveBefore(part.front());
+  return part;
 }
 
 Value Accumulate::rowsOf(Location loc, Value flat, RankedTensorType one,
@@ -155,7 +185,7 @@ LogicalResult Accumulate::run() {
   SmallVector<Value> roots;
   for (auto &[v, how] : results)
     roots.push_back(v);
-  SmallVector<Operation *> part = partOf(roots);
+  SmallVector<Operation *> part = partOf(roots, inputs);
   llvm::DenseSet<Operation *> inPart(part.begin(), part.end());
   llvm::DenseSet<Value> combined(roots.begin(), roots.end());
 
@@ -257,8 +287,13 @@ struct GradAccumPass : kiln::impl::KilnGradAccumBase<GradAccumPass> {
           << count.getInt();
       return signalPassFailure();
     }
+    // kiln-fsdp's choice: parameters gathered again for the backward.
+    auto fsdp = module->getAttrOfType<DictionaryAttr>("kiln.fsdp");
+    auto keep = fsdp ? fsdp.getAs<BoolAttr>("reshard_after_forward")
+                     : BoolAttr();
+    bool reshard = !keep || keep.getValue();
     for (auto func : llvm::to_vector(module.getOps<func::FuncOp>())) {
-      if (failed(Accumulate(func, count.getInt()).run()))
+      if (failed(Accumulate(func, count.getInt(), reshard).run()))
         return signalPassFailure();
     }
   }

@@ -126,7 +126,10 @@ def KilnGradAccum : Pass<"kiln-grad-accum", "mlir::ModuleOp"> {
     AdamW reads, or its logits depend on runs once per microbatch on that
     microbatch's rows. Losses and gradients are summed as the microbatches
     go and divided by M (`kiln.divide`); logits are put back in row order.
-    The gradient norm and AdamW run once, on the means. docs/pp.md,
+    The gradient norm and AdamW run once, on the means. What the results
+    need but the batch does not (weight casts, FP8 weight quantization,
+    and with `kiln.fsdp`'s reshard_after_forward false the parameter
+    all-gathers) runs once, before the first microbatch. docs/pp.md,
     "Gradient accumulation".
   }];
 }
