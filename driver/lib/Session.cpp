@@ -51,20 +51,7 @@ bool ModelSession::load(const std::string &model,
   config = std::move(*parsed);
   if (worldRank)
     config->tpPosition = config->runMesh().tpIndex(*worldRank);
-  return refuseUnbuiltTp() && refuseUnbuiltAccumulation();
-}
-
-bool ModelSession::refuseUnbuiltAccumulation() {
-  if (config->microbatches() == 1 || !config->float8.enable ||
-      config->float8.recipe != "delayed")
-    return true;
-  emitError(keyLocation(&context, *config, "training.local_batch_size",
-                        {"float8.recipe"}))
-      << "training.local_batch_size (" << config->training.local_batch_size
-      << ") with float8.recipe = \"delayed\" is not implemented yet: the "
-         "step's amax history update would take the max over microbatches "
-         "(#18, docs/pp.md); tensorwise and rowwise work";
-  return false;
+  return refuseUnbuiltTp();
 }
 
 bool ModelSession::refuseUnbuiltTp() {

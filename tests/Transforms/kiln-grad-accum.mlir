@@ -2,13 +2,18 @@
 
 // Two microbatches of one sequence (docs/pp.md, "Gradient accumulation").
 // The step takes both rows of tokens and targets; each microbatch's rows
-// are a reshape and an unflatten of them (offsets 0 and 4). The forward and
-// backward run once per microbatch, the second after the first's gradient;
-// the losses and gradients are summed as they come and divided by 2; the
-// gradient norm, the learning rate and AdamW run once, on the means.
+// are a reshape and an unflatten of them (offsets 0 and 4). The loss
+// gradient's seed is divided by 2 once (it does not read the batch), so
+// each microbatch's gradient is its share of the whole batch's. The
+// forward and backward run once per microbatch, the second after the
+// first's gradient; the gradients are summed as they come, the losses
+// summed and divided by 2; the gradient norm, the learning rate and AdamW
+// run once, on the sums.
 // CHECK-LABEL: func.func @train_step(
 // CHECK-SAME: %[[TOK:[^:]+]]: tensor<2x4xi32> {kiln.input = "tokens"}, %[[TGT:[^:]+]]: tensor<2x4xi32> {kiln.input = "targets"}
 // CHECK: %[[LR:.+]] = kiln.lr_schedule
+// CHECK: %[[ONE:.+]] = arith.constant dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[SEED:.+]] = kiln.divide %[[ONE]] by 2 : tensor<f32>
 // CHECK: %[[TOKF:.+]] = kiln.reshape %[[TOK]] : tensor<2x4xi32> -> tensor<8xi32>
 // CHECK: %[[TGTF:.+]] = kiln.reshape %[[TGT]] : tensor<2x4xi32> -> tensor<8xi32>
 // CHECK: %[[T0:.+]] = kiln.unflatten %[[TOKF]][0] : tensor<8xi32> -> tensor<4xi32>
@@ -16,15 +21,16 @@
 // CHECK: kiln.unflatten %[[TGTF]][0] : tensor<8xi32> -> tensor<4xi32>
 // CHECK: %[[X0:.+]] = kiln.embedding %{{.+}}[%[[TOK0]]]
 // CHECK: %[[L0:.+]] = kiln.cross_entropy %[[X0]]
+// CHECK: kiln.cross_entropy_grad %[[SEED]], %[[X0]]
 // CHECK: %[[G0:.+]] = kiln.embedding_grad
 // CHECK: kiln.unflatten %[[TOKF]][4] : tensor<8xi32> -> tensor<4xi32>
 // CHECK: kiln.unflatten %[[TGTF]][4] : tensor<8xi32> -> tensor<4xi32>
 // CHECK: %[[L1:.+]] = kiln.cross_entropy
+// CHECK: kiln.cross_entropy_grad %[[SEED]]
 // CHECK: %[[G1:.+]] = kiln.embedding_grad
 // CHECK: %[[LS:.+]] = kiln.add %[[L0]], %[[L1]] : tensor<f32>
-// CHECK: %[[GS:.+]] = kiln.add %[[G0]], %[[G1]] : tensor<8x8xf32>
+// CHECK: %[[GRAD:.+]] = kiln.add %[[G0]], %[[G1]] : tensor<8x8xf32>
 // CHECK: %[[LOSS:.+]] = kiln.divide %[[LS]] by 2 : tensor<f32>
-// CHECK: %[[GRAD:.+]] = kiln.divide %[[GS]] by 2 : tensor<8x8xf32>
 // CHECK-NOT: kiln.embedding
 // CHECK: %[[NORM:.+]] = kiln.grad_norm %[[GRAD]]
 // CHECK: kiln.adamw %{{.+}}, %[[GRAD]], %{{.+}}, %{{.+}}, %[[NORM]], %[[LR]]
@@ -86,6 +92,29 @@ func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: ten
   %x = kiln.embedding %c[%tok] param("w") : tensor<8x8xbf16>, tensor<1x4xi32> -> tensor<1x4x8xbf16>
   %loss = kiln.cross_entropy %x, %tgt : tensor<1x4x8xbf16>, tensor<1x4xi32> -> tensor<f32>
   return %loss : tensor<f32>
+}
+}
+
+// -----
+
+// The delayed FP8 recipe: the step's amax of an activation is the largest
+// of its microbatches' (kiln.maximum), and its history is updated once; a
+// weight's amax does not read the batch, runs once and is not combined.
+// CHECK-LABEL: func.func @fp8_calibration(
+// CHECK: %[[WA:.+]] = kiln.amax %{{.+}} : tensor<8x8xf32> -> tensor<f32>
+// CHECK: %[[A0:.+]] = kiln.amax %{{.+}} : tensor<1x4x8xf32> -> tensor<f32>
+// CHECK: %[[A1:.+]] = kiln.amax %{{.+}} : tensor<1x4x8xf32> -> tensor<f32>
+// CHECK: %[[A:.+]] = kiln.maximum %[[A0]], %[[A1]] : tensor<f32>
+// CHECK: kiln.amax_history_update %{{.+}}, %[[A]]
+// CHECK: kiln.amax_history_update %{{.+}}, %[[WA]]
+module attributes {kiln.microbatches = 2 : i64} {
+func.func @fp8_calibration(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %w: tensor<8x8xf32> {kiln.param = "w"}, %h: tensor<4xf32> {kiln.state = "amax_history.x"}, %hw: tensor<4xf32> {kiln.state = "amax_history.w"}) -> (tensor<4xf32>, tensor<4xf32>) {
+  %wa = kiln.amax %w : tensor<8x8xf32> -> tensor<f32>
+  %x = kiln.embedding %w[%tok] param("w") : tensor<8x8xf32>, tensor<1x4xi32> -> tensor<1x4x8xf32>
+  %a = kiln.amax %x : tensor<1x4x8xf32> -> tensor<f32>
+  %h2 = kiln.amax_history_update %h, %a : tensor<4xf32>
+  %hw2 = kiln.amax_history_update %hw, %wa : tensor<4xf32>
+  return %h2, %hw2 : tensor<4xf32>, tensor<4xf32>
 }
 }
 

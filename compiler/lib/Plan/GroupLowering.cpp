@@ -171,12 +171,14 @@ LogicalResult GroupWriter::lower(Operation *op) {
     return get(op, op->getOperand(i), kind);
   };
 
-  if (isa<AddOp, MulOp>(op)) {
+  if (isa<AddOp, MulOp, MaximumOp>(op)) {
     FailureOr<int64_t> a = arg(0), b = arg(1);
     if (failed(a) || failed(b))
       return failure();
-    regs[result] =
-        emit(isa<AddOp>(op) ? GroupOp::Add : GroupOp::Mul, {*a, *b}, *type);
+    GroupOp g = isa<AddOp>(op)   ? GroupOp::Add
+                : isa<MulOp>(op) ? GroupOp::Mul
+                                 : GroupOp::Max;
+    regs[result] = emit(g, {*a, *b}, *type);
     return success();
   }
   if (isa<SiluOp>(op)) {

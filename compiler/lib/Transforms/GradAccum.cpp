@@ -13,11 +13,17 @@
 //   times in order, microbatch m reading rows [m * b, (m + 1) * b) of the
 //   inputs (a reshape and an unflatten), so microbatch m's activations are
 //   dead before m + 1's forward starts.
-// - Gradients and losses are summed as the microbatches go (so one
-//   microbatch's gradients are live at a time besides the sum), then
-//   divided by M (`kiln.divide`): the mean over the whole batch, as each
-//   microbatch's loss is the mean over its tokens and every microbatch has
-//   as many. Logits are put back in row order (`flatten`).
+// - Each microbatch's loss is the mean over its tokens, and every
+//   microbatch has as many: the whole batch's loss is the mean of theirs,
+//   and its gradient the sum of theirs with the loss gradient's seed
+//   divided by M (`kiln.divide` on the seed of each loss backward, as
+//   TorchTitan rescales each microbatch's loss). So gradients are summed as
+//   the microbatches go (one microbatch's gradients live at a time besides
+//   the sum), each at the whole batch's scale (which FP8's gradient amaxes
+//   see), and losses summed, then divided by M. Logits are put back in row
+//   order (`flatten`). The delayed FP8 recipe's amaxes are combined with
+//   `kiln.maximum`: the step's amax is the whole batch's, and its history
+//   is updated once.
 // - Everything else (the gradient norm, the learning rate, AdamW) runs once,
 //   on the sums, after the last microbatch.
 //
@@ -33,8 +39,7 @@
 // The gradients' reduce-scatters are per microbatch either way.
 //
 // An op outside the part that reads a value of one microbatch other than
-// those results is an error (the delayed FP8 recipe's amax history would be
-// one; the session refuses that recipe with microbatches).
+// those results is an error, never a silently wrong step.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,13 +66,14 @@ using namespace kiln;
 namespace {
 
 /// How a per-microbatch result becomes the step's.
-enum class Combine { Mean, Rows };
+enum class Combine { Mean, Sum, Rows, Max };
 
-/// The values of `func` that are per microbatch, and how each combines:
+/// The values of `func` that may be per microbatch, and how each combines:
 /// in @train_step the loss and the gradients AdamW reads (means), in
 /// @forward_loss (the plan's eval_loss) and @loss_and_grads every result
-/// (means), in @forward_logits the logits (rows). Failure for another
-/// entry.
+/// (means), in @forward_logits the logits (rows); in @train_step and
+/// @fp8_calibration the amaxes the delayed recipe's histories take (the
+/// largest). Failure for another entry.
 FailureOr<SmallVector<std::pair<Value, Combine>>>
 microbatchResults(func::FuncOp func) {
   SmallVector<std::pair<Value, Combine>> results;
@@ -75,14 +81,23 @@ microbatchResults(func::FuncOp func) {
   StringRef name = func.getSymName();
   if (name == kForwardLogitsFunc || name == kForwardLossFunc ||
       name == kLossAndGradsFunc) {
-    Combine how = name == kForwardLogitsFunc ? Combine::Rows : Combine::Mean;
-    for (Value v : ret.getOperands())
-      results.push_back({v, how});
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      bool grad = func.getResultAttr(i, KilnDialect::kGradAttrName) != nullptr;
+      results.push_back({v, name == kForwardLogitsFunc ? Combine::Rows
+                            : grad                     ? Combine::Sum
+                                                       : Combine::Mean});
+    }
     return results;
   }
-  if (name != kTrainStepFunc)
+  if (name != kTrainStepFunc && name != kFp8CalibrationFunc)
     return func.emitOpError("reads the batch, and kiln-grad-accum does not "
                             "know how to combine its microbatches' results");
+  // The step's amax is the whole batch's: the largest microbatch amax.
+  func.walk([&](AmaxHistoryUpdateOp update) {
+    results.push_back({update.getAmax(), Combine::Max});
+  });
+  if (name == kFp8CalibrationFunc)
+    return results;
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     auto output =
         func.getResultAttrOfType<StringAttr>(i, KilnDialect::kOutputAttrName);
@@ -92,7 +107,7 @@ microbatchResults(func::FuncOp func) {
   llvm::DenseSet<Value> seen;
   func.walk([&](AdamWOp adamw) {
     if (seen.insert(adamw.getGrad()).second)
-      results.push_back({adamw.getGrad(), Combine::Mean});
+      results.push_back({adamw.getGrad(), Combine::Sum});
   });
   return results;
 }
@@ -111,6 +126,11 @@ private:
   /// of them, to run once.
   SmallVector<Operation *> partOf(ArrayRef<Value> roots,
                                   ArrayRef<BlockArgument> inputs);
+  /// Divides the loss gradient's seed by M in each of `part`'s loss
+  /// backward ops, so that each microbatch's gradients are its share of
+  /// the whole batch's mean and add up to it (TorchTitan rescales each
+  /// microbatch's loss alike). A new op joins `part` where it reads it.
+  void scaleLossGradients(SmallVector<Operation *> &part);
   /// Microbatch k's rows, of type `one`, of a widened input as `flat`.
   Value rowsOf(Location loc, Value flat, RankedTensorType one, int64_t k);
 
@@ -156,6 +176,30 @@ Accumulate::partOf(ArrayRef<Value> roots, ArrayRef<BlockArgument> inputs) {
   return part;
 }
 
+void Accumulate::scaleLossGradients(SmallVector<Operation *> &part) {
+  llvm::DenseSet<Operation *> inPart(part.begin(), part.end());
+  SmallVector<Operation *> scaled;
+  for (Operation *op : part) {
+    if (!isa<CrossEntropyGradOp, VocabParallelLossGradOp>(op))
+      continue;
+    Value seed = op->getOperand(0);
+    Operation *def = seed.getDefiningOp();
+    bool perMicrobatch = def && inPart.contains(def);
+    // The seed is the same for every microbatch unless it reads the batch.
+    b.setInsertionPoint(perMicrobatch ? op : part.front());
+    auto divide =
+        DivideOp::create(b, seed.getLoc(), seed, b.getI64IntegerAttr(m));
+    op->setOperand(0, divide);
+    if (perMicrobatch)
+      scaled.push_back(divide);
+  }
+  if (scaled.empty())
+    return;
+  llvm::append_range(part, scaled);
+  llvm::sort(part,
+             [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
+}
+
 Value Accumulate::rowsOf(Location loc, Value flat, RankedTensorType one,
                          int64_t k) {
   int64_t n = one.getNumElements();
@@ -187,6 +231,16 @@ LogicalResult Accumulate::run() {
     roots.push_back(v);
   SmallVector<Operation *> part = partOf(roots, inputs);
   llvm::DenseSet<Operation *> inPart(part.begin(), part.end());
+  // A result the batch does not change (a weight's amax) runs once and
+  // needs no combining; a value read twice is combined once.
+  llvm::DenseSet<Value> listed;
+  llvm::erase_if(results, [&](const std::pair<Value, Combine> &r) {
+    Operation *def = r.first.getDefiningOp();
+    return !def || !inPart.contains(def) || !listed.insert(r.first).second;
+  });
+  roots.clear();
+  for (auto &[v, how] : results)
+    roots.push_back(v);
   llvm::DenseSet<Value> combined(roots.begin(), roots.end());
 
   // Outside the part only the combined results may be read.
@@ -216,6 +270,7 @@ LogicalResult Accumulate::run() {
   func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                  func.getResultTypes()));
 
+  scaleLossGradients(part);
   b.setInsertionPoint(part.front());
   SmallVector<Value> flats;
   for (BlockArgument arg : inputs) {
@@ -235,17 +290,21 @@ LogicalResult Accumulate::run() {
       Value mine = map.lookup(result.first);
       if (result.second == Combine::Rows)
         rows[i].push_back(mine);
+      else if (k == 0)
+        sums[i] = mine;
+      else if (result.second == Combine::Max)
+        sums[i] = MaximumOp::create(b, mine.getLoc(), sums[i], mine);
       else
-        sums[i] =
-            k == 0 ? mine
-                   : AddOp::create(b, mine.getLoc(), sums[i], mine).getResult();
+        sums[i] = AddOp::create(b, mine.getLoc(), sums[i], mine);
     }
   }
   for (auto [i, result] : llvm::enumerate(results)) {
     auto [v, how] = result;
     Location loc = v.getLoc();
     Value step;
-    if (how == Combine::Mean) {
+    if (how == Combine::Max || how == Combine::Sum) {
+      step = sums[i];
+    } else if (how == Combine::Mean) {
       step = DivideOp::create(b, loc, sums[i], b.getI64IntegerAttr(m));
     } else {
       auto t = cast<RankedTensorType>(v.getType());

@@ -133,6 +133,8 @@ func.func @fp8_marks(%x: tensor<128x64xbf16>, %w: tensor<64x64xbf16>,
 func.func @grad_accum(%g: tensor<4x8xbf16>, %t: tensor<2x4xi32>) {
   // CHECK: kiln.divide %{{.+}} by 4 : tensor<4x8xbf16>
   %0 = kiln.divide %g by 4 : tensor<4x8xbf16>
+  // CHECK: kiln.maximum %{{.+}}, %{{.+}} : tensor<4x8xbf16>
+  %m = kiln.maximum %g, %0 : tensor<4x8xbf16>
   // CHECK: kiln.reshape %{{.+}} : tensor<2x4xi32> -> tensor<8xi32>
   %1 = kiln.reshape %t : tensor<2x4xi32> -> tensor<8xi32>
   // CHECK: kiln.unflatten %{{.+}}[4] : tensor<8xi32> -> tensor<4xi32>

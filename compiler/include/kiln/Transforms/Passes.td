@@ -124,9 +124,11 @@ def KilnGradAccum : Pass<"kiln-grad-accum", "mlir::ModuleOp"> {
     after the shard and fp8 phases: every entry that reads `tokens` and
     `targets` takes M times their rows, and what its loss, the gradients
     AdamW reads, or its logits depend on runs once per microbatch on that
-    microbatch's rows. Losses and gradients are summed as the microbatches
-    go and divided by M (`kiln.divide`); logits are put back in row order.
-    The gradient norm and AdamW run once, on the means. What the results
+    microbatch's rows. The loss gradient's seed is divided by M
+    (`kiln.divide`), gradients are summed as the microbatches go, losses
+    summed and divided by M, the delayed FP8 recipe's amaxes combined with
+    `kiln.maximum`, logits put back in row order. The gradient norm and
+    AdamW run once, on the sums. What the results
     need but the batch does not (weight casts, FP8 weight quantization,
     and with `kiln.fsdp`'s reshard_after_forward false the parameter
     all-gathers) runs once, before the first microbatch. docs/pp.md,

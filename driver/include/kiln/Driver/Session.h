@@ -59,9 +59,6 @@ struct ModelSession {
 private:
   /// The load-time refusal of what tensor parallel does not build yet.
   bool refuseUnbuiltTp();
-  /// Refuses gradient accumulation with what it does not support yet (the
-  /// delayed FP8 recipe), with a one-line error; true when nothing is.
-  bool refuseUnbuiltAccumulation();
 
 public:
   /// compilePlan's result, as the runtime reads it, from the on-disk cache

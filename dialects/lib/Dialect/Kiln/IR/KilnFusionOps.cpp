@@ -19,7 +19,8 @@ std::pair<int64_t, int64_t> rowsAndCols(Type type) {
 } // namespace
 
 std::optional<std::pair<int64_t, int64_t>> kiln::fusionSpace(Operation *op) {
-  if (isa<AddOp, MulOp, SiluOp, SiluGradOp, CastOp, SqrtOp, DivideOp>(op))
+  if (isa<AddOp, MulOp, SiluOp, SiluGradOp, CastOp, SqrtOp, DivideOp,
+          MaximumOp>(op))
     return rowsAndCols(op->getResult(0).getType());
   if (auto norm = dyn_cast<RMSNormOp>(op))
     return rowsAndCols(norm.getInput().getType());

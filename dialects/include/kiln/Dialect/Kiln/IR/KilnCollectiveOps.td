@@ -212,6 +212,19 @@ def Kiln_DivideOp : Kiln_Op<"divide", [Pure, Elementwise,
   let hasVerifier = 1;
 }
 
+def Kiln_MaximumOp : Kiln_Op<"maximum", [Pure, Elementwise,
+    SameOperandsAndResultType]> {
+  let summary = "elementwise maximum (after autodiff: not differentiable)";
+  let description = [{
+    `result = max(lhs, rhs)`, NaN if either is NaN. `kiln-grad-accum` takes
+    the step's amax of a delayed-scaling FP8 operand as the largest of its
+    microbatches' amaxes with it.
+  }];
+  let arguments = (ins Kiln_FloatTensor:$lhs, Kiln_FloatTensor:$rhs);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
 def Kiln_SqrtOp : Kiln_Op<"sqrt", [Pure, Elementwise,
     SameOperandsAndResultType]> {
   let summary = "square root (after autodiff: not differentiable)";
