@@ -104,10 +104,8 @@ microbatchResults(func::FuncOp func) {
     if (output && output.getValue() == "loss")
       results.push_back({ret.getOperand(i), Combine::Mean});
   }
-  llvm::DenseSet<Value> seen;
   func.walk([&](AdamWOp adamw) {
-    if (seen.insert(adamw.getGrad()).second)
-      results.push_back({adamw.getGrad(), Combine::Sum});
+    results.push_back({adamw.getGrad(), Combine::Sum});
   });
   return results;
 }
@@ -232,16 +230,12 @@ LogicalResult Accumulate::run() {
   SmallVector<Operation *> part = partOf(roots, inputs);
   llvm::DenseSet<Operation *> inPart(part.begin(), part.end());
   // A result the batch does not change (a weight's amax) runs once and
-  // needs no combining; a value read twice is combined once.
-  llvm::DenseSet<Value> listed;
+  // needs no combining; a value listed twice is combined once.
+  llvm::DenseSet<Value> combined;
   llvm::erase_if(results, [&](const std::pair<Value, Combine> &r) {
     Operation *def = r.first.getDefiningOp();
-    return !def || !inPart.contains(def) || !listed.insert(r.first).second;
+    return !def || !inPart.contains(def) || !combined.insert(r.first).second;
   });
-  roots.clear();
-  for (auto &[v, how] : results)
-    roots.push_back(v);
-  llvm::DenseSet<Value> combined(roots.begin(), roots.end());
 
   // Outside the part only the combined results may be read.
   for (Operation &op : body)
@@ -267,8 +261,6 @@ LogicalResult Accumulate::run() {
     shape[0] *= m;
     arg.setType(t.clone(shape));
   }
-  func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
-                                 func.getResultTypes()));
 
   scaleLossGradients(part);
   b.setInsertionPoint(part.front());
@@ -328,7 +320,7 @@ LogicalResult Accumulate::run() {
     op->dropAllUses();
     op->erase();
   }
-  // The logits' result type is M times the rows too.
+  // The inputs', and the logits' results, are M times the rows.
   func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                  body.getTerminator()->getOperandTypes()));
   return success();

@@ -78,10 +78,6 @@ std::vector<ParamSpec> kiln::modelParameters(const Config &config) {
 }
 
 namespace {
-/// The batch @forward_loss computes on: one microbatch of the rank's share
-/// of the global batch (kiln-grad-accum makes the step take the share).
-int64_t localBatch(const Config &config) { return config.microbatchRows(); }
-
 /// Emits the body of @forward_loss, one helper per model component.
 class ForwardBuilder {
 public:
@@ -89,7 +85,8 @@ public:
                  llvm::StringMap<Value> params)
       : b(b), config(config), m(config.model), params(std::move(params)),
         f32(b.getF32Type()) {
-    batch = localBatch(config);
+    // One microbatch (kiln-grad-accum makes the step take the share).
+    batch = config.microbatchRows();
     seq = config.training.seq_len;
   }
 
@@ -359,7 +356,7 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
     module->getOperation()->setAttr(KilnDialect::kFloat8AttrName, policy);
   }
 
-  int64_t batch = localBatch(config);
+  int64_t batch = config.microbatchRows();
   int64_t seq = config.training.seq_len;
   auto tokenType = RankedTensorType::get({batch, seq}, b.getI32Type());
   std::vector<ParamSpec> specs = modelParameters(config);

@@ -98,11 +98,12 @@ int64_t validColumns(int64_t slice, int64_t start, int64_t vocab) {
 }
 
 /// Fails on the first target that is not an integer in [0, vocab).
-Error checkFloatTargets(const float *targets, int64_t rows, int64_t vocab) {
+Error checkFloatTargets(const char *op, const float *targets, int64_t rows,
+                        int64_t vocab) {
   for (int64_t n = 0; n < rows; ++n)
     if (!(targets[n] >= 0.0f && targets[n] < static_cast<float>(vocab)) ||
         targets[n] != std::floor(targets[n]))
-      return Error("vocab_parallel_stats: target " +
+      return Error(std::string(op) + ": target " +
                    std::to_string(targets[n]) + " at row " + std::to_string(n) +
                    " is not an id in [0, " + std::to_string(vocab) + ")");
   return Error::success();
@@ -126,7 +127,7 @@ void vocabParallelMax(const float *logits, float *max, int64_t rows,
 Error vocabParallelStats(const float *logits, const float *max,
                          const float *targets, float *stats, int64_t rows,
                          int64_t slice, int64_t start, int64_t vocab) {
-  if (Error e = checkFloatTargets(targets, rows, vocab))
+  if (Error e = checkFloatTargets("vocab_parallel_stats", targets, rows, vocab))
     return e;
   int64_t valid = validColumns(slice, start, vocab);
   parallelFor(rows, rowGrain(slice), [=](int64_t b, int64_t e) {
@@ -147,7 +148,8 @@ Error vocabParallelStatsBackward(const float *dstats, const float *logits,
                                  const float *max, const float *targets,
                                  float *dlogits, int64_t rows, int64_t slice,
                                  int64_t start, int64_t vocab) {
-  if (Error e = checkFloatTargets(targets, rows, vocab))
+  if (Error e = checkFloatTargets("vocab_parallel_stats_grad", targets, rows,
+                                 vocab))
     return e;
   int64_t valid = validColumns(slice, start, vocab);
   parallelFor(rows, rowGrain(slice), [=](int64_t b, int64_t e) {

@@ -299,4 +299,39 @@ std::string caseName(ElementType type, ReduceOp op, int64_t count) {
   return caseName(type, count) + ", " + reduceOpName(op);
 }
 
+// --- Mesh axes --------------------------------------------------------------
+
+std::vector<int> axisMembers(int rank, int dp, int tp, bool tpAxis) {
+  std::vector<int> out;
+  if (tpAxis)
+    for (int k = 0; k < tp; ++k)
+      out.push_back((rank / tp) * tp + k);
+  else
+    for (int d = 0; d < dp; ++d)
+      out.push_back(d * tp + rank % tp);
+  return out;
+}
+
+void forEachMesh(
+    Communicator &world,
+    const std::function<void(int dp, int tp, AxisCommunicators &axes)>
+        &check) {
+  int n = world.size();
+  for (int tp = 1; tp <= n; ++tp) {
+    if (n % tp != 0)
+      continue;
+    int dp = n / tp;
+    SCOPED_TRACE("mesh " + std::to_string(dp) + " x " + std::to_string(tp));
+    Expected<AxisCommunicators> axes = splitMesh(world, dp, tp);
+    if (!axes) {
+      std::string why = axes.error().message();
+      EXPECT_TRUE(dp > 1 && tp > 1 &&
+                  why.find("MPI_THREAD_MULTIPLE") != std::string::npos)
+          << why;
+      continue;
+    }
+    check(dp, tp, *axes);
+  }
+}
+
 } // namespace kiln::runtime::comm::conformance

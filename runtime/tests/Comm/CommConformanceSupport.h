@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,6 +79,22 @@ Bytes reference(ElementType type, ReduceOp op, uint32_t salt, int size,
                 int64_t n, int64_t first = 0, int chunk = -1);
 /// Whether the target reduces in ring order (exactRingOrderReduction).
 bool exactOrder();
+
+// --- Mesh axes (splitMesh) --------------------------------------------------
+
+/// The world ranks on world rank `rank`'s line along one axis of a
+/// [dp, tp] mesh (tp innermost), in their order on it: its tp group, or the
+/// ranks at its tp position.
+std::vector<int> axisMembers(int rank, int dp, int tp, bool tpAxis);
+/// Calls `check(dp, tp, axes)` for every mesh [dp_shard, tp] of `world`'s
+/// ranks, inside a SCOPED_TRACE naming it. Only a real split (dp and tp
+/// above 1) may fail, alike on every rank, and only for MPI without
+/// MPI_THREAD_MULTIPLE (the funneled ctest): that is checked, and the mesh
+/// skipped.
+void forEachMesh(
+    Communicator &world,
+    const std::function<void(int dp, int tp, AxisCommunicators &axes)>
+        &check);
 /// For a max in another order: "" when `got` equals `want` in value (+0 and
 /// -0 alike) wherever `want` is not NaN.
 std::string compareMaxValues(const Bytes &got, const Bytes &want,

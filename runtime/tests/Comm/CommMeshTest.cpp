@@ -14,7 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommConformance.h"
+#include "CommConformanceSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -32,18 +32,6 @@ namespace {
 /// World rank `r`'s element `i` of chunk `j`: distinct per rank, exact.
 float contribution(int r, int j, int i) {
   return static_cast<float>((r + 1) * 1000 + j * 100 + i);
-}
-
-/// The world ranks on this rank's `axis` line, in their order on it.
-std::vector<int> members(int rank, int dp, int tp, bool tpAxis) {
-  std::vector<int> out;
-  if (tpAxis)
-    for (int k = 0; k < tp; ++k)
-      out.push_back((rank / tp) * tp + k);
-  else
-    for (int d = 0; d < dp; ++d)
-      out.push_back(d * tp + rank % tp);
-  return out;
 }
 
 /// The four collectives over `axis` (this rank's line `line`), checked.
@@ -98,30 +86,18 @@ void checkAxis(Communicator &axis, int rank, const std::vector<int> &line,
 TEST(CommMesh, EveryMeshOfThisWorldSplitsIntoItsAxes) {
   Communicator &world = *conformance::target().comm;
   int n = world.size(), rank = world.rank();
-  for (int tp = 1; tp <= n; ++tp) {
-    if (n % tp != 0)
-      continue;
-    int dp = n / tp;
-    SCOPED_TRACE("mesh " + std::to_string(dp) + " x " + std::to_string(tp));
-    Expected<AxisCommunicators> axes = splitMesh(world, dp, tp);
-    if (!axes) {
-      // Only a real split can fail, alike on every rank (MPI without
-      // MPI_THREAD_MULTIPLE, the funneled ctest): nothing was issued.
-      std::string why = axes.error().message();
-      EXPECT_TRUE(dp > 1 && tp > 1 &&
-                  why.find("MPI_THREAD_MULTIPLE") != std::string::npos)
-          << why;
-      continue;
-    }
+  conformance::forEachMesh(world, [&](int dp, int tp,
+                                      AxisCommunicators &axes) {
     // The axis that spans the world is the world itself: with tp = 1,
     // dp_shard collectives run exactly as before.
-    EXPECT_EQ(axes->dpShard == &world, dp == n);
-    EXPECT_EQ(axes->tp == &world, tp == n);
-    checkAxis(*axes->dpShard, rank, members(rank, dp, tp, false), rank / tp,
+    EXPECT_EQ(axes.dpShard == &world, dp == n);
+    EXPECT_EQ(axes.tp == &world, tp == n);
+    checkAxis(*axes.dpShard, rank,
+              conformance::axisMembers(rank, dp, tp, false), rank / tp,
               "dp_shard axis");
-    checkAxis(*axes->tp, rank, members(rank, dp, tp, true), rank % tp,
-              "tp axis");
-  }
+    checkAxis(*axes.tp, rank, conformance::axisMembers(rank, dp, tp, true),
+              rank % tp, "tp axis");
+  });
 }
 
 TEST(CommMesh, AMeshThatIsNotTheWorldIsAnError) {

@@ -12,7 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommConformance.h"
+#include "CommConformanceSupport.h"
 
 #include "kiln/Runtime/Comm/NcclCommunicator.h"
 
@@ -100,7 +100,7 @@ private:
 
 } // namespace
 
-TEST_F(NcclCommunicatorTest, NotRankOrderExact) {
+TEST_F(NcclCommunicatorTest, NotRingOrderExact) {
   EXPECT_FALSE(nccl().exactRingOrderReduction());
   EXPECT_STREQ(nccl().backendName(), "nccl");
   EXPECT_EQ(nccl().rank(), nccl().host().rank());
@@ -168,33 +168,16 @@ TEST_F(NcclCommunicatorTest, MeshAxesSplitOverABorrowedHost) {
     EXPECT_EQ((*alone)->size(), 1);
   }
   const int64_t n = 1031;
-  for (int tp = 1; tp <= size(); ++tp) {
-    if (size() % tp != 0)
-      continue;
-    const int dp = size() / tp;
-    SCOPED_TRACE("mesh " + std::to_string(dp) + " x " + std::to_string(tp));
-    kiln::runtime::Expected<AxisCommunicators> axes = splitMesh(world, dp, tp);
-    if (!axes) {
-      // Only a real split fails, alike on every rank: MPI without
-      // MPI_THREAD_MULTIPLE (as CommMesh allows).
-      std::string why = axes.error().message();
-      EXPECT_TRUE(dp > 1 && tp > 1 &&
-                  why.find("MPI_THREAD_MULTIPLE") != std::string::npos)
-          << why;
-      continue;
-    }
+  forEachMesh(world, [&](int dp, int tp, AxisCommunicators &axes) {
     struct Line {
       Communicator *comm;
       std::vector<int> members;
       int position;
       const char *name;
     };
-    Line dpLine{axes->dpShard, {}, rank() / tp, "dp_shard"},
-        tpLine{axes->tp, {}, rank() % tp, "tp"};
-    for (int d = 0; d < dp; ++d)
-      dpLine.members.push_back(d * tp + rank() % tp);
-    for (int k = 0; k < tp; ++k)
-      tpLine.members.push_back(rank() / tp * tp + k);
+    Line dpLine{axes.dpShard, axisMembers(rank(), dp, tp, false),
+                rank() / tp, "dp_shard"},
+        tpLine{axes.tp, axisMembers(rank(), dp, tp, true), rank() % tp, "tp"};
     for (const Line &line : {dpLine, tpLine}) {
       SCOPED_TRACE(line.name);
       ASSERT_EQ(line.comm->size(), static_cast<int>(line.members.size()));
@@ -223,7 +206,7 @@ TEST_F(NcclCommunicatorTest, MeshAxesSplitOverABorrowedHost) {
       }
       EXPECT_EQ(bad, 0);
     }
-  }
+  });
 }
 
 TEST_F(NcclCommunicatorTest, U8AllGather) {
