@@ -101,8 +101,13 @@ int kiln::runCompile(const CompileCommand &command) {
   if (!applyMlirFlags(command.mlirFlags))
     return 1;
 
+  if (command.rank >= command.worldSize)
+    return commandError("--rank " + std::to_string(command.rank) +
+                        " is not a rank of a run of --world-size " +
+                        std::to_string(command.worldSize));
   ModelSession session;
-  if (!session.load(command.model, command.overrides, command.worldSize))
+  if (!session.load(command.model, command.overrides, command.worldSize,
+                    command.rank))
     return 1;
   // The result never replaces the model file it came from (a symbolic
   // link or another spelling of the path included).

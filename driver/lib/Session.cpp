@@ -49,8 +49,10 @@ bool ModelSession::load(const std::string &model,
   if (failed(parsed))
     return false;
   config = std::move(*parsed);
-  if (worldRank)
+  if (worldRank) {
     config->tpPosition = config->runMesh().tpIndex(*worldRank);
+    config->ppPosition = config->runMesh().ppIndex(*worldRank);
+  }
   return refuseUnbuiltTp();
 }
 
@@ -140,9 +142,10 @@ ModelSession::cachedRuntimePlan(const std::vector<std::string> &overrides,
   for (const std::string &o : overrides)
     key += "\n--set " + o;
   MeshShape mesh = config->runMesh();
-  key += "\nmesh " + std::to_string(mesh.dpShard) + " " +
-         std::to_string(mesh.tp) + " tp position " +
-         std::to_string(config->tpPosition);
+  key += "\nmesh " + std::to_string(mesh.pp) + " " +
+         std::to_string(mesh.dpShard) + " " + std::to_string(mesh.tp) +
+         " tp position " + std::to_string(config->tpPosition) +
+         " pp position " + std::to_string(config->ppPosition);
   key += "\n" + buildIdentity() + "\nplan " + std::to_string(plan::kVersion);
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.kplan",

@@ -28,6 +28,14 @@ Error checkRunFits(const Plan &plan, const comm::Communicator *c) {
                  std::to_string(rank % plan.mesh.tp) +
                  "; each rank runs its own position's plan (kiln train "
                  "MODEL compiles it)");
+  int64_t pp = plan.mesh.axisIndex(plan::Axis::Pp, rank);
+  if (pp != plan.ppIndex)
+    return Error("the plan is pp position " + std::to_string(plan.ppIndex) +
+                 "'s of a mesh with pp " + std::to_string(plan.mesh.pp) +
+                 ", but rank " + std::to_string(rank) + " sits at position " +
+                 std::to_string(pp) +
+                 "; each rank runs its own stages' plan (kiln train MODEL "
+                 "compiles it)");
   return Error::success();
 }
 

@@ -700,11 +700,27 @@ Expected<Plan> parse(const json &j) {
       integerMember(**jm, "tp", 1, plan::kMaxRanks, "the plan's mesh");
   if (!tp)
     return tp.takeError();
-  plan.mesh = {*dpShard, *tp};
-  if (*dpShard * *tp != plan.ranks)
-    return Error("the plan's mesh (dp_shard " + std::to_string(*dpShard) +
-                 " x tp " + std::to_string(*tp) + ") is not its " +
-                 std::to_string(plan.ranks) + " ranks");
+  // Pipeline parallel (version 6): the pp axis and the plan's position on
+  // it, both absent without it.
+  int64_t pp = 1, ppIndex = 0;
+  if ((*jm)->contains("pp")) {
+    Expected<int64_t> size =
+        integerMember(**jm, "pp", 1, plan::kMaxRanks, "the plan's mesh");
+    if (!size)
+      return size.takeError();
+    Expected<int64_t> index =
+        integerMember(**jm, "pp_index", 0, *size - 1, "the plan's mesh");
+    if (!index)
+      return index.takeError();
+    pp = *size;
+    ppIndex = *index;
+  }
+  plan.mesh = {*dpShard, *tp, pp};
+  plan.ppIndex = ppIndex;
+  if (*dpShard * *tp * pp != plan.ranks)
+    return Error("the plan's mesh (pp " + std::to_string(pp) + " x dp_shard " +
+                 std::to_string(*dpShard) + " x tp " + std::to_string(*tp) +
+                 ") is not its " + std::to_string(plan.ranks) + " ranks");
   Expected<int64_t> arena = integerMember(j, "arena_bytes", 0, kMaxBytes, top);
   if (!arena)
     return arena.takeError();

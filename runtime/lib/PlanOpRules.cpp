@@ -498,6 +498,16 @@ bool StepRules::check() {
            (integer("shift") < integer("ranks") ||
             fail("attribute 'shift'", "must be below 'ranks'"));
   }
+  case Op::PipeSendStart:
+  case Op::PipeRecvStart: {
+    // A send's result is its token (a scalar f32), a receive's the data.
+    bool send = s.kind == Op::PipeSendStart;
+    const PlanValue &data = send ? in(0) : out(0);
+    return floating(data, send ? operandName(0) : resultName(0)) &&
+           (!send || scalar(out(0), DType::F32, resultName(0) + " (the token)")) &&
+           (integer("peer") < integer("ranks") ||
+            fail("attribute 'peer'", "must be below 'ranks'"));
+  }
   case Op::AllGatherStart:
   case Op::ReduceScatterStart:
   case Op::AllReduceStart: {

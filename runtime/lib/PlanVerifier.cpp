@@ -409,8 +409,10 @@ Error checkEntry(const Plan &plan, const std::string &name,
         l.first = static_cast<int64_t>(i);
       l.last = std::max(l.last, static_cast<int64_t>(i));
     }
+    // A receive (pipe_recv_start) has no operand: its buffer is its result.
     if (plan::category(s.kind) == plan::Category::Collective)
-      inFlight[s.results[0]] = {i, s.operands[0]};
+      inFlight[s.results[0]] = {
+          i, s.operands.empty() ? s.results[0] : s.operands[0]};
   }
   if (!inFlight.empty())
     return fail(stepName(name, inFlight.begin()->second.first,

@@ -38,7 +38,9 @@ Error Trace::write(const std::string &path) const {
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
      << ", \"tid\": 2, \"args\": {\"name\": \"communication\"}},\n";
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
-     << ", \"tid\": 3, \"args\": {\"name\": \"communication tp\"}}";
+     << ", \"tid\": 3, \"args\": {\"name\": \"communication tp\"}},\n";
+  os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
+     << ", \"tid\": 4, \"args\": {\"name\": \"pipeline\"}}";
   for (const Event &e : events)
     os << ",\n{\"name\": " << quoted(e.name) << ", \"ph\": \"X\", \"pid\": "
        << rank << ", \"tid\": " << static_cast<int>(e.track)

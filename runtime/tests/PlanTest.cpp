@@ -13,7 +13,7 @@ namespace {
 // AdamW, and a fused cast whose result nobody reads. Arena: x [0, 512),
 // loss 512, g [576, 1600), norm 1600, lr 1664, xb [1728, 1984).
 const char *kValid = R"({
-  "format": "kiln-plan", "version": 5, "vocab_size": 16,
+  "format": "kiln-plan", "version": 6, "vocab_size": 16,
   "mesh": {"dp_shard": 1, "tp": 1},
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",

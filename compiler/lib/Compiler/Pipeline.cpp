@@ -62,6 +62,10 @@ void kiln::buildFp8Pipeline(OpPassManager &pm) {
 
 void kiln::buildAccumulatePipeline(OpPassManager &pm) {
   pm.addPass(createKilnGradAccum());
+  // No-ops unless the mesh's pp > 1: the microbatches in the schedule's
+  // order, then the loss and the clipping norm over every stage.
+  pm.addPass(createKilnPipelineSchedule());
+  pm.addPass(createKilnPipelineSync());
 }
 
 void kiln::buildFusePipeline(OpPassManager &pm) {
@@ -98,8 +102,9 @@ ArrayRef<PhaseInfo> kiln::pipelinePhases() {
        buildShardPipeline},
       {"fp8", "eligible linears as FP8 scaled GEMMs", buildFp8Pipeline},
       {"accumulate",
-       "gradient accumulation: the step's forward and backward once per "
-       "microbatch (only with training.local_batch_size)",
+       "microbatches: the step's forward and backward once per microbatch "
+       "(training.local_batch_size), in the pipeline schedule's order "
+       "(pp > 1)",
        buildAccumulatePipeline},
       {"fuse", "elementwise and row-wise ops as fused groups",
        buildFusePipeline},

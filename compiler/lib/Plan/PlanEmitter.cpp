@@ -195,8 +195,9 @@ struct EntryPoint {
 class PlanBuilder {
 public:
   LogicalResult addFunction(func::FuncOp func, StringRef entry);
+  /// `ppIndex`: the plan's position on the mesh's pp axis.
   LogicalResult write(json::OStream &j, int64_t vocab, MeshAttr mesh,
-                      json::Object training);
+                      int64_t ppIndex, json::Object training);
 
 private:
   int64_t addValue(ValueRow row) {
@@ -528,7 +529,7 @@ LogicalResult PlanBuilder::writeEntry(json::OStream &j,
 }
 
 LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, MeshAttr mesh,
-                                 json::Object training) {
+                                 int64_t ppIndex, json::Object training) {
   addValue({"input", "seed", {}, "i64"});
   entries.push_back(std::make_unique<EntryPoint>());
   entries.back()->name = "init";
@@ -555,6 +556,10 @@ LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, MeshAttr mesh,
     j.attribute("format", "kiln-plan");
     j.attributeObject("mesh", [&] {
       j.attribute("dp_shard", mesh ? mesh.getDpShard() : 1);
+      if (mesh && mesh.getPp() > 1) {
+        j.attribute("pp", mesh.getPp());
+        j.attribute("pp_index", ppIndex);
+      }
       j.attribute("tp", mesh ? mesh.getTp() : 1);
     });
     j.attribute("ranks", mesh ? mesh.getRanks() : 1);
@@ -581,6 +586,10 @@ LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
   eval.walk([&](EmbeddingOp op) {
     vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
   });
+  // A pipeline rank without the embedding: the model's, from kiln.pp.
+  if (auto pp = module->getAttrOfType<DictionaryAttr>(KilnDialect::kPpAttrName))
+    if (auto size = pp.getAs<IntegerAttr>("vocab_size"); size && !vocab)
+      vocab = size.getInt();
   auto trainingAttr = module->getAttrOfType<DictionaryAttr>("kiln.training");
   if (!trainingAttr)
     return module.emitError("the plan needs the module attribute "
@@ -607,8 +616,14 @@ LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
   if (auto calib = module.lookupSymbol<func::FuncOp>(kFp8CalibrationFunc))
     if (failed(builder.addFunction(calib, "fp8_calibration")))
       return failure();
+  // Pipeline parallel: the stages' position on the pp axis (kiln.pp).
+  int64_t ppIndex = 0;
+  if (auto pp = module->getAttrOfType<DictionaryAttr>(KilnDialect::kPpAttrName))
+    if (auto rank = pp.getAs<IntegerAttr>("rank"))
+      ppIndex = rank.getInt();
   json::OStream j(os, indent);
-  return builder.write(j, vocab, getModuleMesh(module), std::move(training));
+  return builder.write(j, vocab, getModuleMesh(module), ppIndex,
+                       std::move(training));
 }
 
 FailureOr<std::string> kiln::emitPlan(ModuleOp module, unsigned indent) {

@@ -67,7 +67,9 @@ LogicalResult Autodiff::run() {
     forward.push_back(&op);
   for (Operation *op : llvm::reverse(forward)) {
     SmallVector<Value> resultGrads;
-    bool reachesLoss = false;
+    // A pipeline stage's output (pipe_send) is a sink: its gradient comes
+    // from the next stage, whatever reaches the loss here.
+    bool reachesLoss = isa<PipeSendOp>(op);
     for (Value result : op->getResults()) {
       resultGrads.push_back(grads.lookup(result));
       reachesLoss |= static_cast<bool>(resultGrads.back());
@@ -78,6 +80,10 @@ LogicalResult Autodiff::run() {
                               << "\n");
       continue;
     }
+    // A constant (the loss of a pipeline rank without the last stage)
+    // passes its gradient to nothing.
+    if (isa<arith::ConstantOp>(op))
+      continue;
     auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
     if (!differentiable)
       return op->emitOpError("has no derivative rule, yet it reaches the loss");
@@ -111,9 +117,10 @@ LogicalResult Autodiff::run() {
   func.setAllResultAttrs(resultAttrs);
 
   // Backward ops whose gradient nobody needs (the gradient of the first
-  // embedding's input, say) are dropped; the ops are pure.
+  // embedding's input, say) are dropped; the ops are pure, but for the
+  // gradients sent to the previous pipeline stage.
   for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
-    if (!isa<func::ReturnOp>(op) && op.use_empty() &&
+    if (!isa<func::ReturnOp, PipeSendOp>(op) && op.use_empty() &&
         !llvm::is_contained(forward, &op))
       op.erase();
   return success();

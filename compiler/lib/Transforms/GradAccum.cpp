@@ -112,8 +112,10 @@ microbatchResults(func::FuncOp func) {
 
 class Accumulate {
 public:
-  Accumulate(func::FuncOp func, int64_t microbatches, bool reshard)
-      : func(func), m(microbatches), reshard(reshard), b(func.getContext()) {}
+  Accumulate(func::FuncOp func, int64_t microbatches, bool reshard,
+             bool pipelined)
+      : func(func), m(microbatches), reshard(reshard), pipelined(pipelined),
+        b(func.getContext()) {}
 
   LogicalResult run();
 
@@ -135,6 +137,9 @@ private:
   func::FuncOp func;
   int64_t m;
   bool reshard;
+  /// Pipeline parallel: each clone is marked with its microbatch, for
+  /// kiln-pipeline-schedule.
+  bool pipelined;
   OpBuilder b;
 };
 
@@ -142,6 +147,11 @@ SmallVector<Operation *>
 Accumulate::partOf(ArrayRef<Value> roots, ArrayRef<BlockArgument> inputs) {
   llvm::DenseSet<Operation *> needed;
   SmallVector<Value> work(roots.begin(), roots.end());
+  // A pipeline stage's sends are results too: what the next stage reads.
+  func.walk([&](PipeSendOp send) {
+    needed.insert(send);
+    work.push_back(send.getInput());
+  });
   while (!work.empty()) {
     Operation *op = work.pop_back_val().getDefiningOp();
     if (!op || !needed.insert(op).second)
@@ -155,7 +165,10 @@ Accumulate::partOf(ArrayRef<Value> roots, ArrayRef<BlockArgument> inputs) {
   llvm::DenseSet<Value> varying(inputs.begin(), inputs.end());
   SmallVector<Operation *> part, once;
   for (Operation &op : func.getBody().front().without_terminator()) {
+    // A pipeline stage's receives bring one microbatch's activations or
+    // gradients, as the batch brings its rows.
     bool perMicrobatch =
+        isa<PipeRecvOp>(op) ||
         llvm::any_of(op.getOperands(),
                      [&](Value v) { return varying.contains(v); }) ||
         (reshard && isa<AllGatherStartOp>(op) &&
@@ -274,10 +287,19 @@ LogicalResult Accumulate::run() {
   SmallVector<SmallVector<Value>> rows(results.size());
   for (int64_t k = 0; k < m; ++k) {
     IRMapping map;
+    Block::iterator first = b.getInsertionPoint();
+    bool atStart = first == body.begin();
+    if (!atStart)
+      --first;
     for (auto [arg, flat, t] : llvm::zip(inputs, flats, one))
       map.map(arg, rowsOf(arg.getLoc(), flat, t, k));
     for (Operation *op : part)
       b.clone(*op, map);
+    if (pipelined)
+      for (Operation &op : llvm::make_range(
+               atStart ? body.begin() : std::next(first),
+               b.getInsertionPoint()))
+        op.setAttr(KilnDialect::kMicrobatchAttrName, b.getI64IntegerAttr(k));
     for (auto [i, result] : llvm::enumerate(results)) {
       Value mine = map.lookup(result.first);
       if (result.second == Combine::Rows)
@@ -331,11 +353,15 @@ struct GradAccumPass : kiln::impl::KilnGradAccumBase<GradAccumPass> {
     ModuleOp module = getOperation();
     auto count =
         module->getAttrOfType<IntegerAttr>(KilnDialect::kMicrobatchesAttrName);
-    if (!count || count.getInt() == 1)
+    int64_t m = count ? count.getInt() : 1;
+    // Under pipeline parallel even one microbatch is marked, for the
+    // schedule.
+    MeshAttr mesh = getModuleMesh(module);
+    bool pipelined = mesh && mesh.getPp() > 1;
+    if (m == 1 && !pipelined)
       return;
-    if (count.getInt() < 1) {
-      module.emitError("kiln.microbatches must be at least 1, got ")
-          << count.getInt();
+    if (m < 1) {
+      module.emitError("kiln.microbatches must be at least 1, got ") << m;
       return signalPassFailure();
     }
     // kiln-fsdp's choice: parameters gathered again for the backward.
@@ -344,7 +370,7 @@ struct GradAccumPass : kiln::impl::KilnGradAccumBase<GradAccumPass> {
                      : BoolAttr();
     bool reshard = !keep || keep.getValue();
     for (auto func : llvm::to_vector(module.getOps<func::FuncOp>())) {
-      if (failed(Accumulate(func, count.getInt(), reshard).run()))
+      if (failed(Accumulate(func, m, reshard, pipelined).run()))
         return signalPassFailure();
     }
   }

@@ -33,6 +33,10 @@ struct LogitsEntryPass : kiln::impl::KilnLogitsEntryBase<LogitsEntryPass> {
     auto forward = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
     if (!forward || module.lookupSymbol(kForwardLogitsFunc))
       return;
+    // Pipeline parallel (docs/pp.md): the logits are on the last stage
+    // only; sampling compiles at pp 1.
+    if (MeshAttr mesh = getModuleMesh(module); mesh && mesh.getPp() > 1)
+      return;
     auto ret = cast<func::ReturnOp>(forward.getBody().front().getTerminator());
     // Loss parallel (docs/tp.md): each tp rank has only its vocabulary
     // slice of the logits, so there is nothing to sample from; the plan has

@@ -17,6 +17,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/Debug.h"
@@ -317,6 +318,23 @@ LogicalResult Partition::rewrite(Operation *op) {
   }
   if (auto ce = dyn_cast<CrossEntropyOp>(op))
     return lossParallel ? rewriteParallelLoss(ce) : rewriteLoss(ce);
+  // Pipeline stages pass the residual stream on as each rank's sequence
+  // shard, to the rank of the same tp position (docs/pp.md); a rank
+  // without the last stage returns a loss of 0.
+  if (auto recv = dyn_cast<PipeRecvOp>(op)) {
+    if (failed(shardDim(op, recv.getResult(), 1)))
+      return failure();
+    setLayout(recv.getResult(), Layout::Seq);
+    return success();
+  }
+  if (auto send = dyn_cast<PipeSendOp>(op))
+    return expect(op, send.getInput(), Layout::Seq,
+                  "a sequence shard [B, S/tp, D]");
+  if (auto cst = dyn_cast<arith::ConstantOp>(op);
+      cst && cast<RankedTensorType>(cst.getType()).getRank() == 0) {
+    setLayout(cst.getResult(), Layout::Scalar);
+    return success();
+  }
   return op->emitOpError("kiln-tp-partition does not know how to partition "
                          "this op (docs/tp.md)");
 }

@@ -41,8 +41,8 @@ int main(int argc, char **argv) {
       ->required();
   compileCmd->add_option("--emit", compile.emit,
                          "Stop after this phase and print its IR "
-                         "(import, tp, train, precision, shard, fp8, fuse, "
-                         "schedule, plan)");
+                         "(import, tp, train, precision, shard, fp8, "
+                         "accumulate, fuse, schedule, plan)");
   compileCmd->add_option("-o,--output", compile.output,
                          "Write the result here instead of stdout");
   compileCmd->add_option("--dump-ir-to", compile.dumpDir,
@@ -52,8 +52,13 @@ int main(int argc, char **argv) {
   compileCmd
       ->add_option("--world-size", compile.worldSize,
                    "Compile one rank's step of a run over N ranks, "
-                   "the mesh dp_shard x tp (default 1)")
+                   "the mesh pp x dp_shard x tp (default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
+  compileCmd
+      ->add_option("--rank", compile.rank,
+                   "Which rank of the run to compile: its tp and pp "
+                   "positions decide its slices and stages (default 0)")
+      ->check(CLI::Range(int64_t(0), int64_t(65535)));
   compileCmd->add_flag("!--no-fuse", compile.fuse,
                        "Skip the fuse phase: every elementwise op is its own "
                        "group in the plan");

@@ -27,6 +27,7 @@ constexpr const char *kTrainCmd = "kiln train (#3)";
 constexpr const char *kPrecision = "precision phase: kiln-mixed-precision (#3)";
 constexpr const char *kFsdp = "FSDP passes (#4)";
 constexpr const char *kTp = "tensor-parallel passes (#17, docs/tp.md)";
+constexpr const char *kPp = "pipeline-parallel passes (#18, docs/pp.md)";
 constexpr const char *kFp8 = "FP8 passes (#5)";
 
 // Shorthands for the common shapes of a table row.
@@ -180,6 +181,30 @@ const std::vector<KeySpec> &kiln::configSchema() {
                "cross-entropy (loss parallel: each tp rank's vocabulary "
                "slice, no logits gathered; docs/tp.md).",
                kTp, true),
+      intKey("parallelism", "pipeline_parallel_degree",
+             FIELD(parallelism.pipeline_parallel_degree), 1, 64,
+             "Pipeline stages' ranks, the mesh's outermost axis: each "
+             "holds consecutive layers (the first also the embedding, the "
+             "last the output projection and loss) and passes activations "
+             "and their gradients to its neighbours (docs/pp.md).",
+             kPp, true),
+      otherKey("parallelism", "pipeline_parallel_schedule",
+               FIELD(parallelism.pipeline_parallel_schedule),
+               "1F1B|Interleaved1F1B|GPipe",
+               "The order of each rank's microbatch forwards and backwards "
+               "(`kiln explain --schedule` draws it).",
+               kPp, true),
+      intKey("parallelism", "pipeline_parallel_microbatch_size",
+             FIELD(parallelism.pipeline_parallel_microbatch_size), 1, 65536,
+             "Sequences per pipeline microbatch; it must divide each "
+             "dp_shard rank's share of the global batch.",
+             kPp, true),
+      intKey("parallelism", "pipeline_parallel_layers_per_stage",
+             FIELD(parallelism.pipeline_parallel_layers_per_stage), 0, 65536,
+             "Transformer layers per stage (0: an even split into one stage "
+             "per rank, two with Interleaved1F1B); `n_layers` must divide "
+             "by it, into a multiple of `pipeline_parallel_degree` stages.",
+             kPp, true),
       // [mixed_precision]
       otherKey("mixed_precision", "param", FIELD(mixed_precision.param),
                "bfloat16|float32",

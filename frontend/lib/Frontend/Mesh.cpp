@@ -9,7 +9,95 @@ namespace {
 constexpr llvm::StringLiteral kDpShardKey =
     "parallelism.data_parallel_shard_degree";
 constexpr llvm::StringLiteral kTpKey = "parallelism.tensor_parallel_degree";
+constexpr llvm::StringLiteral kPpKey = "parallelism.pipeline_parallel_degree";
+constexpr llvm::StringLiteral kLayersKey =
+    "parallelism.pipeline_parallel_layers_per_stage";
+constexpr llvm::StringLiteral kScheduleKey =
+    "parallelism.pipeline_parallel_schedule";
+constexpr llvm::StringLiteral kMicrobatchKey =
+    "parallelism.pipeline_parallel_microbatch_size";
+
+bool interleaved(const Config &config) {
+  return config.parallelism.pipeline_parallel_schedule == "Interleaved1F1B";
+}
+
+/// The layer split: stages that hold whole layers, a whole number per pp
+/// rank, one per rank for 1F1B and GPipe, more for Interleaved1F1B.
+LogicalResult checkStages(const Config &config, KeyErrorFn error) {
+  const ParallelismConfig &p = config.parallelism;
+  int64_t pp = p.pipeline_parallel_degree, layers = config.model.n_layers;
+  int64_t per = p.pipeline_parallel_layers_per_stage;
+  if (per > 0 && layers % per != 0) {
+    error(kLayersKey) << kLayersKey << " (" << per
+                      << ") must divide model.n_layers (" << layers << ")";
+    return failure();
+  }
+  int64_t stages = config.pipelineStages();
+  if (per == 0 && layers % stages != 0) {
+    error(kPpKey) << "model.n_layers (" << layers
+                  << ") does not split evenly into " << stages
+                  << " pipeline stages (" << pp << " ranks x "
+                  << stages / pp << "); set " << kLayersKey;
+    return failure();
+  }
+  if (stages % pp != 0) {
+    error(kLayersKey) << kLayersKey << " (" << per << ") makes " << stages
+                      << " stages of model.n_layers (" << layers
+                      << "), which " << kPpKey << " (" << pp
+                      << ") does not divide";
+    return failure();
+  }
+  if (interleaved(config) ? stages / pp < 2 : stages != pp) {
+    error(per > 0 ? kLayersKey : kScheduleKey)
+        << kScheduleKey << " \"" << p.pipeline_parallel_schedule
+        << "\" needs " << (interleaved(config) ? "at least two" : "one")
+        << " stage per rank, but " << stages << " stages over " << pp
+        << " ranks give " << stages / pp;
+    return failure();
+  }
+  return success();
+}
+
+/// The microbatches of a pipeline-parallel step.
+LogicalResult checkMicrobatches(const Config &config, int64_t dp,
+                                KeyErrorFn error) {
+  int64_t share = config.training.global_batch_size / dp;
+  int64_t size = config.parallelism.pipeline_parallel_microbatch_size;
+  int64_t pp = config.parallelism.pipeline_parallel_degree;
+  if (config.training.local_batch_size != 0) {
+    error("training.local_batch_size")
+        << "training.local_batch_size cannot be combined with " << kPpKey
+        << " (" << pp << "): the step runs its rank's whole share in "
+        << kMicrobatchKey << " microbatches, in one schedule";
+    return failure();
+  }
+  if (share % size != 0) {
+    error(kMicrobatchKey) << kMicrobatchKey << " (" << size
+                          << ") must divide each dp_shard rank's share of "
+                             "the global batch ("
+                          << config.training.global_batch_size << " / " << dp
+                          << " = " << share << ")";
+    return failure();
+  }
+  if (interleaved(config) && (share / size) % pp != 0) {
+    error(kMicrobatchKey) << kScheduleKey << " \"Interleaved1F1B\" runs "
+                          << "microbatches in rounds of " << kPpKey << " ("
+                          << pp << "), but the step has " << share / size
+                          << " (" << share << " / " << size << ")";
+    return failure();
+  }
+  return success();
+}
 } // namespace
+
+int64_t Config::pipelineStages() const {
+  const ParallelismConfig &p = parallelism;
+  if (p.pipeline_parallel_layers_per_stage > 0)
+    return std::max<int64_t>(1, model.n_layers /
+                                    p.pipeline_parallel_layers_per_stage);
+  return p.pipeline_parallel_degree *
+         (p.pipeline_parallel_schedule == "Interleaved1F1B" ? 2 : 1);
+}
 
 FailureOr<std::optional<MeshShape>>
 kiln::resolveMesh(const Config &config, std::optional<int64_t> worldSize,
@@ -27,6 +115,9 @@ kiln::resolveMesh(const Config &config, std::optional<int64_t> worldSize,
     error(kTpKey) << kTpKey << " must be at least 1, got " << tp;
     return failure();
   }
+  int64_t pp = config.parallelism.pipeline_parallel_degree;
+  if (pp > 1 && failed(checkStages(config, error)))
+    return failure();
   // What each tp rank owns a slice of (docs/tp.md, the partition).
   auto mustDivide = [&](llvm::StringRef what, int64_t n, llvm::StringRef from,
                         llvm::StringRef why) -> LogicalResult {
@@ -53,17 +144,22 @@ kiln::resolveMesh(const Config &config, std::optional<int64_t> worldSize,
 
   int64_t world = *worldSize;
   if (dp == -1) {
-    if (world % tp != 0) {
-      error(kTpKey) << kTpKey << " (" << tp
-                    << ") must divide the run's rank count (" << world
-                    << "; --world-size N or mpirun -np N)";
+    if (world % (tp * pp) != 0) {
+      InFlightDiagnostic d = error(pp > 1 ? kPpKey : kTpKey);
+      if (pp > 1)
+        d << kPpKey << " (" << pp << ") x ";
+      d << kTpKey << " (" << tp << ") must divide the run's rank count ("
+        << world << "; --world-size N or mpirun -np N)";
       return failure();
     }
-    dp = world / tp;
-  } else if (dp * tp != world) {
-    error(kDpShardKey) << kDpShardKey << " (" << dp << ") x " << kTpKey << " ("
-                       << tp << ") is " << dp * tp << " ranks, but the run has "
-                       << world << " (--world-size N or mpirun -np N)";
+    dp = world / (tp * pp);
+  } else if (dp * tp * pp != world) {
+    InFlightDiagnostic d = error(kDpShardKey);
+    if (pp > 1)
+      d << kPpKey << " (" << pp << ") x ";
+    d << kDpShardKey << " (" << dp << ") x " << kTpKey << " (" << tp
+      << ") is " << pp * dp * tp << " ranks, but the run has " << world
+      << " (--world-size N or mpirun -np N)";
     return failure();
   }
   int64_t batch = config.training.global_batch_size;
@@ -74,6 +170,8 @@ kiln::resolveMesh(const Config &config, std::optional<int64_t> worldSize,
         << " dp_shard ranks";
     return failure();
   }
+  if (pp > 1 && failed(checkMicrobatches(config, dp, error)))
+    return failure();
   int64_t local = config.training.local_batch_size;
   if (local != 0 && (batch / dp) % local != 0) {
     error("training.local_batch_size")
@@ -82,5 +180,5 @@ kiln::resolveMesh(const Config &config, std::optional<int64_t> worldSize,
         << batch << " / " << dp << " = " << batch / dp << ")";
     return failure();
   }
-  return std::optional<MeshShape>(MeshShape{dp, tp});
+  return std::optional<MeshShape>(MeshShape{dp, tp, pp});
 }

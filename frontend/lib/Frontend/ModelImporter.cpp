@@ -14,6 +14,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Frontend/ConfigParser.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
@@ -90,6 +91,8 @@ public:
     seq = config.training.seq_len;
   }
 
+  /// The whole model, or under pipeline parallel the rank's stages
+  /// (Config::ppPosition): the loss, or 0 on a rank without the last stage.
   Value build(Value tokens, Value targets);
 
 private:
@@ -117,6 +120,9 @@ private:
   }
   Value attentionBlock(const std::string &prefix, Value x);
   Value feedForwardBlock(const std::string &prefix, Value x);
+  Value embed(Value tokens);
+  Value layers(int64_t begin, int64_t end, Value h);
+  Value head(Value h, Value targets);
 
   OpBuilder &b;
   const Config &config;
@@ -184,24 +190,77 @@ Value ForwardBuilder::feedForwardBlock(const std::string &prefix, Value x) {
                        down);
 }
 
-Value ForwardBuilder::build(Value tokens, Value targets) {
-  Value h = EmbeddingOp::create(
+Value ForwardBuilder::embed(Value tokens) {
+  return EmbeddingOp::create(
       b, loc("model.embed_tokens", "model.vocab_size"), act({m.dim}),
       params.lookup("model.embed_tokens.weight"), tokens,
       "model.embed_tokens.weight");
-  for (int64_t i = 0; i < m.n_layers; ++i) {
+}
+
+Value ForwardBuilder::layers(int64_t begin, int64_t end, Value h) {
+  for (int64_t i = begin; i < end; ++i) {
     std::string prefix = "model.layers." + std::to_string(i) + ".";
     h = attentionBlock(prefix, h);
     h = feedForwardBlock(prefix, h);
   }
+  return h;
+}
+
+Value ForwardBuilder::head(Value h, Value targets) {
   h = rmsNorm("model.norm.weight", h,
               loc("model.norm", "model.norm_eps", {"model.dim"}));
-  llvm::StringRef head =
+  llvm::StringRef weight =
       m.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   Location headLoc = loc("lm_head", "model.vocab_size");
-  Value logits = linear(LinearRole::output, head, h, headLoc);
+  Value logits = linear(LinearRole::output, weight, h, headLoc);
   return CrossEntropyOp::create(b, headLoc, RankedTensorType::get({}, f32),
                                 logits, targets);
+}
+
+Value ForwardBuilder::build(Value tokens, Value targets) {
+  int64_t stages = config.runMesh().pp > 1 ? config.pipelineStages() : 1;
+  if (stages == 1)
+    return head(layers(0, m.n_layers, embed(tokens)), targets);
+  // Stage s holds layers [s * L / S, (s + 1) * L / S) and runs on pp rank
+  // s % pp: this rank's stages, each a forward of its own between the
+  // transfers that connect it to its neighbours (docs/pp.md).
+  int64_t pp = config.runMesh().pp, per = m.n_layers / stages;
+  Location pipeLoc = loc("pipeline", "parallelism.pipeline_parallel_degree");
+  Value loss;
+  for (int64_t s = config.ppPosition; s < stages; s += pp) {
+    Value h = s == 0 ? embed(tokens)
+                     : PipeRecvOp::create(b, pipeLoc, act({m.dim}),
+                                          PipeDirection::activation, s, stages)
+                           .getResult();
+    h = layers(s * per, (s + 1) * per, h);
+    if (s == stages - 1)
+      loss = head(h, targets);
+    else
+      PipeSendOp::create(b, pipeLoc, h, PipeDirection::activation, s, stages);
+  }
+  if (loss)
+    return loss;
+  auto scalar = RankedTensorType::get({}, f32);
+  return arith::ConstantOp::create(b, pipeLoc,
+                                   DenseElementsAttr::get(scalar, 0.0f));
+}
+
+/// Whether parameter `name` belongs to a stage this rank holds (all of them
+/// without pipeline parallel).
+static bool heldByRank(const Config &config, llvm::StringRef name) {
+  MeshShape mesh = config.runMesh();
+  if (mesh.pp == 1)
+    return true;
+  int64_t stages = config.pipelineStages();
+  int64_t stage = stages - 1; // the final norm and the output projection
+  if (name.starts_with("model.embed_tokens."))
+    stage = 0;
+  llvm::StringRef rest = name;
+  int64_t layer;
+  if (rest.consume_front("model.layers.") &&
+      !rest.consumeInteger(10, layer))
+    stage = layer / (config.model.n_layers / stages);
+  return stage % mesh.pp == config.ppPosition;
 }
 
 /// The hyperparameters the train phase needs, carried by the module so that
@@ -279,7 +338,7 @@ kiln::importFloat8Policy(MLIRContext *context, const Float8Config &f8,
 
 OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                                         const Config &config) {
-  context->loadDialect<KilnDialect, func::FuncDialect>();
+  context->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect>();
   OpBuilder b(context);
   Location fileLoc = FileLineColLoc::get(context, config.sourceName, 1, 1);
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
@@ -319,7 +378,7 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
   MeshShape mesh = config.runMesh();
   module->getOperation()->setAttr(
       KilnDialect::kMeshAttrName,
-      MeshAttr::get(context, mesh.dpShard, mesh.tp));
+      MeshAttr::get(context, mesh.pp, mesh.dpShard, mesh.tp));
   // Tensor parallel's rank-dependent part (kiln-tp-partition, docs/tp.md):
   // the rank's position on the tp axis (Config::tpPosition), the one place
   // it enters the IR.
@@ -335,12 +394,31 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                  "async",
                  b.getBoolAttr(
                      config.parallelism.enable_async_tensor_parallel))}));
+  // Under pipeline parallel a stage's parameters stay gathered across its
+  // microbatches (TorchTitan's default policy), so they are gathered once
+  // per step (docs/pp.md).
   module->getOperation()->setAttr(
       "kiln.fsdp",
       b.getDictionaryAttr({b.getNamedAttr(
           "reshard_after_forward",
-          b.getBoolAttr(config.parallelism.reshard_after_forward))}));
+          b.getBoolAttr(config.parallelism.reshard_after_forward &&
+                        mesh.pp == 1))}));
 
+  // Pipeline parallel's rank-dependent part (docs/pp.md): which stages the
+  // rank holds, and the schedule kiln-pipeline-schedule orders them by.
+  if (mesh.pp > 1)
+    module->getOperation()->setAttr(
+        KilnDialect::kPpAttrName,
+        b.getDictionaryAttr(
+            {b.getNamedAttr("rank", b.getI64IntegerAttr(config.ppPosition)),
+             b.getNamedAttr("stages",
+                            b.getI64IntegerAttr(config.pipelineStages())),
+             b.getNamedAttr("vocab_size",
+                            b.getI64IntegerAttr(config.model.vocab_size)),
+             b.getNamedAttr("schedule",
+                            b.getStringAttr(
+                                config.parallelism
+                                    .pipeline_parallel_schedule))}));
   // Gradient accumulation (kiln-grad-accum, docs/pp.md): the step runs
   // @forward_loss's backward on this many microbatches.
   if (config.microbatches() > 1)
@@ -367,6 +445,9 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                                          b.getStringAttr("tokens"))),
       b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kInputAttrName,
                                          b.getStringAttr("targets")))};
+  llvm::erase_if(specs, [&](const ParamSpec &p) {
+    return !heldByRank(config, p.name);
+  });
   for (const ParamSpec &p : specs) {
     argTypes.push_back(RankedTensorType::get(p.shape, b.getF32Type()));
     argAttrs.push_back(b.getDictionaryAttr(

@@ -31,6 +31,8 @@ const char *kindName(CollectiveKind kind) {
     return "send-recv";
   case CollectiveKind::Barrier:
     return "barrier";
+  case CollectiveKind::PointToPoint:
+    return "point-to-point transfer";
   }
   return "collective";
 }
@@ -62,7 +64,8 @@ std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
   if (kind == CollectiveKind::Barrier)
     return s;
   s += " (" + std::to_string(count) + " x " + elementTypeName(type);
-  if (kind != CollectiveKind::AllGather && kind != CollectiveKind::SendRecv)
+  if (kind != CollectiveKind::AllGather && kind != CollectiveKind::SendRecv &&
+      kind != CollectiveKind::PointToPoint)
     s += std::string(", ") + reduceOpName(op);
   return s + ")";
 }
@@ -72,6 +75,8 @@ Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
                       int64_t maxElements, int shift) {
   if (kind == CollectiveKind::Barrier)
     return Error::success();
+  if (kind == CollectiveKind::PointToPoint)
+    return Error("this backend has no point-to-point transfers");
   // A send-recv moves data like a gather: any type, no reduction.
   bool moves =
       kind == CollectiveKind::AllGather || kind == CollectiveKind::SendRecv;
@@ -117,17 +122,64 @@ Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
   return Error::success();
 }
 
+std::string describeTransfer(bool send, uint64_t id, int64_t count,
+                             ElementType type, int peer, int tag) {
+  return std::string(send ? "send #" : "recv #") + std::to_string(id) + " (" +
+         std::to_string(count) + " x " + elementTypeName(type) +
+         (send ? ", to rank " : ", from rank ") + std::to_string(peer) +
+         ", tag " + std::to_string(tag) + ")";
+}
+
+Error checkTransfer(const void *buffer, int64_t count, ElementType type,
+                    int peer, int tag, int rank, int size, int maxTag,
+                    int64_t maxElements) {
+  if (peer < 0 || peer >= size)
+    return Error("peer " + std::to_string(peer) +
+                 " is not a rank of this communicator of " +
+                 std::to_string(size));
+  if (peer == rank)
+    return Error("peer " + std::to_string(peer) +
+                 " is this rank: a transfer needs another rank");
+  if (tag < 0 || tag > maxTag)
+    return Error("tag " + std::to_string(tag) + " outside [0, " +
+                 std::to_string(maxTag) + "]");
+  if (!validType(type))
+    return Error("unknown element type " +
+                 std::to_string(static_cast<int>(type)));
+  if (count < 0)
+    return Error("negative count");
+  if (count > 0 && !buffer)
+    return Error("null buffer");
+  if (count > maxElements)
+    return Error("more than " + std::to_string(maxElements) +
+                 " elements in one buffer, this backend's limit");
+  return Error::success();
+}
+
 void FailureState::fail(uint64_t id, std::string why) {
-  if (failedFrom != 0)
+  if (failedFrom != 0) {
+    if (id < failedFrom)
+      earlier.emplace(id, std::move(why));
     return;
+  }
   failedFrom = id;
   message = std::move(why);
 }
 
+void FailureState::failFrom(uint64_t from, std::string why) {
+  if (failedFrom != 0)
+    return;
+  failedFrom = from;
+  failedItself = false;
+  message = std::move(why);
+}
+
 Error FailureState::resultOf(uint64_t id) const {
+  if (auto it = earlier.find(id); it != earlier.end())
+    return Error(it->second);
   if (failedFrom == 0 || id < failedFrom)
     return Error::success();
-  if (id == failedFrom)
+  if (id == failedFrom && failedItself)
     return Error(message);
   return Error("collective #" + std::to_string(id) +
                " not run: the communicator failed earlier: " + message);

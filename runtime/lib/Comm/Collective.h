@@ -4,7 +4,8 @@
 // at start, the failed-state bookkeeping behind wait(), and the one
 // implementation of the reduction rules of docs/communicator.md that the
 // CPU backends (MPI, local) apply once the contributions to a chunk have
-// been gathered as rows: row r holds rank r's contribution.
+// been gathered as rows: row r holds rank r's contribution. Also the
+// point-to-point transfers' checks and names.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +15,8 @@
 #include "kiln/Runtime/Comm/Communicator.h"
 
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,7 +27,10 @@ enum class CollectiveKind {
   ReduceScatter,
   AllReduce,
   SendRecv,
-  Barrier
+  Barrier,
+  /// A send or receive of a backend without point-to-point transfers (the
+  /// default issueTransfer below): it fails at once, as bad arguments do.
+  PointToPoint
 };
 
 /// E.g. "all-reduce #7 (1237 x bf16, sum)".
@@ -40,6 +46,20 @@ std::string describeCollective(CollectiveKind kind, uint64_t id, int64_t count,
 Error checkCollective(CollectiveKind kind, const void *send, const void *recv,
                       int64_t count, ElementType type, ReduceOp op, int size,
                       int64_t maxElements, int shift = 0);
+
+/// E.g. "send #7 (1024 x bf16, to rank 1, tag 3)", "recv #8 (... from rank
+/// 0, tag 3)".
+std::string describeTransfer(bool send, uint64_t id, int64_t count,
+                             ElementType type, int peer, int tag);
+
+/// Why these arguments are not a valid point-to-point transfer of rank
+/// `rank` of `size` ranks, or success: a peer that is not another rank of
+/// the communicator, a tag outside [0, maxTag], an unknown element type, a
+/// negative count, a null buffer with count > 0, or more than
+/// `maxElements` elements.
+Error checkTransfer(const void *buffer, int64_t count, ElementType type,
+                    int peer, int tag, int rank, int size, int maxTag,
+                    int64_t maxElements);
 
 /// A backend's Communicator (or NcclCommunicator) whose start calls, and
 /// barrier, are one call: issue(kind, ...), which it implements. So each
@@ -64,6 +84,17 @@ public:
     return issue(CollectiveKind::SendRecv, send, recv, count, type,
                  ReduceOp::Sum, shift);
   }
+  CommHandle startSend(const void *send, int64_t count, ElementType type,
+                       int peer, int tag) final {
+    return issueTransfer(true, const_cast<void *>(send), count, type, peer,
+                         tag);
+  }
+  CommHandle startRecv(void *recv, int64_t count, ElementType type, int peer,
+                       int tag) final {
+    return issueTransfer(false, recv, count, type, peer, tag);
+  }
+  /// No limit of the backend's own.
+  int maxTag() const override { return std::numeric_limits<int>::max(); }
 
 protected:
   /// Starts collective `kind` (Barrier: no buffers, count 0); `shift` is a
@@ -71,6 +102,15 @@ protected:
   virtual CommHandle issue(CollectiveKind kind, const void *send, void *recv,
                            int64_t count, ElementType type, ReduceOp op,
                            int shift) = 0;
+  /// Starts a point-to-point transfer (`send`: from `buffer` to `peer`,
+  /// else into `buffer` from `peer`). The default is for a backend without
+  /// transfers: issue() of a PointToPoint, which checkCollective refuses.
+  virtual CommHandle issueTransfer(bool send, void *buffer, int64_t count,
+                                   ElementType type, int peer, int tag) {
+    (void)tag;
+    return issue(CollectiveKind::PointToPoint, send ? buffer : nullptr,
+                 send ? nullptr : buffer, count, type, ReduceOp::Sum, peer);
+  }
   /// A barrier through the backend's own queue.
   Error issueBarrier() {
     return this->wait(issue(CollectiveKind::Barrier, nullptr, nullptr, 0,
@@ -83,10 +123,22 @@ protected:
 struct FailureState {
   uint64_t failedFrom = 0; // id of the first failed collective; 0: none
   std::string message;
+  /// Whether collective `failedFrom` is the one that failed (false after
+  /// failFrom: it was only not run).
+  bool failedItself = true;
+  /// Collectives issued before `failedFrom` that failed after it was set
+  /// (a point-to-point failure may come while one is running): their own
+  /// errors.
+  std::map<uint64_t, std::string> earlier;
 
   bool failed() const { return failedFrom != 0; }
-  /// Records the failure of collective `id` unless one is recorded already.
+  /// Records the failure of collective `id` unless one is recorded already
+  /// (then, for an `id` before it, keeps `why` as that collective's own).
   void fail(uint64_t id, std::string why);
+  /// A failure outside the issue order (a point-to-point transfer's): the
+  /// collectives from `from` on (the first not yet started) are not run,
+  /// unless a failure is recorded already.
+  void failFrom(uint64_t from, std::string why);
   /// What wait() reports for a completed collective `id`.
   Error resultOf(uint64_t id) const;
 };

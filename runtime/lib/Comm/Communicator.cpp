@@ -71,38 +71,46 @@ Expected<std::unique_ptr<Communicator>> Communicator::split(int, int) {
                ": this communicator cannot be split into sub-communicators");
 }
 
-Expected<AxisCommunicators> splitMesh(Communicator &world, int64_t dpShard,
-                                      int64_t tp) {
-  if (dpShard < 1 || tp < 1 || dpShard * tp != world.size())
-    return Error("the mesh dp_shard " + std::to_string(dpShard) + " x tp " +
-                 std::to_string(tp) + " is not the run's " +
-                 std::to_string(world.size()) + " ranks");
+Expected<AxisCommunicators> splitMesh(Communicator &world, int64_t pp,
+                                      int64_t dpShard, int64_t tp) {
+  if (pp < 1 || dpShard < 1 || tp < 1 || pp * dpShard * tp != world.size())
+    return Error("the mesh pp " + std::to_string(pp) + " x dp_shard " +
+                 std::to_string(dpShard) + " x tp " + std::to_string(tp) +
+                 " is not the run's " + std::to_string(world.size()) +
+                 " ranks");
   int rank = world.rank();
   AxisCommunicators axes;
-  // An axis spanning the world is the world; one of size 1 is local. When
-  // both axes are real, the splits are made in this order on every rank.
+  // An axis spanning the world is the world; one of size 1 is local. The
+  // axes that need a split are split in this order on every rank: pp,
+  // dp_shard, tp. Each color is the rank's coordinates on the other two
+  // axes, and the key its world rank.
   auto make =
-      [&](int64_t size, int color,
+      [&](int64_t size, int64_t color,
           std::unique_ptr<Communicator> &owned) -> Expected<Communicator *> {
     if (size == world.size())
       return &world;
     if (size == 1) {
       owned = createLocalCommunicator();
     } else {
-      Expected<std::unique_ptr<Communicator>> made = world.split(color, rank);
+      Expected<std::unique_ptr<Communicator>> made =
+          world.split(static_cast<int>(color), rank);
       if (!made)
         return made.takeError();
       owned = *std::move(made);
     }
     return owned.get();
   };
+  const int64_t stage = dpShard * tp; // ranks per pp coordinate
+  Expected<Communicator *> outer = make(pp, rank % stage, axes.ownedPp);
+  if (!outer)
+    return outer.takeError();
+  axes.pp = *outer;
   Expected<Communicator *> dp =
-      make(dpShard, static_cast<int>(rank % tp), axes.ownedDpShard);
+      make(dpShard, (rank / stage) * tp + rank % tp, axes.ownedDpShard);
   if (!dp)
     return dp.takeError();
   axes.dpShard = *dp;
-  Expected<Communicator *> inner =
-      make(tp, static_cast<int>(rank / tp), axes.ownedTp);
+  Expected<Communicator *> inner = make(tp, rank / tp, axes.ownedTp);
   if (!inner)
     return inner.takeError();
   axes.tp = *inner;

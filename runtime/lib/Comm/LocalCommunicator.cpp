@@ -5,7 +5,10 @@
 // through the same widen-fold-round as on N ranks, which leaves every
 // non-NaN value unchanged). Completion is therefore immediate and in issue
 // order. A mutex makes the calls safe from several threads, like the MPI
-// backend's.
+// backend's. A point-to-point transfer has no peer to go to (any peer is
+// out of range or this rank): its handle fails with the argument check's
+// line, and the communicator does not (docs/communicator.md, "Point to
+// point").
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
 #include <mutex>
 
 namespace kiln::runtime::comm {
@@ -34,6 +38,8 @@ public:
       return Error(
           "local: wait on a handle this communicator did not issue (#" +
           std::to_string(handle.id) + ")");
+    if (auto it = transferErrors_.find(handle.id); it != transferErrors_.end())
+      return Error(it->second);
     return failure_.resultOf(handle.id);
   }
 
@@ -89,8 +95,23 @@ private:
     return {id};
   }
 
+  CommHandle issueTransfer(bool send, void *buffer, int64_t count,
+                           ElementType type, int peer, int tag) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t id = nextId_++;
+    Error why = checkTransfer(buffer, count, type, peer, tag, 0, 1, maxTag(),
+                              std::numeric_limits<int64_t>::max());
+    // Every peer is out of range at world size 1, so `why` always holds.
+    transferErrors_[id] =
+        "local " + describeTransfer(send, id, count, type, peer, tag) + ": " +
+        (why ? why.message() : std::string("no other rank to transfer with"));
+    return {id};
+  }
+
   mutable std::mutex mu_;
   uint64_t nextId_ = 1;
+  /// Each transfer's error line.
+  std::map<uint64_t, std::string> transferErrors_;
   FailureState failure_;
   std::vector<float> scratch_;
 };

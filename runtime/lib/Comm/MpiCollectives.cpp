@@ -18,6 +18,14 @@
 //   barrier         MPI_Ibarrier.
 // Counts of zero complete without MPI calls (every rank skips them alike).
 //
+// Point-to-point transfers: MPI_Isend/MPI_Irecv on comm_ with the user's
+// tag + kTransferTagBase (tag 0 is the send-recv collective's), posted in
+// issue order and tested with MPI_Testsome whenever the thread polls
+// (progressTransfers). A receive that gets another count than it asked
+// for fails its handle only; any other MPI error fails the communicator
+// from the first collective not yet started, and so does the deadline,
+// which also abandons every other transfer (the run is to end).
+//
 //===----------------------------------------------------------------------===//
 
 #include "MpiCommunicatorImpl.h"
@@ -39,6 +47,8 @@ Error MpiCommunicator::finish(MPI_Request &request, const char *call) {
       return Error(std::string(call) + " failed: " + mpiErrorText(rc));
     if (done)
       return Error::success();
+    // Transfers are not in the issue order: they go on meanwhile.
+    progressTransfers();
     Clock::time_point now = Clock::now();
     if (now < spinUntil)
       continue;
@@ -180,6 +190,164 @@ Error MpiCommunicator::allReduce(const Request &r) {
   if (rc != MPI_SUCCESS)
     return Error("MPI_Iallgatherv failed: " + mpiErrorText(rc));
   return finish(request, "MPI_Iallgatherv");
+}
+
+// --- Point-to-point transfers ----------------------------------------------
+
+bool MpiCommunicator::progressTransfers() {
+  bool moved = false;
+  if (transfersQueued_.exchange(false)) {
+    std::deque<Transfer> fresh;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fresh.swap(transfers_);
+    }
+    for (const Transfer &transfer : fresh)
+      postTransfer(transfer);
+    moved = !fresh.empty();
+  }
+  if (posted_.empty())
+    return moved;
+
+  int n = static_cast<int>(posted_.size()), completed = 0;
+  doneIndices_.resize(n);
+  doneStatuses_.resize(n);
+  int rc = MPI_Testsome(n, postedRequests_.data(), &completed,
+                        doneIndices_.data(), doneStatuses_.data());
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+    // MPI cannot say which completed: every posted transfer fails.
+    std::vector<Transfer> failed;
+    failed.swap(posted_);
+    postedRequests_.clear();
+    for (const Transfer &transfer : failed)
+      failTransfer(transfer, "mpi " + transfer.describe() +
+                                 ": MPI_Testsome failed: " + mpiErrorText(rc));
+    return true;
+  }
+  if (completed == MPI_UNDEFINED)
+    completed = 0;
+  for (int k = 0; k < completed; ++k) {
+    const Transfer &transfer = posted_[doneIndices_[k]];
+    const MPI_Status &status = doneStatuses_[k];
+    int code = rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : MPI_SUCCESS;
+    int errorClass = MPI_SUCCESS;
+    if (code != MPI_SUCCESS)
+      MPI_Error_class(code, &errorClass);
+    std::string name = "mpi " + transfer.describe() + ": ";
+    if (errorClass == MPI_ERR_TRUNCATE) {
+      // The two sides disagree on the count: this transfer's error only.
+      completeTransfer(transfer, name + "the matching send has more than " +
+                                     std::to_string(transfer.count) +
+                                     " elements");
+    } else if (code != MPI_SUCCESS) {
+      failTransfer(transfer, name +
+                                 (transfer.send ? "MPI_Isend" : "MPI_Irecv") +
+                                 " failed: " + mpiErrorText(code));
+    } else if (int got = 0;
+               !transfer.send && (MPI_Get_count(&status, mpiType(transfer.type),
+                                                &got) != MPI_SUCCESS ||
+                                  got != transfer.count)) {
+      completeTransfer(transfer, name + "the matching send had " +
+                                     std::to_string(got) + " elements");
+    } else {
+      completeTransfer(transfer, "");
+    }
+  }
+  if (completed > 0) {
+    // Completed requests are MPI_REQUEST_NULL now: keep the others.
+    size_t kept = 0;
+    for (size_t i = 0; i < posted_.size(); ++i)
+      if (postedRequests_[i] != MPI_REQUEST_NULL) {
+        posted_[kept] = std::move(posted_[i]);
+        postedRequests_[kept++] = postedRequests_[i];
+      }
+    posted_.resize(kept);
+    postedRequests_.resize(kept);
+    moved = true;
+  }
+
+  // The deadline: a transfer not complete `timeout` seconds after it was
+  // issued fails the communicator; its MPI request stays pending.
+  int64_t timeout = timeoutSeconds_.load();
+  if (timeout <= 0 || posted_.empty())
+    return moved;
+  auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < posted_.size(); ++i) {
+    if (now - posted_[i].issued < std::chrono::seconds(timeout))
+      continue;
+    Transfer late = posted_[i];
+    posted_.erase(posted_.begin() + i);
+    postedRequests_.erase(postedRequests_.begin() + i);
+    abandoned_ = true;
+    std::string line =
+        "mpi " + late.describe() + ": not complete after " +
+        std::to_string(timeout) +
+        " s (the deadline, comm.train_timeout_seconds); rank " +
+        std::to_string(late.peer) + " has not " +
+        (late.send ? "received" : "sent") +
+        " it (stopped, hung, or its transfers do not match this one)";
+    failTransfer(late, line);
+    abandonTransfers(line);
+    return true;
+  }
+  return moved;
+}
+
+void MpiCommunicator::postTransfer(const Transfer &t) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int count = static_cast<int>(t.count), tag = t.tag + kTransferTagBase;
+  int rc = t.send ? MPI_Isend(t.buffer, count, mpiType(t.type), t.peer, tag,
+                              comm_, &request)
+                  : MPI_Irecv(t.buffer, count, mpiType(t.type), t.peer, tag,
+                              comm_, &request);
+  if (rc != MPI_SUCCESS) {
+    failTransfer(t, "mpi " + t.describe() + ": " +
+                        (t.send ? "MPI_Isend" : "MPI_Irecv") +
+                        " failed: " + mpiErrorText(rc));
+    return;
+  }
+  posted_.push_back(t);
+  postedRequests_.push_back(request);
+}
+
+void MpiCommunicator::completeTransfer(const Transfer &transfer,
+                                       std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TransferState &state = transferStates_[transfer.id];
+    state.done = true;
+    state.error = std::move(error);
+    pruneTransfersLocked();
+  }
+  doneCv_.notify_all();
+}
+
+void MpiCommunicator::failTransfer(const Transfer &transfer,
+                                   const std::string &line) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TransferState &state = transferStates_[transfer.id];
+    state.done = true;
+    state.error = line;
+    // Collectives already started are not affected; the next ones fail.
+    failure_.failFrom(firstUnstartedLocked(), line);
+  }
+  doneCv_.notify_all();
+}
+
+void MpiCommunicator::abandonTransfers(const std::string &why) {
+  std::deque<Transfer> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued.swap(transfers_);
+  }
+  std::vector<Transfer> posted;
+  posted.swap(posted_);
+  postedRequests_.clear(); // left pending: MPI is not finalised
+  for (const Transfer &t : posted)
+    completeTransfer(t, "mpi " + t.describe() + ": abandoned: " + why);
+  for (const Transfer &t : queued)
+    completeTransfer(t, "mpi " + t.describe() + ": abandoned: " + why);
 }
 
 } // namespace kiln::runtime::comm::mpi

@@ -7,12 +7,24 @@
 // polling for a short while, then sleeps that double up to a cap, so that a
 // rank whose peers are late leaves its core to the compute thread instead
 // of spinning in MPI (ranks are oversubscribed on small machines). Between
-// requests it sleeps on `workCv_`. Completing request k sets doneThrough_
-// = k and wakes the waiters; requests finish one after the other, which is
-// what makes completion follow issue order.
+// requests it sleeps on `workCv_`. Completing collective k moves
+// doneThrough_ to just before the next collective in the queue and wakes
+// the waiters; collectives finish one after the other, which is what makes
+// their completion follow issue order.
 //
-// The collectives themselves: MpiCollectives.cpp; the deadline:
-// MpiDeadline.cpp.
+// Point-to-point transfers are not in that queue. startSend/startRecv put
+// them on a queue of their own (`transfers_`), which the thread empties
+// whenever it polls (before each collective, inside every collective's
+// polling loop, and while only transfers are in flight), posting each as
+// MPI_Isend/MPI_Irecv in issue order (so same-tag transfers match in that
+// order) and keeping it posted; every poll then tests the posted ones
+// (MPI_Testsome) and marks each complete on its own (`transferStates_`,
+// which wait() looks at for a transfer's handle). With only transfers in
+// flight the thread polls like a collective's loop: spinning 50 us, then
+// sleeping 2 us doubling to 200 us, woken early by new work.
+//
+// The collectives and transfers themselves: MpiCollectives.cpp; the
+// deadline: MpiDeadline.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -121,6 +133,7 @@ Expected<std::unique_ptr<Communicator>> MpiCommunicator::split(int color,
   {
     std::lock_guard<std::mutex> lock(mu_);
     request.id = handle.id = nextId_++;
+    request.ordinal = nextOrdinal_++;
     queue_.push_back(std::move(request));
   }
   workCv_.notify_one();
@@ -148,6 +161,7 @@ CommHandle MpiCommunicator::issue(CollectiveKind kind, const void *send,
   {
     std::lock_guard<std::mutex> lock(mu_);
     request.id = handle.id = nextId_++;
+    request.ordinal = nextOrdinal_++;
     if (Error why = checkCollective(kind, send, recv, count, type, op, size_,
                                     INT_MAX, shift))
       request.invalid = "mpi " +
@@ -159,18 +173,84 @@ CommHandle MpiCommunicator::issue(CollectiveKind kind, const void *send,
   return handle;
 }
 
+CommHandle MpiCommunicator::issueTransfer(bool send, void *buffer,
+                                          int64_t count, ElementType type,
+                                          int peer, int tag) {
+  Transfer transfer;
+  transfer.send = send;
+  transfer.buffer = buffer;
+  transfer.count = count;
+  transfer.type = type;
+  transfer.peer = peer;
+  transfer.tag = tag;
+  transfer.issued = std::chrono::steady_clock::now();
+  CommHandle handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    transfer.id = handle.id = nextId_++;
+    TransferState &state = transferStates_[transfer.id];
+    // Bad arguments fail this handle only: a transfer has no place in the
+    // collective issue order that skipping it could break.
+    if (Error why = checkTransfer(buffer, count, type, peer, tag, rank_, size_,
+                                  maxTag_, INT_MAX)) {
+      state.done = true;
+      state.error = "mpi " + transfer.describe() + ": " + why.message();
+    } else if (failure_.failed()) {
+      state.done = true;
+      state.error =
+          "mpi " + transfer.describe() +
+          " not run: the communicator failed earlier: " + failure_.message;
+    } else {
+      transfers_.push_back(transfer);
+      transfersQueued_.store(true);
+    }
+    if (runningId_ == 0 && queue_.empty())
+      doneThrough_ = transfer.id; // no collective is pending
+  }
+  workCv_.notify_one();
+  return handle;
+}
+
+void MpiCommunicator::pruneTransfersLocked() {
+  for (auto it = transferStates_.begin();
+       it != transferStates_.end() && it->first <= doneThrough_;) {
+    const TransferState &state = it->second;
+    if (state.done && state.error.empty() &&
+        (!failure_.failed() || it->first < failure_.failedFrom))
+      it = transferStates_.erase(it);
+    else
+      ++it;
+  }
+}
+
 Error MpiCommunicator::wait(CommHandle handle) {
   std::unique_lock<std::mutex> lock(mu_);
   if (handle.id == 0 || handle.id >= nextId_)
     return Error("mpi: wait on a handle this communicator did not issue (#" +
                  std::to_string(handle.id) + ")");
+  if (transferStates_.count(handle.id)) {
+    // A transfer: its own completion. Once done and successful its state
+    // may be pruned; the collectives' rule below then gives success.
+    auto state = [&]() -> const TransferState * {
+      auto it = transferStates_.find(handle.id);
+      return it == transferStates_.end() ? nullptr : &it->second;
+    };
+    doneCv_.wait(lock, [&] { return !state() || state()->done; });
+    if (const TransferState *done = state(); done && !done->error.empty())
+      return Error(done->error);
+    return Error::success();
+  }
   doneCv_.wait(lock, [&] { return doneThrough_ >= handle.id; });
   return failure_.resultOf(handle.id);
 }
 
 bool MpiCommunicator::test(CommHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  return handle.id == 0 || handle.id >= nextId_ || doneThrough_ >= handle.id;
+  if (handle.id == 0 || handle.id >= nextId_)
+    return true;
+  if (auto it = transferStates_.find(handle.id); it != transferStates_.end())
+    return it->second.done;
+  return doneThrough_ >= handle.id;
 }
 
 void MpiCommunicator::threadMain() {
@@ -188,46 +268,84 @@ void MpiCommunicator::threadMain() {
   doneCv_.notify_all();
   if (error)
     return;
+  using Clock = std::chrono::steady_clock;
+  // Polling while only transfers are in flight, as finish() polls.
+  Clock::time_point spinUntil = Clock::now() + kSpin;
+  std::chrono::microseconds sleep = kMinSleep;
   for (;;) {
+    if (progressTransfers()) {
+      spinUntil = Clock::now() + kSpin;
+      sleep = kMinSleep;
+    }
     Request request;
     bool failed;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      // Idle, the thread still answers other ranks' questions (a rank
-      // that never issues the next collective is told apart from one that
-      // is stopped) and looks for an abortRun.
-      while (!stopping_ && queue_.empty()) {
+      if (queue_.empty() && posted_.empty() && transfers_.empty()) {
+        if (stopping_)
+          break; // every issued request is done
+        // Idle, the thread still answers other ranks' questions (a rank
+        // that never issues the next collective is told apart from one
+        // that is stopped) and looks for an abortRun.
         if (workCv_.wait_for(lock, kIdlePoll) == std::cv_status::timeout ||
             abortCode_.load() >= 0) {
           lock.unlock();
           abortIfAsked();
           answerPeers();
-          lock.lock();
         }
+        spinUntil = Clock::now() + kSpin;
+        sleep = kMinSleep;
+        continue;
       }
-      if (queue_.empty())
-        break; // stopping, and every issued request is done
+      if (queue_.empty()) {
+        // Only transfers in flight: spin, then sleep (new work wakes it).
+        if (Clock::now() < spinUntil)
+          continue;
+        lock.unlock();
+        abortIfAsked();
+        answerPeers();
+        lock.lock();
+        workCv_.wait_for(lock, sleep, [this] {
+          return !queue_.empty() || !transfers_.empty();
+        });
+        sleep = std::min(sleep * 2, kMaxSleep);
+        continue;
+      }
       request = std::move(queue_.front());
       queue_.pop_front();
-      failed = failure_.failed();
+      runningId_ = request.id;
+      failed = failure_.failed() && request.id >= failure_.failedFrom;
     }
     Error result;
     if (!failed && !request.invalid.empty()) {
       result = Error(request.invalid);
     } else if (!failed) {
-      running_ = request.id;
+      running_ = request.ordinal;
+      runningHandle_ = request.id;
       runningSince_ = std::chrono::steady_clock::now();
       result = runCaught(request);
-      running_ = 0;
+      running_ = runningHandle_ = 0;
     }
-    finished_ = request.id;
+    finished_ = request.ordinal;
+    finishedHandle_ = request.id;
+    std::string abandonedBy;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (result)
+      if (result) {
+        if (abandoned_)
+          abandonedBy = result.message();
         failure_.fail(request.id, result.takeMessage());
-      doneThrough_ = request.id;
+      }
+      runningId_ = 0;
+      doneThrough_ = firstUnstartedLocked() - 1;
+      pruneTransfersLocked();
     }
     doneCv_.notify_all();
+    // Past a deadline the run is to end: no transfer is waited for.
+    if (!abandonedBy.empty())
+      abandonTransfers(abandonedBy);
+    spinUntil = Clock::now() + kSpin;
+    sleep = kMinSleep;
   }
   if (!abandoned_)
     tearDown();
@@ -292,6 +410,13 @@ Error MpiCommunicator::setUp() {
 
 int MpiCommunicator::adoptComm() {
   int rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) {
+    // MPI_TAG_UB is at least 32767; the tags below kTransferTagBase are
+    // the send-recv collective's.
+    int *tagUb = nullptr, found = 0;
+    rc = MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tagUb, &found);
+    maxTag_ = (found && tagUb ? *tagUb : 32767) - kTransferTagBase;
+  }
   if (rc == MPI_SUCCESS)
     rc = MPI_Comm_dup(comm_, &side_);
   if (rc == MPI_SUCCESS)

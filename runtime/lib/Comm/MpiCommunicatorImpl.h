@@ -1,10 +1,12 @@
-//===- MpiCommunicatorImpl.h - The MPI communicator's class ------*- C++ -*-===//
+//===- MpiCommunicatorImpl.h - The MPI communicator's class ------*- C++
+//-*-===//
 //
 // Internal to the MPI communicator, whose code is in three files by
 // concern: MpiCommunicator.cpp (the callers' side, the communication
 // thread, MPI's set-up and tear-down), MpiCollectives.cpp (each collective
-// as non-blocking MPI calls and the reductions) and MpiDeadline.cpp (the
-// side channel that names late ranks, and aborting the run).
+// and point-to-point transfer as non-blocking MPI calls, and the
+// reductions) and MpiDeadline.cpp (the side channel that names late ranks,
+// and aborting the run).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,11 +19,13 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -39,6 +43,9 @@ inline constexpr std::chrono::microseconds kMaxSleep{200};
 inline constexpr std::chrono::milliseconds kIdlePoll{100};
 inline constexpr std::chrono::seconds kAnswerGrace{2};
 inline constexpr int kAskTag = 1, kAnswerTag = 2;
+// Tags on comm_: the send-recv collective uses 0; a transfer's tag t is
+// sent as t + kTransferTagBase.
+inline constexpr int kTransferTagBase = 1;
 
 struct Request {
   uint64_t id = 0;
@@ -55,6 +62,31 @@ struct Request {
   /// Work other than a collective, run in its turn on the communication
   /// thread (split's MPI_Comm_split).
   std::function<Error()> task;
+  /// 1, 2, ...: this request's place among the collectives (and splits) of
+  /// this rank, which, unlike the handle id, is the same on every rank:
+  /// transfers take handle ids too. What the side channel compares.
+  uint64_t ordinal = 0;
+};
+
+/// A point-to-point transfer (startSend, startRecv).
+struct Transfer {
+  uint64_t id = 0;
+  bool send = true;
+  void *buffer = nullptr;
+  int64_t count = 0;
+  ElementType type = ElementType::F32;
+  int peer = 0, tag = 0;
+  std::chrono::steady_clock::time_point issued; // the deadline counts from it
+  /// "send #7 (1024 x bf16, to rank 1, tag 3)".
+  std::string describe() const {
+    return describeTransfer(send, id, count, type, peer, tag);
+  }
+};
+
+/// A transfer's completion, as wait() sees it.
+struct TransferState {
+  bool done = false;
+  std::string error; // its line; empty: success
 };
 
 /// MPI_THREAD_MULTIPLE, unless KILN_MPI_THREAD_LEVEL asks for funneled or
@@ -82,6 +114,8 @@ public:
 
   Error wait(CommHandle handle) override;
   bool test(CommHandle handle) override;
+  /// MPI_TAG_UB less the tags below kTransferTagBase.
+  int maxTag() const override { return maxTag_; }
 
   Error barrier() override { return issueBarrier(); }
 
@@ -103,7 +137,16 @@ private:
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
                    int64_t count, ElementType type, ReduceOp op,
                    int shift) override;
+  CommHandle issueTransfer(bool send, void *buffer, int64_t count,
+                           ElementType type, int peer, int tag) override;
   Error sendRecv(const Request &request);
+  /// The id of the first request in queue_ (not started), else nextId_.
+  uint64_t firstUnstartedLocked() const {
+    return queue_.empty() ? nextId_ : queue_.front().id;
+  }
+  /// Forgets the transfers wait() can answer without their state: done,
+  /// successful, at or below doneThrough_ and before any failure.
+  void pruneTransfersLocked();
 
   // On the communication thread only.
   void threadMain();
@@ -116,6 +159,18 @@ private:
   Error run(const Request &request);
   Error finish(MPI_Request &request, const char *call);
   Error allReduce(const Request &request);
+  // Transfers (MpiCollectives.cpp). progressTransfers posts the queued
+  // ones, tests the posted ones and applies the deadline; true when
+  // something was posted or completed.
+  bool progressTransfers();
+  void postTransfer(const Transfer &transfer);
+  void completeTransfer(const Transfer &transfer, std::string error);
+  /// A transport error or the deadline: the transfer fails with `line` and
+  /// so does the communicator, from the first collective not started.
+  void failTransfer(const Transfer &transfer, const std::string &line);
+  /// After a deadline (abandoned_): every transfer still posted or queued
+  /// fails, its MPI request left pending.
+  void abandonTransfers(const std::string &why);
   void answerPeers();
   std::string missingRanks();
   void abortIfAsked();
@@ -124,36 +179,52 @@ private:
   mutable std::mutex mu_;
   std::condition_variable workCv_; // a request was queued, or stopping_
   std::condition_variable doneCv_; // doneThrough_ moved, or set-up ended
-  std::deque<Request> queue_;
-  uint64_t nextId_ = 1;      // the id the next start call gets
-  uint64_t doneThrough_ = 0; // every request with id <= this is complete
+  std::deque<Request> queue_;      // collectives and splits, in issue order
+  uint64_t nextId_ = 1;            // the id the next start call gets
+  uint64_t nextOrdinal_ = 1;       // the ordinal the next collective gets
+  /// Every collective (and split) with id <= this is complete; says nothing
+  /// of transfers.
+  uint64_t doneThrough_ = 0;
+  uint64_t runningId_ = 0; // the collective taken from queue_, not done
   FailureState failure_;
+  std::deque<Transfer> transfers_; // issued, not yet posted; issue order
+  /// The transfers wait() must tell apart from collectives (pruned).
+  std::map<uint64_t, TransferState> transferStates_;
   bool stopping_ = false;
   bool setUpDone_ = false;
   Error setUpError_;
 
   // Written by the communication thread before set-up ends, then constant.
   int rank_ = 0, size_ = 1;
+  int maxTag_ = 0;
 
   // Set by any thread, read by the communication thread.
   std::atomic<int64_t> timeoutSeconds_{0};
   std::atomic<int> abortCode_{-1};
+  std::atomic<bool> transfersQueued_{false}; // transfers_ may hold some
 
   // The communication thread's own.
   std::thread thread_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm side_ = MPI_COMM_NULL; // questions and answers about progress
-  uint64_t running_ = 0;          // the request in MPI now, else 0
-  uint64_t finished_ = 0;         // the last request this thread completed
+  // The side channel's answer: the collective in MPI now, else the last
+  // one completed (0, 0: none yet), as (ordinal, id).
+  uint64_t running_ = 0, runningHandle_ = 0;
+  uint64_t finished_ = 0, finishedHandle_ = 0;
   std::chrono::steady_clock::time_point runningSince_;
   // A request left pending when its deadline passed: MPI may still write
   // to its buffers, so MPI is not finalised and the run ends by abortRun.
   bool abandoned_ = false;
   // Buffers of the side channel's messages; they stay put, since sends and
   // receives of a timed-out ask may never complete.
-  std::deque<int64_t> answers_;
+  std::deque<std::array<int64_t, 2>> answers_; // (ordinal, id)
   int64_t asked_ = 0;
-  std::vector<int64_t> peerReached_;
+  std::vector<int64_t> peerReached_; // rank r's answer at 2r, 2r + 1
+  // The posted transfers and their MPI requests, index for index.
+  std::vector<Transfer> posted_;
+  std::vector<MPI_Request> postedRequests_;
+  std::vector<int> doneIndices_;
+  std::vector<MPI_Status> doneStatuses_;
   bool ownsMpi_ = false;
   /// A sub-communicator's split result (null for the world's).
   MPI_Comm handed_ = MPI_COMM_NULL;

@@ -9,7 +9,10 @@
 // had not reached it (those that did not answer are stopped or hung), and
 // leaves the MPI request pending: a collective cannot be cancelled, so the
 // communicator is never finalised after that and the run ends by abortRun
-// (MPI_Abort, made by this thread, so FUNNELED still suffices).
+// (MPI_Abort, made by this thread, so FUNNELED still suffices). Ranks are
+// compared by their collectives' ordinals, not handle ids: point-to-point
+// transfers take ids too, and differ between ranks. (A transfer's own
+// deadline is in MpiCollectives.cpp: it names the peer, asking nobody.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,10 +37,16 @@ void MpiCommunicator::answerPeers() {
                  MPI_STATUS_IGNORE) != MPI_SUCCESS)
       return;
     // The collective this rank has reached: the one in MPI now, else the
-    // last one done (its successor is not issued yet).
-    answers_.push_back(static_cast<int64_t>(running_ ? running_ : finished_));
+    // last one done (its successor is not issued yet); its ordinal, which
+    // every rank counts alike, and its handle id, which transfers shift.
+    if (running_)
+      answers_.push_back({static_cast<int64_t>(running_),
+                          static_cast<int64_t>(runningHandle_)});
+    else
+      answers_.push_back({static_cast<int64_t>(finished_),
+                          static_cast<int64_t>(finishedHandle_)});
     MPI_Request sent;
-    if (MPI_Isend(&answers_.back(), 1, MPI_INT64_T, status.MPI_SOURCE,
+    if (MPI_Isend(answers_.back().data(), 2, MPI_INT64_T, status.MPI_SOURCE,
                   kAnswerTag, side_, &sent) == MPI_SUCCESS)
       MPI_Request_free(&sent);
   }
@@ -46,13 +55,13 @@ void MpiCommunicator::answerPeers() {
 std::string MpiCommunicator::missingRanks() {
   using Clock = std::chrono::steady_clock;
   asked_ = static_cast<int64_t>(running_);
-  peerReached_.assign(size_, -1);
+  peerReached_.assign(2 * size_, -1);
   std::vector<MPI_Request> answers(size_, MPI_REQUEST_NULL);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_)
       continue;
     MPI_Request sent;
-    if (MPI_Irecv(&peerReached_[r], 1, MPI_INT64_T, r, kAnswerTag, side_,
+    if (MPI_Irecv(&peerReached_[2 * r], 2, MPI_INT64_T, r, kAnswerTag, side_,
                   &answers[r]) != MPI_SUCCESS ||
         MPI_Isend(&asked_, 1, MPI_INT64_T, r, kAskTag, side_, &sent) !=
             MPI_SUCCESS)
@@ -81,11 +90,11 @@ std::string MpiCommunicator::missingRanks() {
     if (answers[r] != MPI_REQUEST_NULL)
       why = "no answer within " + std::to_string(kAnswerGrace.count()) +
             " s: stopped or hung";
-    else if (peerReached_[r] < asked_)
-      why = peerReached_[r] == 0
+    else if (peerReached_[2 * r] < asked_)
+      why = peerReached_[2 * r] == 0
                 ? "alive, no collective issued yet"
                 : "alive, its latest collective is #" +
-                      std::to_string(peerReached_[r]);
+                      std::to_string(peerReached_[2 * r + 1]);
     else
       continue;
     missing += (missing.empty() ? "" : ", ") + std::string("rank ") +

@@ -261,6 +261,15 @@ public:
                            ElementType type, int shift) override {
     return c.startSendRecv(send, recv, count, type, shift);
   }
+  CommHandle startSend(const void *send, int64_t count, ElementType type,
+                       int peer, int tag) override {
+    return c.startSend(send, count, type, peer, tag);
+  }
+  CommHandle startRecv(void *recv, int64_t count, ElementType type, int peer,
+                       int tag) override {
+    return c.startRecv(recv, count, type, peer, tag);
+  }
+  int maxTag() const override { return c.maxTag(); }
   Error wait(CommHandle h) override { return c.wait(h); }
   bool test(CommHandle h) override { return c.test(h); }
   Error barrier() override { return c.barrier(); }

@@ -16,6 +16,9 @@
 // issue order; when one is seen complete, every record up to it is retired
 // (its event goes back to the pool) and doneThrough_ moves up to it.
 // Counts of zero make no NCCL call (every rank skips them alike).
+// Point-to-point transfers are not built: issueTransfer only numbers the
+// handle and keeps its error line (transferErrors_), which wait(), test()
+// and streamWait() answer first.
 //
 // Capture. A collective is captured when the communicator's stream is
 // capturing once it has waited for the producer's event. Its event is
@@ -303,6 +306,21 @@ CommHandle NcclCommunicatorImpl::issue(CollectiveKind kind, const void *send,
   return {id};
 }
 
+CommHandle NcclCommunicatorImpl::issueTransfer(bool send, void *buffer,
+                                               int64_t count, ElementType type,
+                                               int peer, int tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t id = nextId_++;
+  Error why = checkTransfer(buffer, count, type, peer, tag, rank_, size_,
+                            maxTag(), std::numeric_limits<int64_t>::max());
+  transferErrors_[id] =
+      why ? "nccl " + describeTransfer(send, id, count, type, peer, tag) +
+                ": " + why.message()
+          : "nccl: point-to-point transfers (pipeline parallel) are not "
+            "implemented yet";
+  return {id};
+}
+
 cudaEvent_t NcclCommunicatorImpl::takeEventLocked() {
   if (!pool_.empty()) {
     cudaEvent_t event = pool_.back();
@@ -398,6 +416,9 @@ Error NcclCommunicatorImpl::wait(CommHandle handle) {
         return Error(
             "nccl: wait on a handle this communicator did not issue (#" +
             std::to_string(handle.id) + ")");
+      if (auto it = transferErrors_.find(handle.id);
+          it != transferErrors_.end())
+        return Error(it->second);
       if (isCapturedLocked(handle.id) &&
           !(failure_.failed() && handle.id >= failure_.failedFrom))
         return Error("nccl: collective #" + std::to_string(handle.id) +
@@ -423,7 +444,7 @@ Error NcclCommunicatorImpl::wait(CommHandle handle) {
 bool NcclCommunicatorImpl::test(CommHandle handle) {
   std::lock_guard<std::mutex> lock(mu_);
   if (handle.id == 0 || handle.id >= nextId_ || handle.id <= doneThrough_ ||
-      isCapturedLocked(handle.id))
+      isCapturedLocked(handle.id) || transferErrors_.count(handle.id))
     return true;
   if (capturingNowLocked())
     return false;
@@ -437,6 +458,8 @@ Error NcclCommunicatorImpl::streamWait(CommHandle handle, cudaStream_t stream) {
     return Error(
         "nccl: streamWait on a handle this communicator did not issue (" +
         name + ")");
+  if (auto it = transferErrors_.find(handle.id); it != transferErrors_.end())
+    return Error(it->second);
   if (Error failed = failure_.resultOf(handle.id))
     return failed;
   cudaEvent_t event = nullptr;

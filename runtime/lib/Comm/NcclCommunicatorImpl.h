@@ -100,6 +100,10 @@ private:
   CommHandle issue(CollectiveKind kind, const void *send, void *recv,
                    int64_t count, ElementType type, ReduceOp op,
                    int shift) override;
+  /// Not built yet: the handle fails with one line (the argument check's,
+  /// else "not implemented"); the communicator does not.
+  CommHandle issueTransfer(bool send, void *buffer, int64_t count,
+                           ElementType type, int peer, int tag) override;
 
   // Under mu_.
   cudaEvent_t takeEventLocked();
@@ -139,6 +143,8 @@ private:
   /// An NCCL or CUDA call failed: abort instead of finalising at the end.
   bool ncclBroken_ = false;
   std::deque<Pending> inFlight_; // issue order
+  /// The point-to-point transfers' handles and their error lines.
+  std::map<uint64_t, std::string> transferErrors_;
   /// A graph replay not yet seen complete (watchReplay).
   struct Replay {
     cudaEvent_t done;

@@ -75,7 +75,8 @@ Error CpuExecutor::setCommunicator(comm::Communicator *c) {
       static_cast<int>(planRef.mesh.axisIndex(plan::Axis::DpShard, rankIndex));
   if (c) {
     Expected<comm::AxisCommunicators> split =
-        comm::splitMesh(*c, planRef.mesh.dpShard, planRef.mesh.tp);
+        comm::splitMesh(*c, planRef.mesh.pp, planRef.mesh.dpShard,
+                        planRef.mesh.tp);
     if (!split)
       return split.takeError();
     axes = *std::move(split);
@@ -108,15 +109,47 @@ Error CpuExecutor::setUnshardedState(
   return setUnshardedStates(planRef, shardIndex, byName, states);
 }
 
-Error CpuExecutor::startCollective(const PlanStep &step) {
-  View in = view(step.operands[0]), out = view(step.results[0]);
-  comm::ElementType type = in.dtype == DType::BF16 ? comm::ElementType::BF16
-                           : isFp8(in.dtype)     ? comm::ElementType::U8
-                                                 : comm::ElementType::F32;
+namespace {
+comm::ElementType commType(DType dtype) {
+  return dtype == DType::BF16 ? comm::ElementType::BF16
+         : isFp8(dtype)       ? comm::ElementType::U8
+                              : comm::ElementType::F32;
+}
+} // namespace
+
+Error CpuExecutor::startTransfer(const PlanStep &step) {
+  bool send = step.kind == plan::Op::PipeSendStart;
+  View data = view(send ? step.operands[0] : step.results[0]);
   Pending p;
-  bool tp = *plan::parseAxis(step.str("axis")) == plan::Axis::Tp;
-  p.comm = tp ? axes.tp : axes.dpShard;
-  p.track = tp ? Trace::TpCommunication : Trace::Communication;
+  p.comm = axes.pp;
+  p.track = Trace::PpCommunication;
+  int peer = static_cast<int>(step.i64("peer"));
+  int tag = static_cast<int>(step.i64("tag"));
+  p.name = std::string(send ? "send to " : "recv from ") + "pp " +
+           std::to_string(peer) + " tag " + std::to_string(tag);
+  p.started = Trace::Clock::now();
+  p.handle = send ? p.comm->startSend(data.data, data.numElements(),
+                                      commType(data.dtype), peer, tag)
+                  : p.comm->startRecv(data.data, data.numElements(),
+                                      commType(data.dtype), peer, tag);
+  pending[step.results[0]] = p;
+  return Error::success();
+}
+
+Error CpuExecutor::startCollective(const PlanStep &step) {
+  if (step.kind == plan::Op::PipeSendStart ||
+      step.kind == plan::Op::PipeRecvStart)
+    return startTransfer(step);
+  View in = view(step.operands[0]), out = view(step.results[0]);
+  comm::ElementType type = commType(in.dtype);
+  Pending p;
+  plan::Axis axis = *plan::parseAxis(step.str("axis"));
+  p.comm = axis == plan::Axis::Tp   ? axes.tp
+           : axis == plan::Axis::Pp ? axes.pp
+                                    : axes.dpShard;
+  p.track = axis == plan::Axis::Tp   ? Trace::TpCommunication
+            : axis == plan::Axis::Pp ? Trace::PpCommunication
+                                     : Trace::Communication;
   p.name = step.op.substr(0, step.op.size() - 6) + // drop "_start"
            (step.attrs.count("group") ? " " + step.str("group") : "");
   p.started = Trace::Clock::now();

@@ -149,7 +149,7 @@ Error CudaExecutor::setCommunicator(comm::Communicator *c) {
     // communicator: with tp = 1 the dp_shard axis is the world's NCCL
     // communicator and nothing is split.
     Expected<comm::AxisCommunicators> axes =
-        comm::splitMesh(*s->nccl, mesh.dpShard, mesh.tp);
+        comm::splitMesh(*s->nccl, 1, mesh.dpShard, mesh.tp);
     if (!axes)
       return axes.takeError();
     s->axes = *std::move(axes);

@@ -301,37 +301,59 @@ std::string caseName(ElementType type, ReduceOp op, int64_t count) {
 
 // --- Mesh axes --------------------------------------------------------------
 
-std::vector<int> axisMembers(int rank, int dp, int tp, bool tpAxis) {
+int Mesh::coordinate(int rank, MeshAxis axis) const {
+  switch (axis) {
+  case MeshAxis::Pp:
+    return rank / (dp * tp);
+  case MeshAxis::DpShard:
+    return (rank / tp) % dp;
+  case MeshAxis::Tp:
+    return rank % tp;
+  }
+  return -1;
+}
+
+std::vector<int> Mesh::line(int rank, MeshAxis axis) const {
+  // Rank = (pp coordinate * dp + dp coordinate) * tp + tp coordinate.
+  int c[3] = {coordinate(rank, MeshAxis::Pp),
+              coordinate(rank, MeshAxis::DpShard),
+              coordinate(rank, MeshAxis::Tp)};
+  int length = axis == MeshAxis::Pp ? pp : axis == MeshAxis::DpShard ? dp : tp;
   std::vector<int> out;
-  if (tpAxis)
-    for (int k = 0; k < tp; ++k)
-      out.push_back((rank / tp) * tp + k);
-  else
-    for (int d = 0; d < dp; ++d)
-      out.push_back(d * tp + rank % tp);
+  for (int k = 0; k < length; ++k) {
+    c[static_cast<int>(axis)] = k;
+    out.push_back((c[0] * dp + c[1]) * tp + c[2]);
+  }
   return out;
 }
 
-void forEachMesh(
-    Communicator &world,
-    const std::function<void(int dp, int tp, AxisCommunicators &axes)>
-        &check) {
+std::string Mesh::name() const {
+  return "pp " + std::to_string(pp) + " x dp_shard " + std::to_string(dp) +
+         " x tp " + std::to_string(tp);
+}
+
+void forEachMesh(Communicator &world,
+                 const std::function<void(const Mesh &mesh,
+                                          AxisCommunicators &axes)> &check) {
   int n = world.size();
-  for (int tp = 1; tp <= n; ++tp) {
-    if (n % tp != 0)
-      continue;
-    int dp = n / tp;
-    SCOPED_TRACE("mesh " + std::to_string(dp) + " x " + std::to_string(tp));
-    Expected<AxisCommunicators> axes = splitMesh(world, dp, tp);
-    if (!axes) {
-      std::string why = axes.error().message();
-      EXPECT_TRUE(dp > 1 && tp > 1 &&
-                  why.find("MPI_THREAD_MULTIPLE") != std::string::npos)
-          << why;
-      continue;
+  for (int pp = 1; pp <= n; ++pp)
+    for (int tp = 1; tp <= n; ++tp) {
+      if (n % (pp * tp) != 0)
+        continue;
+      Mesh mesh{pp, n / (pp * tp), tp};
+      SCOPED_TRACE("mesh " + mesh.name());
+      Expected<AxisCommunicators> axes =
+          splitMesh(world, mesh.pp, mesh.dp, mesh.tp);
+      if (!axes) {
+        std::string why = axes.error().message();
+        auto real = [n](int size) { return size > 1 && size < n; };
+        EXPECT_TRUE((real(mesh.pp) || real(mesh.dp) || real(mesh.tp)) &&
+                    why.find("MPI_THREAD_MULTIPLE") != std::string::npos)
+            << why;
+        continue;
+      }
+      check(mesh, *axes);
     }
-    check(dp, tp, *axes);
-  }
 }
 
 } // namespace kiln::runtime::comm::conformance

@@ -82,19 +82,26 @@ bool exactOrder();
 
 // --- Mesh axes (splitMesh) --------------------------------------------------
 
-/// The world ranks on world rank `rank`'s line along one axis of a
-/// [dp, tp] mesh (tp innermost), in their order on it: its tp group, or the
-/// ranks at its tp position.
-std::vector<int> axisMembers(int rank, int dp, int tp, bool tpAxis);
-/// Calls `check(dp, tp, axes)` for every mesh [dp_shard, tp] of `world`'s
-/// ranks, inside a SCOPED_TRACE naming it. Only a real split (dp and tp
-/// above 1) may fail, alike on every rank, and only for MPI without
-/// MPI_THREAD_MULTIPLE (the funneled ctest): that is checked, and the mesh
-/// skipped.
-void forEachMesh(
-    Communicator &world,
-    const std::function<void(int dp, int tp, AxisCommunicators &axes)>
-        &check);
+/// The axes of the mesh [pp, dp_shard, tp] (pp outermost, tp innermost).
+enum class MeshAxis { Pp, DpShard, Tp };
+struct Mesh {
+  int pp = 1, dp = 1, tp = 1;
+  /// World rank `rank`'s coordinate on `axis`: its position there.
+  int coordinate(int rank, MeshAxis axis) const;
+  /// The world ranks on world rank `rank`'s line along `axis` (those that
+  /// share its other two coordinates), in their order on it.
+  std::vector<int> line(int rank, MeshAxis axis) const;
+  /// "pp 2 x dp_shard 2 x tp 1".
+  std::string name() const;
+};
+/// Calls `check(mesh, axes)` for every mesh [pp, dp_shard, tp] of `world`'s
+/// ranks, inside a SCOPED_TRACE naming it. Only a real split (an axis
+/// neither 1 nor the world) may fail, alike on every rank, and only for MPI
+/// without MPI_THREAD_MULTIPLE (the funneled ctest): that is checked, and
+/// the mesh skipped.
+void forEachMesh(Communicator &world,
+                 const std::function<void(const Mesh &mesh,
+                                          AxisCommunicators &axes)> &check);
 /// For a max in another order: "" when `got` equals `want` in value (+0 and
 /// -0 alike) wherever `want` is not NaN.
 std::string compareMaxValues(const Bytes &got, const Bytes &want,

@@ -109,3 +109,23 @@ TEST(LocalCommunicator, LaterCollectivesReportTheEarlierFailure) {
       std::string::npos)
       << error.message();
 }
+
+// World size 1 has no peer: a transfer's handle fails with the argument
+// check's line; the communicator does not fail.
+TEST(LocalCommunicator, TransfersHaveNoPeer) {
+  std::unique_ptr<Communicator> comm = createLocalCommunicator();
+  float x[4] = {1, 2, 3, 4}, y[4] = {};
+  CommHandle send = comm->startSend(x, 4, ElementType::F32, 1, 0);
+  CommHandle recv = comm->startRecv(y, 4, ElementType::BF16, 0, 3);
+  EXPECT_TRUE(comm->test(send));
+  EXPECT_EQ(comm->wait(send).message(),
+            "local send #1 (4 x f32, to rank 1, tag 0): peer 1 is not a rank "
+            "of this communicator of 1");
+  EXPECT_EQ(comm->wait(recv).message(),
+            "local recv #2 (4 x bf16, from rank 0, tag 3): peer 0 is this "
+            "rank: a transfer needs another rank");
+  EXPECT_FALSE(comm->failure());
+  EXPECT_FALSE(comm->wait(
+      comm->startAllReduce(x, y, 4, ElementType::F32, ReduceOp::Sum)));
+  EXPECT_EQ(y[3], 4.0f);
+}

@@ -168,17 +168,21 @@ TEST_F(NcclCommunicatorTest, MeshAxesSplitOverABorrowedHost) {
     EXPECT_EQ((*alone)->size(), 1);
   }
   const int64_t n = 1031;
-  forEachMesh(world, [&](int dp, int tp, AxisCommunicators &axes) {
+  forEachMesh(world, [&](const Mesh &mesh, AxisCommunicators &axes) {
     struct Line {
       Communicator *comm;
       std::vector<int> members;
       int position;
       const char *name;
     };
-    Line dpLine{axes.dpShard, axisMembers(rank(), dp, tp, false),
-                rank() / tp, "dp_shard"},
-        tpLine{axes.tp, axisMembers(rank(), dp, tp, true), rank() % tp, "tp"};
-    for (const Line &line : {dpLine, tpLine}) {
+    auto lineOf = [&](Communicator *comm, MeshAxis axis, const char *name) {
+      return Line{comm, mesh.line(rank(), axis), mesh.coordinate(rank(), axis),
+                  name};
+    };
+    for (const Line &line :
+         {lineOf(axes.pp, MeshAxis::Pp, "pp"),
+          lineOf(axes.dpShard, MeshAxis::DpShard, "dp_shard"),
+          lineOf(axes.tp, MeshAxis::Tp, "tp")}) {
       SCOPED_TRACE(line.name);
       ASSERT_EQ(line.comm->size(), static_cast<int>(line.members.size()));
       EXPECT_EQ(line.comm->rank(), line.position);
@@ -306,7 +310,7 @@ TEST_F(NcclCommunicatorTest, CapturedIntoACudaGraph) {
                               cudaMemcpyHostToDevice, s));
   CommHandle h =
       nccl().startAllReduce(b.send, b.recv, n, ElementType::F32, ReduceOp::Sum);
-  nccl().test(before);          // either answer; it must not query the event
+  nccl().test(before); // either answer; it must not query the event
   (void)nccl().streamWait(before, s); // fine if seen complete, else an error
   bool tested = nccl().test(h);
   kiln::runtime::Error waited = nccl().wait(h);

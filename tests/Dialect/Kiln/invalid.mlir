@@ -614,19 +614,19 @@ func.func @scaled_matmul_fast_accumulation(%a: tensor<16x16xf8E4M3FN>, %s: tenso
 
 // #kiln.mesh: one case per rule of KilnAttrs.td, then where it may be.
 
-// expected-error @+1 {{#kiln.mesh: dp_shard and tp must be at least 1, got dp_shard = 0, tp = 2}}
+// expected-error @+1 {{#kiln.mesh: pp, dp_shard and tp must be at least 1, got pp = 1, dp_shard = 0, tp = 2}}
 module @mesh_c1 attributes {kiln.mesh = #kiln.mesh<dp_shard = 0, tp = 2>} {
 }
 
 // -----
 
-// expected-error @+1 {{#kiln.mesh: dp_shard and tp must be at least 1, got dp_shard = 2, tp = -1}}
+// expected-error @+1 {{#kiln.mesh: pp, dp_shard and tp must be at least 1, got pp = 1, dp_shard = 2, tp = -1}}
 module @mesh_c1_tp attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = -1>} {
 }
 
 // -----
 
-// expected-error @+1 {{#kiln.mesh: dp_shard x tp (65536 x 65536) must be below 2^31 ranks}}
+// expected-error @+1 {{#kiln.mesh: pp x dp_shard x tp (1 x 65536 x 65536) must be below 2^31 ranks}}
 module @mesh_c2 attributes {kiln.mesh = #kiln.mesh<dp_shard = 65536, tp = 65536>} {
 }
 

@@ -136,6 +136,55 @@ def KilnGradAccum : Pass<"kiln-grad-accum", "mlir::ModuleOp"> {
   }];
 }
 
+def KilnPipelineSchedule : Pass<"kiln-pipeline-schedule", "mlir::ModuleOp"> {
+  let summary = "Pipeline parallel: a rank's microbatch forwards and "
+                "backwards in the schedule's order, transfers as tagged "
+                "starts and waits";
+  let description = [{
+    With a mesh whose pp > 1 and the module's `kiln.pp` dictionary
+    (`{rank, stages, schedule}`), after kiln-grad-accum has cloned each
+    entry once per microbatch and marked the clones (`kiln.microbatch`):
+    each microbatch op is put in a unit, the forward or the backward of one
+    microbatch on one of the rank's stages (its connected group names the
+    stage, the stage's gradient starts the backward). The units are placed
+    in the order PipelineOrder.h gives the rank for GPipe, 1F1B or
+    Interleaved1F1B; what runs once goes as early as its operands allow.
+    Each `pipe_recv` becomes a `pipe_recv_start` and its `wait` at the
+    start of its unit; each `pipe_send` a `pipe_send_start` where its data
+    is ready and a `wait` before the first unit that the simulated
+    timeline starts after the receiving unit has begun. Tags name the
+    microbatch, the receiving stage and the direction (docs/pp.md).
+
+    ```mlir
+    kiln.pipe_send %h activation {stage = 0 : i64, stages = 2 : i64} : tensor<1x32x64xf32>
+    // becomes, microbatch 3 at pp 2:
+    %t = kiln.pipe_send_start %h over pp {peer = 1 : i64, ranks = 2 : i64, tag = 14 : i64} : tensor<1x32x64xf32> -> tensor<f32>
+    ...                                   // later units
+    %d = kiln.wait %t : tensor<f32>
+    ```
+  }];
+}
+
+def KilnPipelineSync : Pass<"kiln-pipeline-sync", "mlir::ModuleOp"> {
+  let summary = "Pipeline parallel: the loss and the clipping norm over "
+                "every stage";
+  let description = [{
+    With a mesh whose pp > 1: the loss of @train_step, @forward_loss and
+    @loss_and_grads (0 on a rank without the last stage) is summed over
+    pp, and the squares of the gradient norm AdamW clips by are summed
+    over pp before the square root (docs/pp.md).
+
+    ```mlir
+    %n = kiln.grad_norm %g0, %g1 : tensor<64xf32>, tensor<64x64xf32>
+    // becomes
+    %s = kiln.grad_norm %g0, %g1 {squared} : tensor<64xf32>, tensor<64x64xf32>
+    %a = kiln.all_reduce_start %s over pp {ranks = 2 : i64, reduction = "sum"} : tensor<f32>
+    %w = kiln.wait %a : tensor<f32>
+    %n = kiln.sqrt %w : tensor<f32>
+    ```
+  }];
+}
+
 def KilnAsyncTp : Pass<"kiln-async-tp", "mlir::ModuleOp"> {
   let summary = "Async TP: tp collectives as rings of chunks overlapping their GEMMs";
   let description = [{

@@ -21,7 +21,8 @@ struct CompileCommand {
   std::vector<std::string> overrides; // --set section.key=value
   std::vector<std::string> mlirFlags; // --mlir-* passed to MLIR
   bool fuse = true;                   // run the fuse phase
-  int64_t worldSize = 1;              // ranks of the run (dp_shard x tp)
+  int64_t worldSize = 1;              // ranks of the run (pp x dp_shard x tp)
+  int64_t rank = 0;                   // the rank compiled (--rank)
 };
 int runCompile(const CompileCommand &command);
 

@@ -79,6 +79,11 @@ struct ParallelismConfig {
   int64_t tensor_parallel_degree = 1;
   bool enable_async_tensor_parallel = false;
   bool disable_loss_parallel = false;
+  // Pipeline parallel (issue #18, docs/pp.md).
+  int64_t pipeline_parallel_degree = 1;
+  std::string pipeline_parallel_schedule = "1F1B";
+  int64_t pipeline_parallel_microbatch_size = 1;
+  int64_t pipeline_parallel_layers_per_stage = 0;
 };
 
 struct MixedPrecisionConfig {
@@ -106,16 +111,19 @@ struct Float8Config {
   std::string amax_compute_algo = "max";
 };
 
-/// The device mesh of a run, `[dp_shard, tp]` with tp innermost: rank `r`
-/// sits at `(r / tp, r % tp)`, so a tp group is consecutive ranks (one
-/// node's GPUs). Decided by resolveMesh (Mesh.h) alone.
+/// The device mesh of a run, `[pp, dp_shard, tp]` with tp innermost: rank
+/// `r` sits at `(r / (dp_shard x tp), (r / tp) % dp_shard, r % tp)`, so a
+/// tp group is consecutive ranks (one node's GPUs). Decided by resolveMesh
+/// (Mesh.h) alone.
 struct MeshShape {
   int64_t dpShard = 1;
   int64_t tp = 1;
+  int64_t pp = 1;
 
-  int64_t ranks() const { return dpShard * tp; }
-  int64_t dpShardIndex(int64_t rank) const { return rank / tp; }
+  int64_t ranks() const { return pp * dpShard * tp; }
+  int64_t dpShardIndex(int64_t rank) const { return rank / tp % dpShard; }
   int64_t tpIndex(int64_t rank) const { return rank % tp; }
+  int64_t ppIndex(int64_t rank) const { return rank / (dpShard * tp); }
 };
 
 /// Where a key's value was written: for diagnostics and IR locations.
@@ -148,17 +156,26 @@ struct Config {
   /// rank-dependent input of the compiler: kiln-tp-partition's slices):
   /// `world rank % tp` in `kiln train`, 0 in `kiln compile`. Not a key.
   int64_t tpPosition = 0;
+  /// The position on the mesh's pp axis this compile is for: which stages
+  /// the rank holds (`world rank / (dp_shard x tp)` in `kiln train`, 0 in
+  /// `kiln compile`). Not a key.
+  int64_t ppPosition = 0;
 
   MeshShape runMesh() const { return mesh.value_or(MeshShape{}); }
   /// Sequences each dp_shard rank takes of a global batch.
   int64_t rankBatch() const {
     return training.global_batch_size / runMesh().dpShard;
   }
-  /// Sequences of one microbatch: training.local_batch_size, or the rank's
-  /// whole share.
+  /// Sequences of one microbatch: under pipeline parallel
+  /// parallelism.pipeline_parallel_microbatch_size, else
+  /// training.local_batch_size, or the rank's whole share.
   int64_t microbatchRows() const {
+    if (runMesh().pp > 1)
+      return parallelism.pipeline_parallel_microbatch_size;
     return training.local_batch_size ? training.local_batch_size : rankBatch();
   }
+  /// Pipeline stages in all (pp x the stages each pp rank holds).
+  int64_t pipelineStages() const;
   /// Microbatches per step (gradient accumulation; 1: none).
   int64_t microbatches() const { return rankBatch() / microbatchRows(); }
 };

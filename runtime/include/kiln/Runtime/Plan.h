@@ -114,17 +114,20 @@ struct TrainingSpec {
   int64_t commTimeoutSeconds = 100; // a collective's deadline; 0: none
 };
 
-/// The device mesh a plan runs on (docs/tp.md, "The mesh"): `dp_shard`
-/// outer, `tp` inner; rank r sits at (r / tp, r % tp).
+/// The device mesh a plan runs on (docs/tp.md, "The mesh"; docs/pp.md):
+/// `pp` outermost, `dp_shard`, `tp` innermost; rank r sits at
+/// (r / (dp_shard tp), (r / tp) % dp_shard, r % tp).
 struct PlanMesh {
-  int64_t dpShard = 1, tp = 1;
+  int64_t dpShard = 1, tp = 1, pp = 1;
 
   int64_t axisSize(plan::Axis axis) const {
-    return axis == plan::Axis::Tp ? tp : dpShard;
+    return axis == plan::Axis::Tp ? tp : axis == plan::Axis::Pp ? pp : dpShard;
   }
   /// This rank's position along `axis`.
   int64_t axisIndex(plan::Axis axis, int64_t rank) const {
-    return axis == plan::Axis::Tp ? rank % tp : rank / tp;
+    return axis == plan::Axis::Tp   ? rank % tp
+           : axis == plan::Axis::Pp ? rank / (tp * dpShard)
+                                    : rank / tp % dpShard;
   }
 };
 
@@ -132,12 +135,16 @@ struct Plan {
   int version = 0;
   TrainingSpec training;
   int64_t vocabSize = 0;
-  int64_t ranks = 1; // the ranks the plan runs on: mesh.dpShard x mesh.tp
+  int64_t ranks = 1; // the ranks the plan runs on: pp x dp_shard x tp
   PlanMesh mesh;
   /// The position on the tp axis the plan was compiled for: the `index` of
   /// every `tp_shard` in it (one per plan, checked), 0 when it has none.
   /// A plan with tp > 1 runs on the ranks r with r % tp == tpIndex.
   int64_t tpIndex = 0;
+  /// The position on the pp axis the plan was compiled for (which stages
+  /// it holds; docs/pp.md): it runs on the ranks r with
+  /// r / (dp_shard tp) == ppIndex. 0 without pipeline parallel.
+  int64_t ppIndex = 0;
   int64_t arenaBytes = 0, stateBytes = 0;
   std::vector<PlanValue> values;
   std::map<std::string, PlanEntry> entries;

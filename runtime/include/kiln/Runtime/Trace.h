@@ -3,7 +3,8 @@
 // Events in the Trace Event Format (chrome://tracing, Perfetto): one
 // complete event per plan step on a "compute" track, and one per collective
 // on its mesh axis's communication track ("communication" for dp_shard,
-// "communication tp" for tp), from its start to when it was seen complete,
+// "communication tp" for tp, "pipeline" for pp's transfers and sums), from
+// its start to when it was seen complete,
 // so overlap of the two is visible. Times are microseconds since the trace
 // began.
 //
@@ -24,7 +25,12 @@ namespace kiln::runtime {
 
 class Trace {
 public:
-  enum Track { Compute = 1, Communication = 2, TpCommunication = 3 };
+  enum Track {
+    Compute = 1,
+    Communication = 2,
+    TpCommunication = 3,
+    PpCommunication = 4
+  };
   using Clock = std::chrono::steady_clock;
 
   explicit Trace(int rank) : rank(rank), origin(Clock::now()) {}

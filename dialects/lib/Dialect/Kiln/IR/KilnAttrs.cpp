@@ -314,16 +314,20 @@ Fp8ChoiceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                               int64_t dpShard, int64_t tp) {
-  if (dpShard < 1 || tp < 1)
-    return emitError() << "#kiln.mesh: dp_shard and tp must be at least 1, "
-                          "got dp_shard = "
-                       << dpShard << ", tp = " << tp;
-  int64_t ranks;
-  if (__builtin_mul_overflow(dpShard, tp, &ranks) ||
+                               int64_t pp, int64_t dpShard, int64_t tp) {
+  // mesh_c1
+  if (pp < 1 || dpShard < 1 || tp < 1)
+    return emitError() << "#kiln.mesh: pp, dp_shard and tp must be at least "
+                          "1, got pp = "
+                       << pp << ", dp_shard = " << dpShard << ", tp = " << tp;
+  // mesh_c2
+  int64_t ranks, planes;
+  if (__builtin_mul_overflow(dpShard, tp, &planes) ||
+      __builtin_mul_overflow(planes, pp, &ranks) ||
       ranks > std::numeric_limits<int32_t>::max())
-    return emitError() << "#kiln.mesh: dp_shard x tp (" << dpShard << " x "
-                       << tp << ") must be below 2^31 ranks";
+    return emitError() << "#kiln.mesh: pp x dp_shard x tp (" << pp << " x "
+                       << dpShard << " x " << tp
+                       << ") must be below 2^31 ranks";
   return success();
 }
 

@@ -120,3 +120,61 @@ LogicalResult DivideOp::verify() {
            << getBy();
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Pipeline transfers (KilnPipelineOps.td)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// pipe_c1: the stage exists, and so does the neighbour it sends to (or
+/// receives from).
+LogicalResult checkStage(Operation *op, bool sends, PipeDirection direction,
+                         int64_t stage, int64_t stages) {
+  if (stages < 2 || stage < 0 || stage >= stages)
+    return op->emitOpError("stage ")
+           << stage << " must lie in [0, stages) with stages >= 2, got "
+           << stages << " stages";
+  // An activation moves to the next stage, a gradient to the one before.
+  bool towardsLast = (direction == PipeDirection::activation) == sends;
+  if (towardsLast ? stage == stages - 1 : stage == 0)
+    return op->emitOpError("stage ")
+           << stage << " has no stage to " << (sends ? "send" : "receive")
+           << " an " << stringifyPipeDirection(direction)
+           << (sends ? " to" : " from");
+  return success();
+}
+
+/// pipe_start_c1 and collective_axis.
+LogicalResult checkPeer(Operation *op, int64_t ranks, int64_t peer,
+                        int64_t tag) {
+  if (ranks < 2 || peer < 0 || peer >= ranks)
+    return op->emitOpError("peer ")
+           << peer << " must lie in [0, ranks) with ranks >= 2, got " << ranks
+           << " ranks";
+  if (tag < 0)
+    return op->emitOpError("tag must be at least 0, got ") << tag;
+  return checkAxis(op, MeshAxis::pp, ranks);
+}
+} // namespace
+
+LogicalResult PipeSendOp::verify() {
+  return checkStage(*this, true, getDirection(), getStage(), getStages());
+}
+
+LogicalResult PipeRecvOp::verify() {
+  return checkStage(*this, false, getDirection(), getStage(), getStages());
+}
+
+LogicalResult PipeSendStartOp::verify() {
+  if (tensorOf(getToken()).getRank() != 0)
+    return emitOpError("token must be a scalar, got ") << getToken().getType();
+  if (failed(checkPeer(*this, getRanks(), getPeer(), getTag())))
+    return failure();
+  return checkWaited(*this);
+}
+
+LogicalResult PipeRecvStartOp::verify() {
+  if (failed(checkPeer(*this, getRanks(), getPeer(), getTag())))
+    return failure();
+  return checkWaited(*this);
+}

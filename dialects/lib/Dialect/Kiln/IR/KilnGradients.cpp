@@ -166,6 +166,21 @@ SmallVector<Value> SendRecvStartOp::buildGradients(OpBuilder &b,
   return {WaitOp::create(b, getLoc(), start.getType(), start)};
 }
 
+// A pipeline stage's output goes to the next stage, whose backward sends
+// back its gradient; what a stage received, its gradient goes back to.
+SmallVector<Value> PipeSendOp::buildGradients(OpBuilder &b,
+                                              ArrayRef<Value>) {
+  return {PipeRecvOp::create(b, getLoc(), getInput().getType(),
+                             PipeDirection::gradient, getStage(), getStages())};
+}
+
+SmallVector<Value> PipeRecvOp::buildGradients(OpBuilder &b,
+                                              ArrayRef<Value> grads) {
+  PipeSendOp::create(b, getLoc(), grads[0], PipeDirection::gradient,
+                     getStage(), getStages());
+  return {};
+}
+
 SmallVector<Value> FlattenOp::buildGradients(OpBuilder &b,
                                              ArrayRef<Value> grads) {
   SmallVector<Value> parts;

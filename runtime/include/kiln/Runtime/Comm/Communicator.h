@@ -36,6 +36,14 @@
 //   a failed state: that collective and every later one report the error
 //   from wait(), and failure() returns the first message. Collectives
 //   issued before the failure are not affected.
+// - Point to point (pipeline parallelism): startSend/startRecv move count
+//   elements to or from one peer, matched by (sender, receiver, tag) and,
+//   among transfers with the same triple, by issue order. They are outside
+//   the collective issue order: starting one never blocks nor waits for
+//   earlier collectives, no collective waits for one, waiting on one waits
+//   for that transfer only, and ranks need not issue the same transfers.
+//   Bad arguments fail that handle only; a transport error or the deadline
+//   fails the communicator. docs/communicator.md, "Point to point".
 //
 //===----------------------------------------------------------------------===//
 
@@ -100,15 +108,36 @@ public:
   virtual CommHandle startSendRecv(const void *send, void *recv, int64_t count,
                                    ElementType type, int shift) = 0;
 
-  /// Blocks until the collective is complete (hence every one issued
-  /// before it). Success, else its error line. Waiting again on the same
-  /// handle returns the same answer; a handle this communicator did not
-  /// issue is an error (which does not fail the communicator).
+  /// Point to point: sends `count` elements of `send` to rank `peer` of
+  /// this communicator (not rank()), with `tag` in [0, maxTag()]. It
+  /// matches the startRecv of `peer` with this rank as its peer and the same
+  /// tag; transfers with the same (sender, receiver, tag) match in issue
+  /// order. Counts and types must agree on both sides. Not in the
+  /// collective issue order: it never blocks or waits for a collective, and
+  /// no collective waits for it. `send` belongs to the transfer until its
+  /// wait returns (or test() says complete). The handle is numbered with
+  /// the collectives'.
+  virtual CommHandle startSend(const void *send, int64_t count,
+                               ElementType type, int peer, int tag) = 0;
+  /// Receives `count` elements into `recv` from rank `peer`'s startSend
+  /// with the same tag; as startSend otherwise.
+  virtual CommHandle startRecv(void *recv, int64_t count, ElementType type,
+                               int peer, int tag) = 0;
+  /// The largest tag a transfer may carry (MPI: MPI_TAG_UB less what the
+  /// backend reserves, at least 32766).
+  virtual int maxTag() const = 0;
+
+  /// Blocks until the collective is complete (hence every collective
+  /// issued before it; nothing is said of point-to-point transfers), or,
+  /// for a transfer's handle, until that transfer is complete. Success,
+  /// else its error line. Waiting again on the same handle returns the
+  /// same answer; a handle this communicator did not issue is an error
+  /// (which does not fail the communicator).
   virtual Error wait(CommHandle handle) = 0;
 
   /// True when wait(handle) would return without blocking: the collective
-  /// is complete, or the handle was not issued here. Never blocks and
-  /// never drives progress.
+  /// or transfer is complete, or the handle was not issued here. Never
+  /// blocks and never drives progress.
   virtual bool test(CommHandle handle) = 0;
 
   /// A barrier over all ranks, issued like a collective and waited for:
@@ -149,22 +178,26 @@ public:
   virtual Expected<std::unique_ptr<Communicator>> split(int color, int key);
 };
 
-/// The communicators of the two axes of the mesh `[dp_shard, tp]` (docs/tp.md),
-/// made from the world's: rank r sits at (r / tp, r % tp); its dp_shard
-/// axis is the ranks with its tp coordinate (color r % tp), its tp axis
-/// the ranks with its dp_shard coordinate (color r / tp), both numbered by
-/// world rank, so a rank's position on an axis is its coordinate there.
-/// An axis of size 1 is a local communicator and one that spans the world
-/// is `world` itself, so with tp = 1 the dp_shard axis is exactly today's
-/// world communicator and nothing is split.
+/// The communicators of the three axes of the mesh `[pp, dp_shard, tp]`
+/// (pp outermost; docs/tp.md, docs/pp.md), made from the world's: rank r
+/// sits at (r / (dp_shard*tp), (r / tp) % dp_shard, r % tp). Its pp axis is
+/// the ranks with its dp_shard and tp coordinates, its dp_shard axis the
+/// ranks with its pp and tp coordinates, its tp axis the ranks with its pp
+/// and dp_shard coordinates, each numbered by world rank, so a rank's
+/// position on an axis is its coordinate there. An axis of size 1 is a
+/// local communicator and one that spans the world is `world` itself, so
+/// with pp = tp = 1 the dp_shard axis is exactly the world communicator
+/// and nothing is split. The splits that are needed are made in the order
+/// pp, dp_shard, tp on every rank.
 struct AxisCommunicators {
+  Communicator *pp = nullptr;
   Communicator *dpShard = nullptr;
   Communicator *tp = nullptr;
-  std::unique_ptr<Communicator> ownedDpShard, ownedTp;
+  std::unique_ptr<Communicator> ownedPp, ownedDpShard, ownedTp;
 };
-/// `world.size()` must be dpShard x tp; every rank calls it alike.
-Expected<AxisCommunicators> splitMesh(Communicator &world, int64_t dpShard,
-                                      int64_t tp);
+/// `world.size()` must be pp x dpShard x tp; every rank calls it alike.
+Expected<AxisCommunicators> splitMesh(Communicator &world, int64_t pp,
+                                      int64_t dpShard, int64_t tp);
 
 /// The communicator the launcher asks for: MPI when this process was
 /// started by an MPI launcher (launchedByMpi()), else a local one of world

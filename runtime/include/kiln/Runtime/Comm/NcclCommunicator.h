@@ -44,6 +44,11 @@
 // when the graph runs): the caller hands each replay to watchReplay(), and
 // the watchdog times the whole replay the same way, naming it.
 //
+// Point-to-point transfers (startSend, startRecv) are not built yet: the
+// handle of each fails with "nccl: point-to-point transfers (pipeline
+// parallel) are not implemented yet" (or its argument check's line), at
+// once, without failing the communicator.
+//
 // NCCL refuses two ranks on one GPU, so more than one rank needs as many
 // GPUs; docs/communicator.md ("NCCL backend") and docs/cuda.md say which
 // paths have not run.

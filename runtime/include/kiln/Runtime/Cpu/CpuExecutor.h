@@ -104,6 +104,8 @@ private:
   void traceCompleted();
   std::map<int64_t, Pending> pending;
   Error startCollective(const PlanStep &step);
+  /// A pipeline transfer (pipe_send_start, pipe_recv_start) over pp.
+  Error startTransfer(const PlanStep &step);
   Error waitCollective(const PlanStep &step);
 };
 

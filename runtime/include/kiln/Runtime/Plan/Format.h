@@ -30,7 +30,7 @@ namespace kiln::plan {
 
 /// The plan format's version: the emitter writes it, the loader reads only
 /// it. Changes are listed in docs/plan.md's changelog.
-inline constexpr int kVersion = 5;
+inline constexpr int kVersion = 6;
 
 /// The largest element count of one value, and of a fused group's
 /// iteration space: 2^48, far past any device and small enough that
@@ -38,6 +38,8 @@ inline constexpr int kVersion = 5;
 inline constexpr int64_t kMaxElements = int64_t(1) << 48;
 /// The most ranks a plan can be compiled for.
 inline constexpr int64_t kMaxRanks = int64_t(1) << 20;
+/// The largest tag of a pipeline transfer: MPI guarantees tags up to 32767.
+inline constexpr int64_t kMaxTag = 32767;
 /// The largest byte count or offset: 2^62, so that a sum of two cannot
 /// overflow int64.
 inline constexpr int64_t kMaxBytes = int64_t(1) << 62;
@@ -51,20 +53,21 @@ inline constexpr int64_t kMaxEvalSteps = 100000;
 /// key comm.train_timeout_seconds allows.
 inline constexpr int64_t kMaxTimeoutSeconds = 1000000;
 
-/// The device mesh's axes (docs/tp.md, "The mesh"), as a collective's
-/// `axis` names them: `dp_shard` outer, `tp` inner, rank r at
-/// (r / tp, r % tp). A collective over an axis runs among the ranks that
-/// share the other axis's coordinate.
-enum class Axis : uint8_t { DpShard, Tp };
-#define KILN_PLAN_AXES "dp_shard|tp"
-inline constexpr const char *kAxisNames[] = {"dp_shard", "tp"};
+/// The device mesh's axes (docs/tp.md, "The mesh"; docs/pp.md), as a
+/// collective's `axis` names them: `pp` outermost, `dp_shard`, `tp`
+/// innermost, rank r at (r / (dp_shard tp), (r / tp) % dp_shard, r % tp).
+/// A collective over an axis runs among the ranks that share the other
+/// axes' coordinates.
+enum class Axis : uint8_t { DpShard, Tp, Pp };
+#define KILN_PLAN_AXES "dp_shard|tp|pp"
+inline constexpr const char *kAxisNames[] = {"dp_shard", "tp", "pp"};
 
 inline constexpr const char *axisName(Axis axis) {
   return kAxisNames[static_cast<int>(axis)];
 }
 /// The axis called `name`, or nothing if there is none of that name.
 inline std::optional<Axis> parseAxis(std::string_view name) {
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 3; ++i)
     if (name == kAxisNames[i])
       return static_cast<Axis>(i);
   return std::nullopt;
@@ -118,6 +121,8 @@ enum class Category : uint8_t {
   X(ReduceScatterStart, "reduce_scatter_start", Collective, 1, 1, 1)           \
   X(AllReduceStart, "all_reduce_start", Collective, 1, 1, 1)                   \
   X(SendRecvStart, "send_recv_start", Collective, 1, 1, 1)                     \
+  X(PipeSendStart, "pipe_send_start", Collective, 1, 1, 1)                     \
+  X(PipeRecvStart, "pipe_recv_start", Collective, 0, 0, 1)                     \
   X(Wait, "wait", Wait, 1, 1, 1)                                               \
   X(Fused, "fused", Fused, 0, -1, 1)                                           \
   X(Add, "add", GroupOnly, 2, 2, 1)                                            \
@@ -289,6 +294,14 @@ inline constexpr AttrSpec kAttrs[] = {
     {Op::SendRecvStart, "ranks", AttrType::Int, true, 2, kMaxRanks, nullptr},
     {Op::SendRecvStart, "shift", AttrType::Int, true, 1, kMaxRanks - 1,
      nullptr},
+    // Point to point over pp (docs/pp.md): to or from the rank at
+    // position `peer`, matched by `tag` (at most MPI's least MPI_TAG_UB).
+    {Op::PipeSendStart, "ranks", AttrType::Int, true, 2, kMaxRanks, nullptr},
+    {Op::PipeSendStart, "peer", AttrType::Int, true, 0, kMaxRanks - 1, nullptr},
+    {Op::PipeSendStart, "tag", AttrType::Int, true, 0, kMaxTag, nullptr},
+    {Op::PipeRecvStart, "ranks", AttrType::Int, true, 2, kMaxRanks, nullptr},
+    {Op::PipeRecvStart, "peer", AttrType::Int, true, 0, kMaxRanks - 1, nullptr},
+    {Op::PipeRecvStart, "tag", AttrType::Int, true, 0, kMaxTag, nullptr},
     {Op::Fused, "ops", AttrType::String, true, 0, 0, nullptr},
 };
 

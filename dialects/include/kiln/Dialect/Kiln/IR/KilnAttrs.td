@@ -173,7 +173,8 @@ def Kiln_Fp8ChoiceAttr : AttrDef<Kiln_Dialect, "Fp8Choice"> {
 //===----------------------------------------------------------------------===//
 
 def Kiln_MeshAxis : I32EnumAttr<"MeshAxis", "an axis of the device mesh", [
-  I32EnumAttrCase<"dp_shard", 0>, I32EnumAttrCase<"tp", 1>
+  I32EnumAttrCase<"dp_shard", 0>, I32EnumAttrCase<"tp", 1>,
+  I32EnumAttrCase<"pp", 2>
 ]> {
   let cppNamespace = "::kiln";
   let genSpecializedAttr = 0;
@@ -212,33 +213,43 @@ def Kiln_TpShardAttr : AttrDef<Kiln_Dialect, "TpShard"> {
 
 def Kiln_MeshAttr : AttrDef<Kiln_Dialect, "Mesh"> {
   let mnemonic = "mesh";
-  let summary = "the device mesh [dp_shard, tp] a module runs on";
+  let summary = "the device mesh [pp, dp_shard, tp] a module runs on";
   let description = [{
     On the module as `kiln.mesh`, set by the frontend from the mesh the
-    config and the run's world size decide (frontend/Mesh.cpp). Two axes,
-    TorchTitan's names and order: `dp_shard` (FSDP) outer, `tp` (tensor
-    parallel) inner, so rank `r` sits at `(r / tp, r % tp)` and a tp group
-    is `tp` consecutive ranks. A collective over an axis runs among the
-    ranks that share the other axis's coordinate.
+    config and the run's world size decide (frontend/Mesh.cpp). Three axes,
+    TorchTitan's names and order: `pp` (pipeline stages) outermost, then
+    `dp_shard` (FSDP), then `tp` (tensor parallel) innermost, so rank `r`
+    sits at `(r / (dp_shard x tp), (r / tp) % dp_shard, r % tp)` and a tp
+    group is `tp` consecutive ranks. A collective over an axis runs among
+    the ranks that share the other axes' coordinates. `pp` is omitted when
+    it is 1.
 
     ```mlir
-    module attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp = 4>} { ... }
+    module attributes {kiln.mesh = #kiln.mesh<pp = 2, dp_shard = 2, tp = 4>} { ... }
     ```
 
     Rules:
-    - mesh_c1: `dp_shard` and `tp` are at least 1.
+    - mesh_c1: `pp`, `dp_shard` and `tp` are at least 1.
     - mesh_c2: their product (the world size) is below 2^31 (MPI's and
       NCCL's `int` ranks).
   }];
-  let parameters = (ins "int64_t":$dp_shard, "int64_t":$tp);
+  let parameters = (ins DefaultValuedParameter<"int64_t", "1">:$pp,
+                        "int64_t":$dp_shard, "int64_t":$tp);
+  let builders = [
+    AttrBuilder<(ins "int64_t":$dp_shard, "int64_t":$tp), [{
+      return $_get($_ctxt, 1, dp_shard, tp);
+    }]>
+  ];
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
-    /// dp_shard x tp.
-    int64_t getRanks() const { return getDpShard() * getTp(); }
+    /// pp x dp_shard x tp.
+    int64_t getRanks() const { return getPp() * getDpShard() * getTp(); }
     /// The size of one axis: the ranks of a collective over it.
     int64_t getAxisSize(MeshAxis axis) const {
-      return axis == MeshAxis::tp ? getTp() : getDpShard();
+      return axis == MeshAxis::tp   ? getTp()
+             : axis == MeshAxis::pp ? getPp()
+                                    : getDpShard();
     }
   }];
 }

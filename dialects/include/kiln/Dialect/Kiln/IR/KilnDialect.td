@@ -54,6 +54,13 @@ def Kiln_Dialect : Dialect {
     // rank's position on the tp axis, loss parallel) and an argument's shard.
     static constexpr ::llvm::StringLiteral kTpAttrName = "kiln.tp";
     static constexpr ::llvm::StringLiteral kTpShardAttrName = "kiln.tp_shard";
+    /// On the module: pipeline parallel's `kiln.pp` dictionary (the rank's
+    /// position on the pp axis, the stage count, the schedule; docs/pp.md).
+    static constexpr ::llvm::StringLiteral kPpAttrName = "kiln.pp";
+    /// On an op, between kiln-grad-accum and kiln-pipeline-schedule: the
+    /// microbatch it computes.
+    static constexpr ::llvm::StringLiteral kMicrobatchAttrName =
+        "kiln.microbatch";
     /// On the module: microbatches per step (gradient accumulation,
     /// kiln-grad-accum; absent: 1).
     static constexpr ::llvm::StringLiteral kMicrobatchesAttrName =

@@ -319,5 +319,6 @@ include "kiln/Dialect/Kiln/IR/KilnFusionOps.td"
 include "kiln/Dialect/Kiln/IR/KilnCollectiveOps.td"
 include "kiln/Dialect/Kiln/IR/KilnFp8Ops.td"
 include "kiln/Dialect/Kiln/IR/KilnLossParallelOps.td"
+include "kiln/Dialect/Kiln/IR/KilnPipelineOps.td"
 
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_TD
