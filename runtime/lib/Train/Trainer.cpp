@@ -14,6 +14,7 @@
 #include "kiln/Runtime/Train/Data.h"
 #include "kiln/Runtime/Train/LossPlot.h"
 #include "kiln/Runtime/Train/Signals.h"
+#include "kiln/Runtime/Train/Stages.h"
 #include "kiln/Runtime/Trace.h"
 
 #include <chrono>
@@ -156,8 +157,10 @@ validationLoss(Executor &exec, comm::Communicator *c,
 
 class Run {
 public:
-  Run(const Plan &plan, const TrainOptions &options, Executor &exec)
-      : plan(plan), options(options), exec(exec) {}
+  /// `pp`: the rank's pp axis under pipeline parallel, else null.
+  Run(const Plan &plan, const TrainOptions &options, Executor &exec,
+      comm::Communicator *pp)
+      : plan(plan), options(options), exec(exec), pp(pp) {}
 
   Error save(int64_t step);
   Error restore(const std::string &dir, int64_t &step);
@@ -166,6 +169,7 @@ private:
   const Plan &plan;
   const TrainOptions &options;
   Executor &exec;
+  comm::Communicator *pp;
 };
 
 Error Run::save(int64_t step) {
@@ -175,6 +179,14 @@ Error Run::save(int64_t step) {
   Expected<std::vector<FloatTensor>> all = exec.unshardedState();
   if (!all)
     return all.takeError();
+  // Pipeline parallel: rank 0's pp axis (dp_shard and tp position 0)
+  // brings every stage's tensors to rank 0.
+  if (pp && plan.mesh.axisIndex(plan::Axis::DpShard, exec.rank()) == 0 &&
+      plan.mesh.axisIndex(plan::Axis::Tp, exec.rank()) == 0) {
+    all = gatherStages(*std::move(all), *pp);
+    if (!all)
+      return all.takeError();
+  }
   if (exec.rank() != 0)
     return Error::success();
   for (FloatTensor &t : *all)
@@ -193,6 +205,11 @@ Error Run::restore(const std::string &path, int64_t &step) {
     return Error("cannot resume: " + dir.error().message());
   std::map<std::string, std::vector<int64_t>> model, optimizer;
   unshardedShapes(plan, model, optimizer);
+  // Pipeline parallel: the checkpoint is every stage's.
+  if (pp)
+    for (auto *shapes : {&model, &optimizer})
+      if (Error failure = mergeStageShapes(*shapes, *pp))
+        return failure;
   Expected<Checkpoint> c = loadCheckpoint(*dir, model, optimizer);
   if (!c)
     return c.takeError();
@@ -411,7 +428,17 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     exec->setTrace(trace.get());
   }
 
-  Run run(plan, options, *exec);
+  // Pipeline parallel: the pp axis, for checkpoints across the stages.
+  comm::AxisCommunicators stageAxes;
+  if (plan.mesh.pp > 1) {
+    Expected<comm::AxisCommunicators> axes =
+        comm::splitMesh(*options.communicator, plan.mesh.pp,
+                        plan.mesh.dpShard, plan.mesh.tp);
+    if (!axes)
+      return fail(axes.error().message());
+    stageAxes = *std::move(axes);
+  }
+  Run run(plan, options, *exec, stageAxes.pp);
   int64_t done = 0;
   if (!options.resume.empty())
     if (Error failure = run.restore(options.resume, done))
