@@ -196,50 +196,43 @@ int explainFp8(ModelSession &session, const ExplainCommand &command) {
 }
 } // namespace
 
-int kiln::runExplain(const ExplainCommand &command) {
-  if (!command.memory && !command.fp8)
-    return commandError("kiln explain needs --memory or --fp8");
-  ModelSession session;
-  if (!session.load(command.model, command.overrides, command.worldSize))
-    return 1;
-  if (command.fp8) {
-    if (int rc = explainFp8(session, command))
-      return rc;
-    if (!command.memory)
-      return 0;
-  }
-  bool hit = false;
-  std::optional<Plan> plan = session.cachedRuntimePlan(command.overrides, hit);
-  if (!plan)
-    return 1;
-
+namespace {
+/// The --memory report of one rank's plan; returns its predicted peak.
+int64_t explainMemory(const ModelSession &session, const Plan &plan,
+                      llvm::raw_ostream &os) {
   int64_t params = 0, moments = 0;
-  for (const PlanValue &v : plan->values)
+  for (const PlanValue &v : plan.values)
     if (v.kind == PlanValue::State)
       (isOptimizerState(v.name) ? moments : params) += v.bytes();
-  const PlanEntry &step = *plan->entry("train_step");
-  // Bytes per mesh axis: [0] dp_shard, [1] tp.
+  const PlanEntry &step = *plan.entry("train_step");
+  // Bytes per mesh axis, in plan::Axis order: dp_shard, tp, pp.
   struct Moved {
-    int64_t gathered = 0, scattered = 0, reduced = 0;
-  } moved[2];
+    int64_t gathered = 0, scattered = 0, reduced = 0, sent = 0;
+  } moved[3];
   for (const PlanStep &s : step.steps) {
+    if (s.op == "pipe_send_start") {
+      moved[int(plan::Axis::Pp)].sent += plan.values[s.operands[0]].bytes();
+      continue;
+    }
     if (!s.attrs.count("axis"))
       continue;
-    Moved &m = moved[*plan::parseAxis(s.str("axis")) == plan::Axis::Tp];
+    Moved &m = moved[int(*plan::parseAxis(s.str("axis")))];
     if (s.op == "all_gather_start")
-      m.gathered += plan->values[s.results[0]].bytes();
+      m.gathered += plan.values[s.results[0]].bytes();
     else if (s.op == "reduce_scatter_start")
-      m.scattered += plan->values[s.operands[0]].bytes();
+      m.scattered += plan.values[s.operands[0]].bytes();
     else if (s.op == "all_reduce_start")
-      m.reduced += plan->values[s.operands[0]].bytes();
+      m.reduced += plan.values[s.operands[0]].bytes();
   }
 
-  llvm::raw_ostream &os = llvm::outs();
   os << "kiln explain --memory: " << session.source->name << ", train_step on "
-     << plan->ranks << (plan->ranks == 1 ? " rank" : " ranks");
+     << plan.ranks << (plan.ranks == 1 ? " rank" : " ranks");
   // Every tp position holds the same bytes: its slices have one shape.
-  if (plan->mesh.tp > 1)
-    os << " (mesh dp_shard " << plan->mesh.dpShard << " x tp " << plan->mesh.tp
+  if (plan.mesh.pp > 1)
+    os << " (mesh pp " << plan.mesh.pp << " x dp_shard " << plan.mesh.dpShard
+       << " x tp " << plan.mesh.tp << "; pp position " << plan.ppIndex << ")";
+  else if (plan.mesh.tp > 1)
+    os << " (mesh dp_shard " << plan.mesh.dpShard << " x tp " << plan.mesh.tp
        << ")";
   os << " (bytes per rank)\n";
   os << "  parameters (f32 master weights)    " << mib(params) << "\n";
@@ -252,18 +245,60 @@ int kiln::runExplain(const ExplainCommand &command) {
   os << "      gradients                      " << mib(live.gradients) << "\n";
   os << "      activations and temporaries    " << mib(live.activations)
      << "\n";
-  os << "  predicted peak (state + arena)     "
-     << mib(params + moments + step.arenaBytes) << "\n";
-  for (int axis : {0, 1}) {
-    if (axis == 1 && plan->mesh.tp == 1)
-      break;
-    const Moved &m = moved[axis];
+  int64_t peak = params + moments + step.arenaBytes;
+  os << "  predicted peak (state + arena)     " << mib(peak) << "\n";
+  bool several = plan.mesh.tp > 1 || plan.mesh.pp > 1;
+  for (plan::Axis axis : {plan::Axis::DpShard, plan::Axis::Tp}) {
+    if (plan.mesh.axisSize(axis) == 1 && axis != plan::Axis::DpShard)
+      continue;
+    const Moved &m = moved[int(axis)];
     os << "collectives per step"
-       << (plan->mesh.tp == 1 ? ""
-           : axis == 0        ? " over dp_shard"
-                              : " over tp")
+       << (several ? std::string(" over ") + plan::axisName(axis) : "")
        << ": all-gather " << mib(m.gathered) << " received, reduce-scatter "
        << mib(m.scattered) << " sent, all-reduce " << m.reduced << " bytes\n";
   }
+  if (plan.mesh.pp > 1)
+    os << "pipeline transfers per step: " << mib(moved[int(plan::Axis::Pp)].sent)
+       << " sent, all-reduce over pp " << moved[int(plan::Axis::Pp)].reduced
+       << " bytes\n";
+  return peak;
+}
+} // namespace
+
+int kiln::runExplain(const ExplainCommand &command) {
+  if (!command.memory && !command.fp8 && !command.schedule)
+    return commandError("kiln explain needs --memory, --fp8 or --schedule");
+  ModelSession session;
+  if (!session.load(command.model, command.overrides, command.worldSize))
+    return 1;
+  if (command.fp8) {
+    if (int rc = explainFp8(session, command))
+      return rc;
+  }
+  if (command.schedule)
+    if (int rc = explainSchedule(command))
+      return rc;
+  if (!command.memory)
+    return 0;
+  // Under pipeline parallel each pp position holds other stages: one
+  // report per position, and the largest.
+  MeshShape mesh = session.config->runMesh();
+  int64_t worst = 0, worstAt = 0;
+  for (int64_t p = 0; p < mesh.pp; ++p) {
+    ModelSession stage;
+    if (!stage.load(command.model, command.overrides, command.worldSize,
+                    p * mesh.dpShard * mesh.tp))
+      return 1;
+    bool hit = false;
+    std::optional<Plan> plan = stage.cachedRuntimePlan(command.overrides, hit);
+    if (!plan)
+      return 1;
+    int64_t peak = explainMemory(stage, *plan, llvm::outs());
+    if (peak > worst)
+      std::tie(worst, worstAt) = std::make_pair(peak, p);
+  }
+  if (mesh.pp > 1)
+    llvm::outs() << "largest predicted peak over the ranks: " << mib(worst)
+                 << " (pp position " << worstAt << ")\n";
   return 0;
 }

@@ -31,8 +31,12 @@ Error Trace::write(const std::string &path) const {
   std::ostringstream os;
   os.precision(3);
   os << std::fixed << "{\"traceEvents\": [\n";
+  double originUs = std::chrono::duration<double, std::micro>(
+                        origin.time_since_epoch())
+                        .count();
   os << "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank
-     << ", \"args\": {\"name\": \"rank " << rank << "\"}},\n";
+     << ", \"args\": {\"name\": \"rank " << rank
+     << "\", \"origin_us\": " << originUs << "}},\n";
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
      << ", \"tid\": 1, \"args\": {\"name\": \"compute\"}},\n";
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
@@ -40,7 +44,9 @@ Error Trace::write(const std::string &path) const {
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
      << ", \"tid\": 3, \"args\": {\"name\": \"communication tp\"}},\n";
   os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
-     << ", \"tid\": 4, \"args\": {\"name\": \"pipeline\"}}";
+     << ", \"tid\": 4, \"args\": {\"name\": \"pipeline\"}},\n";
+  os << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank
+     << ", \"tid\": 5, \"args\": {\"name\": \"pipeline units\"}}";
   for (const Event &e : events)
     os << ",\n{\"name\": " << quoted(e.name) << ", \"ph\": \"X\", \"pid\": "
        << rank << ", \"tid\": " << static_cast<int>(e.track)

@@ -466,6 +466,9 @@ FailureOr<json::Object> PlanBuilder::step(const EntryPoint &entry,
   if (group) {
     step["op"] = "fused";
     step["attrs"] = json::Object{{"ops", groupOps}};
+    if (auto unit = op.getAttrOfType<StringAttr>(KilnDialect::kUnitAttrName))
+      step["attrs"].getAsObject()->try_emplace(KilnDialect::kUnitAttrName,
+                                               unit.str());
     step["group"] = std::move(*group);
     return step;
   }

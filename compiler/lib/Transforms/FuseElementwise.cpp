@@ -49,6 +49,10 @@ private:
 /// `op` may join `group` if it reads no value the group makes only at its
 /// end, and no op outside the group reads the group's values before `op`.
 bool Grouping::canJoin(Group &group, Operation *op) {
+  // A pipeline schedule's units (kiln-pipeline-schedule) stay apart.
+  if (op->getAttr(KilnDialect::kUnitAttrName) !=
+      group.ops.front()->getAttr(KilnDialect::kUnitAttrName))
+    return false;
   for (Value operand : op->getOperands())
     if (auto r = dyn_cast<OpResult>(operand);
         r && groupOf.lookup(r.getOwner()) == &group && !readableInGroup(r))
@@ -111,6 +115,8 @@ void materialize(Group &group) {
                                              return op->getLoc();
                                            })),
       ValueRange(outputs).getTypes(), inputs.getArrayRef());
+  if (Attribute unit = last->getAttr(KilnDialect::kUnitAttrName))
+    fused->setAttr(KilnDialect::kUnitAttrName, unit);
   Block *body = b.createBlock(&fused.getBody());
   IRMapping map;
   for (Value in : inputs)

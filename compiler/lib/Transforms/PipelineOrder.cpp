@@ -3,6 +3,7 @@
 #include "kiln/Transforms/PipelineOrder.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 using namespace kiln::pipeline;
@@ -74,8 +75,19 @@ kiln::pipeline::rankOrders(Schedule schedule, Shape shape, bool forwardOnly) {
 }
 
 double Durations::of(const Unit &unit) const {
-  double forward = stageForward.empty() ? 1.0 : stageForward[unit.stage];
-  return unit.backward ? forward * backwardRatio : forward;
+  const std::vector<double> &per = unit.backward ? backward : forward;
+  if (per.empty())
+    return unit.backward ? 2.0 : 1.0;
+  return per[unit.stage];
+}
+
+std::optional<Unit> kiln::pipeline::parseUnit(const std::string &text) {
+  long long k = -1, s = -1;
+  char kind = 0, tail = 0;
+  if (std::sscanf(text.c_str(), "%c%llds%lld%c", &kind, &k, &s, &tail) != 3 ||
+      (kind != 'F' && kind != 'B') || k < 0 || s < 0)
+    return std::nullopt;
+  return Unit{kind == 'B', k, s};
 }
 
 std::optional<Timeline>

@@ -273,8 +273,10 @@ LogicalResult Scheduler::order() {
     // Receives first: the unit starts when its input is there.
     std::stable_partition(ops.begin(), ops.end(),
                           [](Operation *op) { return isa<PipeRecvOp>(op); });
+    auto label = b.getStringAttr(pipeline::describe(unit));
     for (Operation *op : ops) {
       if (!isa<PipeRecvOp, PipeSendOp>(op)) {
+        op->setAttr(KilnDialect::kUnitAttrName, label);
         if (failed(place(op)))
           return failure();
         continue;

@@ -126,7 +126,8 @@ int main(int argc, char **argv) {
   kiln::ExplainCommand explain;
   CLI::App *explainCmd = app.add_subcommand(
       "explain", "What a compiled step costs: --memory (bytes per rank), "
-                 "--fp8 (which linears run in FP8)");
+                 "--fp8 (which linears run in FP8), --schedule (the "
+                 "pipeline schedule and its bubble)");
   explainCmd->add_option("MODEL", explain.model, "Model file or preset")
       ->required();
   explainCmd->add_flag("--memory", explain.memory,
@@ -136,9 +137,13 @@ int main(int argc, char **argv) {
   explainCmd->add_flag("--fp8", explain.fp8,
                        "One row per linear: its GEMM, FP8 or BF16 and why; "
                        "all-gather bytes with and without FP8 all-gather");
+  explainCmd->add_flag("--schedule", explain.schedule,
+                       "Pipeline parallel: each rank's units (forward or "
+                       "backward of a microbatch on a stage) as a text "
+                       "timeline, and the bubble fraction");
   explainCmd
       ->add_option("--world-size", explain.worldSize,
-                   "Ranks of the run, the mesh dp_shard x tp "
+                   "Ranks of the run, the mesh pp x dp_shard x tp "
                    "(default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(65536)));
   explainCmd->add_option("--set", explain.overrides,

@@ -1,5 +1,4 @@
-//===- MpiCommunicatorImpl.h - The MPI communicator's class ------*- C++
-//-*-===//
+//===- MpiCommunicatorImpl.h - The MPI communicator's class -----*- C++ -*-===//
 //
 // Internal to the MPI communicator, whose code is in three files by
 // concern: MpiCommunicator.cpp (the callers' side, the communication

@@ -388,6 +388,14 @@ Expected<EntryOutputs> CpuExecutor::run(const std::string &name,
                  describeStep(planRef, s) + ": " + failure);
   };
   std::vector<std::vector<float>> scratch;
+  // The pipeline unit being traced: its name, first and last compute step.
+  std::string unit;
+  Trace::Clock::time_point unitBegan, unitEnded;
+  auto endUnit = [&] {
+    if (trace && !unit.empty())
+      trace->add(unit, Trace::PipelineUnit, unitBegan, unitEnded);
+    unit.clear();
+  };
   for (size_t i = 0; i < entry->steps.size(); ++i) {
     const PlanStep &s = entry->steps[i];
     Trace::Clock::time_point began;
@@ -396,15 +404,26 @@ Expected<EntryOutputs> CpuExecutor::run(const std::string &name,
     if (Error e = runStep(s, scratch))
       return fail(i, s, e.message());
     if (trace) {
-      if (!isCollective(s) && s.kind != plan::Op::Wait)
+      if (!isCollective(s) && s.kind != plan::Op::Wait) {
+        Trace::Clock::time_point ended = Trace::Clock::now();
         trace->add(s.group && s.attrs.count("ops")
                        ? "fused (" + s.str("ops") + ")"
                        : s.op,
-                   Trace::Compute, began, Trace::Clock::now());
+                   Trace::Compute, began, ended);
+        std::string mine =
+            s.attrs.count("kiln.unit") ? s.str("kiln.unit") : std::string();
+        if (mine != unit) {
+          endUnit();
+          unit = mine;
+          unitBegan = began;
+        }
+        unitEnded = ended;
+      }
       if (communicator)
         traceCompleted();
     }
   }
+  endUnit();
 
   EntryOutputs outputs;
   std::vector<float> tmp;

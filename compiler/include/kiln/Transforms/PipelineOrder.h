@@ -36,8 +36,11 @@ struct Unit {
   }
 };
 
-/// "F3s1" / "B3s1": for messages and the text timeline.
+/// "F3s1" / "B3s1": for messages, the text timeline and the `kiln.unit`
+/// annotation kiln-pipeline-schedule leaves on each unit's ops.
 std::string describe(const Unit &unit);
+/// The unit `describe` wrote, if `text` is one.
+std::optional<Unit> parseUnit(const std::string &text);
 
 struct Shape {
   int64_t pp = 1;          // ranks of the pp axis
@@ -56,11 +59,10 @@ struct Shape {
 std::vector<std::vector<Unit>> rankOrders(Schedule schedule, Shape shape,
                                           bool forwardOnly = false);
 
-/// How long units take: a forward of stage s `stageForward[s]` (1 for
-/// every stage when empty), its backward `backwardRatio` times that.
+/// How long units take: a forward of stage s `forward[s]`, a backward
+/// `backward[s]` (when empty: 1 and 2 for every stage).
 struct Durations {
-  std::vector<double> stageForward;
-  double backwardRatio = 2;
+  std::vector<double> forward, backward;
   double of(const Unit &unit) const;
 };
 

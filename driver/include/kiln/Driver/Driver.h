@@ -58,8 +58,11 @@ struct ExplainCommand {
   int64_t worldSize = 1;
   bool memory = false; // per-rank bytes of the training step
   bool fp8 = false;    // which linears run in FP8, and why
+  bool schedule = false; // the pipeline schedule per rank, and its bubble
 };
 int runExplain(const ExplainCommand &command);
+/// `kiln explain --schedule` (ExplainSchedule.cpp).
+int explainSchedule(const ExplainCommand &command);
 
 struct SampleCommand {
   std::string checkpoint;   // a checkpoint, or a folder of them, or a run

@@ -5,8 +5,11 @@
 // on its mesh axis's communication track ("communication" for dp_shard,
 // "communication tp" for tp, "pipeline" for pp's transfers and sums), from
 // its start to when it was seen complete,
-// so overlap of the two is visible. Times are microseconds since the trace
-// began.
+// so overlap of the two is visible; under pipeline parallel, one event per
+// unit on a "pipeline units" track. Times are microseconds since the trace
+// began; the process's metadata carries that origin on the steady clock
+// (`origin_us`), which one machine's ranks share, so that their traces can
+// be laid on one time axis.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,7 +32,10 @@ public:
     Compute = 1,
     Communication = 2,
     TpCommunication = 3,
-    PpCommunication = 4
+    PpCommunication = 4,
+    /// A pipeline unit (the forward or backward of one microbatch on one
+    /// stage, docs/pp.md): from its first compute step to its last.
+    PipelineUnit = 5
   };
   using Clock = std::chrono::steady_clock;
 

@@ -61,6 +61,10 @@ def Kiln_Dialect : Dialect {
     /// microbatch it computes.
     static constexpr ::llvm::StringLiteral kMicrobatchAttrName =
         "kiln.microbatch";
+    /// On an op, from kiln-pipeline-schedule on: the unit it computes
+    /// ("F3s1": the forward of microbatch 3 on stage 1), an annotation the
+    /// plan keeps for traces and `kiln explain --schedule`.
+    static constexpr ::llvm::StringLiteral kUnitAttrName = "kiln.unit";
     /// On the module: microbatches per step (gradient accumulation,
     /// kiln-grad-accum; absent: 1).
     static constexpr ::llvm::StringLiteral kMicrobatchesAttrName =
