@@ -632,8 +632,8 @@ module @mesh_c2 attributes {kiln.mesh = #kiln.mesh<dp_shard = 65536, tp = 65536>
 
 // -----
 
-// Both axes are required (the struct parser asks for the next one).
-// expected-error @+1 {{expected ','}}
+// dp_shard and tp are required (pp may be left out: 1).
+// expected-error @+1 {{struct is missing required parameter: tp}}
 module @mesh_missing_axis attributes {kiln.mesh = #kiln.mesh<dp_shard = 2>} {
 }
 
@@ -687,9 +687,9 @@ module @collective_axis_ar attributes {kiln.mesh = #kiln.mesh<dp_shard = 2, tp =
 // -----
 
 func.func @collective_axis_unknown(%s: tensor<4xf32>) {
-  // expected-error @+2 {{expected ::kiln::MeshAxis to be one of: dp_shard, tp}}
+  // expected-error @+2 {{expected ::kiln::MeshAxis to be one of: dp_shard, tp, pp}}
   // expected-error @+1 {{failed to parse Kiln_MeshAxisAttr parameter 'value'}}
-  %0 = kiln.all_reduce_start %s over pp {ranks = 2 : i64, reduction = "max"} : tensor<4xf32>
+  %0 = kiln.all_reduce_start %s over ep {ranks = 2 : i64, reduction = "max"} : tensor<4xf32>
   return
 }
 
@@ -762,4 +762,77 @@ func.func @divide_c1(%g: tensor<4x8xf32>) {
   // expected-error @+1 {{'kiln.divide' op divides by a whole number of at least 1, got 0}}
   %0 = kiln.divide %g by 0 : tensor<4x8xf32>
   return
+}
+
+// -----
+
+// expected-error @+1 {{#kiln.mesh: pp, dp_shard and tp must be at least 1, got pp = 0, dp_shard = 2, tp = 2}}
+module @mesh_c1_pp attributes {kiln.mesh = #kiln.mesh<pp = 0, dp_shard = 2, tp = 2>} {
+}
+
+// -----
+
+// expected-error @+1 {{#kiln.mesh: pp x dp_shard x tp (4096 x 1024 x 1024) must be below 2^31 ranks}}
+module @mesh_c2_pp attributes {kiln.mesh = #kiln.mesh<pp = 4096, dp_shard = 1024, tp = 1024>} {
+}
+
+// -----
+
+func.func @pipe_c1_stage(%h: tensor<4xf32>) {
+  // expected-error @+1 {{'kiln.pipe_send' op stage 2 must lie in [0, stages) with stages >= 2, got 2 stages}}
+  kiln.pipe_send %h activation {stage = 2 : i64, stages = 2 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @pipe_c1_last(%h: tensor<4xf32>) {
+  // expected-error @+1 {{'kiln.pipe_send' op stage 1 has no stage to send an activation to}}
+  kiln.pipe_send %h activation {stage = 1 : i64, stages = 2 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @pipe_c1_first() {
+  // expected-error @+1 {{'kiln.pipe_recv' op stage 0 has no stage to receive an activation from}}
+  %h = kiln.pipe_recv activation {stage = 0 : i64, stages = 2 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @pipe_start_c1(%h: tensor<4xf32>) {
+  // expected-error @+1 {{'kiln.pipe_send_start' op peer 2 must lie in [0, ranks) with ranks >= 2, got 2 ranks}}
+  %t = kiln.pipe_send_start %h over pp {peer = 2 : i64, ranks = 2 : i64, tag = 0 : i64} : tensor<4xf32> -> tensor<f32>
+  %d = kiln.wait %t : tensor<f32>
+  return
+}
+
+// -----
+
+func.func @pipe_start_c1_tag() {
+  // expected-error @+1 {{'kiln.pipe_recv_start' op tag must be at least 0, got -1}}
+  %p = kiln.pipe_recv_start over pp {peer = 1 : i64, ranks = 2 : i64, tag = -1 : i64} : tensor<4xf32>
+  %r = kiln.wait %p : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @pipe_start_c2(%h: tensor<4xf32>) {
+  // expected-error @+1 {{'kiln.pipe_send_start' op result must have one user, a kiln.wait}}
+  %t = kiln.pipe_send_start %h over pp {peer = 1 : i64, ranks = 2 : i64, tag = 0 : i64} : tensor<4xf32> -> tensor<f32>
+  return
+}
+
+// -----
+
+module attributes {kiln.mesh = #kiln.mesh<pp = 4, dp_shard = 1, tp = 1>} {
+  func.func @collective_axis_pp(%h: tensor<4xf32>) {
+    // expected-error @+1 {{'kiln.pipe_send_start' op runs over 2 ranks, but the mesh's pp axis has 4}}
+    %t = kiln.pipe_send_start %h over pp {peer = 1 : i64, ranks = 2 : i64, tag = 0 : i64} : tensor<4xf32> -> tensor<f32>
+    %d = kiln.wait %t : tensor<f32>
+    return
+  }
 }

@@ -141,3 +141,31 @@ func.func @grad_accum(%g: tensor<4x8xbf16>, %t: tensor<2x4xi32>) {
   %2 = kiln.unflatten %1[4] : tensor<8xi32> -> tensor<4xi32>
   return
 }
+
+// Pipeline parallel (KilnPipelineOps.td): a stage's transfers as the
+// frontend writes them, and as kiln-pipeline-schedule lowers them.
+// CHECK-LABEL: func.func @pipeline
+func.func @pipeline(%h: tensor<2x4x8xf32>) {
+  // CHECK: kiln.pipe_send %{{.+}} activation {stage = 0 : i64, stages = 2 : i64} : tensor<2x4x8xf32>
+  kiln.pipe_send %h activation {stage = 0 : i64, stages = 2 : i64} : tensor<2x4x8xf32>
+  // CHECK: kiln.pipe_recv gradient {stage = 0 : i64, stages = 2 : i64} : tensor<2x4x8xf32>
+  %g = kiln.pipe_recv gradient {stage = 0 : i64, stages = 2 : i64} : tensor<2x4x8xf32>
+  // CHECK: kiln.pipe_send_start %{{.+}} over pp {peer = 1 : i64, ranks = 2 : i64, tag = 2 : i64} : tensor<2x4x8xf32> -> tensor<f32>
+  %t = kiln.pipe_send_start %h over pp {peer = 1 : i64, ranks = 2 : i64, tag = 2 : i64} : tensor<2x4x8xf32> -> tensor<f32>
+  %d = kiln.wait %t : tensor<f32>
+  // CHECK: kiln.pipe_recv_start over pp {peer = 1 : i64, ranks = 2 : i64, tag = 1 : i64} : tensor<2x4x8xf32>
+  %p = kiln.pipe_recv_start over pp {peer = 1 : i64, ranks = 2 : i64, tag = 1 : i64} : tensor<2x4x8xf32>
+  %r = kiln.wait %p : tensor<2x4x8xf32>
+  return
+}
+
+// The mesh's pp axis (omitted when 1).
+// CHECK-LABEL: module @mesh_pp attributes {kiln.mesh = #kiln.mesh<pp = 2, dp_shard = 2, tp = 2>}
+module @mesh_pp attributes {kiln.mesh = #kiln.mesh<pp = 2, dp_shard = 2, tp = 2>} {
+  // CHECK: kiln.all_reduce_start %{{.+}} over pp {ranks = 2 : i64, reduction = "sum"}
+  func.func @loss(%l: tensor<f32>) -> tensor<f32> {
+    %s = kiln.all_reduce_start %l over pp {ranks = 2 : i64, reduction = "sum"} : tensor<f32>
+    %w = kiln.wait %s : tensor<f32>
+    return %w : tensor<f32>
+  }
+}
