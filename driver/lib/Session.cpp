@@ -53,11 +53,21 @@ bool ModelSession::load(const std::string &model,
     config->tpPosition = config->runMesh().tpIndex(*worldRank);
     config->ppPosition = config->runMesh().ppIndex(*worldRank);
   }
-  return refuseUnbuiltTp();
+  return refuseUnbuilt();
 }
 
-bool ModelSession::refuseUnbuiltTp() {
+bool ModelSession::refuseUnbuilt() {
   const ParallelismConfig &p = config->parallelism;
+  if (p.pipeline_parallel_degree > 1 && config->model.tie_embeddings) {
+    emitError(keyLocation(&context, *config, "model.tie_embeddings",
+                          {"parallelism.pipeline_parallel_degree"}))
+        << "model.tie_embeddings with parallelism.pipeline_parallel_degree ("
+        << p.pipeline_parallel_degree
+        << ") is not implemented yet: the table would be on the first stage "
+           "for the embedding and on the last for the output projection, "
+           "its two gradients summed across them (#18, docs/pp.md)";
+    return false;
+  }
   if (p.tensor_parallel_degree == 1)
     return true;
   // An error at the tp key: "parallelism.tensor_parallel_degree (N) <why>".

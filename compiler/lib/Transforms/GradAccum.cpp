@@ -47,6 +47,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Transforms/Passes.h"
 
+#include "mlir/Analysis/TopologicalSortUtils.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -75,7 +76,7 @@ enum class Combine { Mean, Sum, Rows, Max };
 /// @fp8_calibration the amaxes the delayed recipe's histories take (the
 /// largest). Failure for another entry.
 FailureOr<SmallVector<std::pair<Value, Combine>>>
-microbatchResults(func::FuncOp func) {
+microbatchResults(func::FuncOp func, bool pipelined) {
   SmallVector<std::pair<Value, Combine>> results;
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   StringRef name = func.getSymName();
@@ -105,7 +106,16 @@ microbatchResults(func::FuncOp func) {
       results.push_back({ret.getOperand(i), Combine::Mean});
   }
   func.walk([&](AdamWOp adamw) {
-    results.push_back({adamw.getGrad(), Combine::Sum});
+    // Under pipeline parallel a group's FSDP gradient buffer is summed
+    // over the microbatches and reduce-scattered once per step.
+    Value grad = adamw.getGrad();
+    if (auto wait = grad.getDefiningOp<WaitOp>(); wait && pipelined)
+      if (auto scatter =
+              wait.getPending().getDefiningOp<ReduceScatterStartOp>();
+          scatter && scatter.getAxis() == MeshAxis::dp_shard &&
+          scatter.getInput().getDefiningOp<FlattenOp>())
+        grad = scatter.getInput();
+    results.push_back({grad, Combine::Sum});
   });
   return results;
 }
@@ -230,7 +240,7 @@ LogicalResult Accumulate::run() {
   if (inputs.empty())
     return success();
   FailureOr<SmallVector<std::pair<Value, Combine>>> found =
-      microbatchResults(func);
+      microbatchResults(func, pipelined);
   if (failed(found))
     return failure();
   SmallVector<std::pair<Value, Combine>> results = std::move(*found);
@@ -342,6 +352,10 @@ LogicalResult Accumulate::run() {
     op->dropAllUses();
     op->erase();
   }
+  // What reads a sum now comes after it (a reduce-scatter of a gradient
+  // buffer summed under pipeline parallel); the sort is stable, so every
+  // other op keeps its place.
+  sortTopologically(&body);
   // The inputs', and the logits' results, are M times the rows.
   func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                  body.getTerminator()->getOperandTypes()));

@@ -162,9 +162,11 @@ void waitLate(BlockOrder &order, WaitOp wait) {
 void boundReduceScatters(BlockOrder &order, ReduceScatterStartOp previous,
                          ReduceScatterStartOp next) {
   Operation *wait = *previous.getResult().getUsers().begin();
-  Operation *flat = next.getInput().getDefiningOp();
-  Operation *packed = flat ? flat : next.getOperation();
-  if (!order.isBefore(packed, wait))
+  auto flat = next.getInput().getDefiningOp<FlattenOp>();
+  Operation *packed = flat ? flat.getOperation() : next.getOperation();
+  // Never before `previous` itself (a buffer summed over a pipeline's
+  // microbatches is ready before the previous group's reduce-scatter).
+  if (!order.isBefore(packed, wait) || !order.isBefore(previous, packed))
     return;
   order.moveBefore(wait, packed);
   LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": the reduce-scatter wait at "

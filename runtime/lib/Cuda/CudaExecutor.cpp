@@ -128,6 +128,13 @@ Error CudaExecutor::setCommunicator(comm::Communicator *c) {
   if (s->prepared)
     return Error("the communicator is set before the executor's first use");
   const PlanMesh &mesh = s->plan.mesh;
+  // Pipeline parallel's transfers (pipe_send_start, pipe_recv_start) need
+  // NCCL's point-to-point calls, not wired in yet.
+  if (mesh.pp > 1)
+    return Error("pipeline parallel (a plan with pp " +
+                 std::to_string(mesh.pp) +
+                 ") is not implemented on the CUDA backend yet: train it "
+                 "with --backend cpu (docs/pp.md)");
   s->host = c;
   s->rankIndex = c ? c->rank() : 0;
   s->shardPosition =

@@ -57,8 +57,9 @@ struct ModelSession {
                                                    bool fuse = true);
 
 private:
-  /// The load-time refusal of what tensor parallel does not build yet.
-  bool refuseUnbuiltTp();
+  /// The load-time refusal of what tensor and pipeline parallel do not
+  /// build yet.
+  bool refuseUnbuilt();
 
 public:
   /// compilePlan's result, as the runtime reads it, from the on-disk cache
