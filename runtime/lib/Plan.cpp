@@ -718,9 +718,11 @@ Expected<Plan> parse(const json &j) {
   plan.mesh = {*dpShard, *tp, pp};
   plan.ppIndex = ppIndex;
   if (*dpShard * *tp * pp != plan.ranks)
-    return Error("the plan's mesh (pp " + std::to_string(pp) + " x dp_shard " +
-                 std::to_string(*dpShard) + " x tp " + std::to_string(*tp) +
-                 ") is not its " + std::to_string(plan.ranks) + " ranks");
+    return Error("the plan's mesh (" +
+                 (pp > 1 ? "pp " + std::to_string(pp) + " x " : std::string()) +
+                 "dp_shard " + std::to_string(*dpShard) + " x tp " +
+                 std::to_string(*tp) + ") is not its " +
+                 std::to_string(plan.ranks) + " ranks");
   Expected<int64_t> arena = integerMember(j, "arena_bytes", 0, kMaxBytes, top);
   if (!arena)
     return arena.takeError();

@@ -63,7 +63,7 @@ elif case == "axis-tp":
     # The first all-gather over tp, whose size in the mesh is not its ranks.
     first("all_gather_start")["attrs"]["axis"] = "tp"
 elif case == "axis-unknown":
-    first("all_gather_start")["attrs"]["axis"] = "pp"
+    first("all_gather_start")["attrs"]["axis"] = "ep"
 elif case == "axis-missing":
     del first("all_gather_start")["attrs"]["axis"]
 elif case == "mesh-product":

@@ -37,9 +37,14 @@ void describe(const Plan &plan) {
       params += v.init.kind != InitSpec::Zeros ? v.numElements() : 0;
     }
   std::cout << std::fixed << std::setprecision(1) << "plan version "
-            << plan.version << ", vocab " << plan.vocabSize << ", mesh "
-            << plan.mesh.dpShard << " x " << plan.mesh.tp
-            << " (dp_shard x tp)\n"
+            << plan.version << ", vocab " << plan.vocabSize << ", mesh ";
+  if (plan.mesh.pp > 1)
+    std::cout << plan.mesh.pp << " x ";
+  std::cout << plan.mesh.dpShard << " x " << plan.mesh.tp
+            << (plan.mesh.pp > 1 ? " (pp x dp_shard x tp; pp position " +
+                                       std::to_string(plan.ppIndex) + ")"
+                                 : std::string(" (dp_shard x tp)"))
+            << "\n"
             << "state: " << states << " tensors, " << mib(plan.stateBytes)
             << " MiB (" << params << " parameters)\n"
             << "arena: " << mib(plan.arenaBytes) << " MiB\n";
