@@ -6,7 +6,8 @@
 // timeline has. A unit's cost is the work of its ops in the compiled step
 // (each rank compiled through the accumulate phase, where the units are
 // marked): GEMM and attention FLOPs, and one per element of everything
-// else; a transfer takes no time. The bubble is measured on traces by
+// else, with what the rank runs between two units counted in the first;
+// a transfer takes no time. The bubble is measured on traces by
 // scripts/pp-bubble.
 //
 //===----------------------------------------------------------------------===//
@@ -116,16 +117,31 @@ int kiln::explainSchedule(const ExplainCommand &command) {
     OwningOpRef<ModuleOp> module = stage.compileThrough("accumulate");
     if (!module)
       return 1;
-    module->lookupSymbol<func::FuncOp>(kTrainStepFunc)
-        .walk([&](Operation *op) {
-          auto label = op->getAttrOfType<StringAttr>(KilnDialect::kUnitAttrName);
-          if (!label)
-            return;
-          std::optional<pipeline::Unit> unit = pipeline::parseUnit(label.str());
-          if (unit)
-            (unit->backward ? cost.backward : cost.forward)[unit->stage] +=
-                opWork(op) / static_cast<double>(shape.microbatches);
-        });
+    // What runs between a rank's units (adding a microbatch's gradients
+    // to the sums) counts with the unit before it, as the rank runs it
+    // then; what runs before the first unit or after the last does not.
+    std::optional<pipeline::Unit> current;
+    double pending = 0;
+    for (Operation &op : module->lookupSymbol<func::FuncOp>(kTrainStepFunc)
+                             .getBody()
+                             .front()) {
+      auto label = op.getAttrOfType<StringAttr>(KilnDialect::kUnitAttrName);
+      std::optional<pipeline::Unit> unit =
+          label ? pipeline::parseUnit(label.str()) : std::nullopt;
+      if (!unit) {
+        if (current && !isa<WaitOp, func::ReturnOp>(op) &&
+            !op.hasTrait<OpTrait::ConstantLike>())
+          pending += opWork(&op);
+        continue;
+      }
+      if (current && pending > 0 && !(*unit == *current))
+        (current->backward ? cost.backward : cost.forward)[current->stage] +=
+            pending / static_cast<double>(shape.microbatches);
+      pending = 0;
+      current = unit;
+      (unit->backward ? cost.backward : cost.forward)[unit->stage] +=
+          opWork(&op) / static_cast<double>(shape.microbatches);
+    }
   }
   std::vector<std::vector<pipeline::Unit>> orders =
       pipeline::rankOrders(*schedule, shape);
