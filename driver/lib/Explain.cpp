@@ -258,9 +258,9 @@ int64_t explainMemory(const ModelSession &session, const Plan &plan,
        << mib(m.scattered) << " sent, all-reduce " << m.reduced << " bytes\n";
   }
   if (plan.mesh.pp > 1)
-    os << "pipeline transfers per step: " << mib(moved[int(plan::Axis::Pp)].sent)
-       << " sent, all-reduce over pp " << moved[int(plan::Axis::Pp)].reduced
-       << " bytes\n";
+    os << "pipeline transfers per step: "
+       << mib(moved[int(plan::Axis::Pp)].sent) << " sent, all-reduce over pp "
+       << moved[int(plan::Axis::Pp)].reduced << " bytes\n";
   return peak;
 }
 } // namespace

@@ -12,10 +12,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Driver/Driver.h"
-#include "kiln/Driver/Session.h"
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Driver/Driver.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Transforms/Passes.h"
 #include "kiln/Transforms/PipelineOrder.h"
 
@@ -49,8 +49,8 @@ double opWork(Operation *op) {
   if (auto l = dyn_cast<LinearGradInputOp>(op))
     return 2.0 * numel(l.getResult()) * dim(l.getWeight(), 0);
   if (auto l = dyn_cast<LinearGradWeightOp>(op))
-    return 2.0 * numel(l.getResult()) * (numel(l.getInput()) /
-                                         dim(l.getInput(), -1));
+    return 2.0 * numel(l.getResult()) *
+           (numel(l.getInput()) / dim(l.getInput(), -1));
   if (auto m = dyn_cast<ScaledMatmulOp>(op))
     return 2.0 * numel(m.getResult()) * dim(m.getA(), -1);
   auto attention = [](Value q, Value k) {
@@ -84,8 +84,7 @@ void draw(const std::vector<std::vector<pipeline::Unit>> &orders,
                      ? label[c - from]
                      : (c + 1 == to ? '|' : '-');
     }
-    os << "  rank " << llvm::format("%-3d", static_cast<int>(r)) << row
-       << "\n";
+    os << "  rank " << llvm::format("%-3d", static_cast<int>(r)) << row << "\n";
   }
 }
 } // namespace
@@ -101,8 +100,8 @@ int kiln::explainSchedule(const ExplainCommand &command) {
         "--schedule: the step has no pipeline "
         "(parallelism.pipeline_parallel_degree is 1, or the run has one "
         "rank: pass --world-size N)");
-  std::optional<pipeline::Schedule> schedule = pipeline::parseSchedule(
-      config.parallelism.pipeline_parallel_schedule);
+  std::optional<pipeline::Schedule> schedule =
+      pipeline::parseSchedule(config.parallelism.pipeline_parallel_schedule);
   pipeline::Shape shape{mesh.pp, config.pipelineStages(),
                         config.microbatches()};
   // Each unit kind's cost, per stage, from every pp position's step.
@@ -122,9 +121,8 @@ int kiln::explainSchedule(const ExplainCommand &command) {
     // then; what runs before the first unit or after the last does not.
     std::optional<pipeline::Unit> current;
     double pending = 0;
-    for (Operation &op : module->lookupSymbol<func::FuncOp>(kTrainStepFunc)
-                             .getBody()
-                             .front()) {
+    for (Operation &op :
+         module->lookupSymbol<func::FuncOp>(kTrainStepFunc).getBody().front()) {
       auto label = op.getAttrOfType<StringAttr>(KilnDialect::kUnitAttrName);
       std::optional<pipeline::Unit> unit =
           label ? pipeline::parseUnit(label.str()) : std::nullopt;
@@ -153,9 +151,9 @@ int kiln::explainSchedule(const ExplainCommand &command) {
 
   llvm::raw_ostream &os = llvm::outs();
   os << "kiln explain --schedule: " << first.source->name << ", "
-     << config.parallelism.pipeline_parallel_schedule << " over pp "
-     << mesh.pp << " (mesh pp " << mesh.pp << " x dp_shard " << mesh.dpShard
-     << " x tp " << mesh.tp << "): " << shape.stages << " stages ("
+     << config.parallelism.pipeline_parallel_schedule << " over pp " << mesh.pp
+     << " (mesh pp " << mesh.pp << " x dp_shard " << mesh.dpShard << " x tp "
+     << mesh.tp << "): " << shape.stages << " stages ("
      << shape.stages / mesh.pp << " per rank, "
      << config.model.n_layers / shape.stages << " layers each), "
      << shape.microbatches << " microbatches of " << config.microbatchRows()
@@ -171,13 +169,12 @@ int kiln::explainSchedule(const ExplainCommand &command) {
   double shortest = timeline->makespan;
   for (size_t r = 0; r < orders.size(); ++r)
     for (size_t i = 0; i < orders[r].size(); ++i)
-      shortest = std::min(shortest,
-                          timeline->finish[r][i] - timeline->start[r][i]);
+      shortest =
+          std::min(shortest, timeline->finish[r][i] - timeline->start[r][i]);
   int width = static_cast<int>(
       std::min(400.0, std::ceil(6 * timeline->makespan / shortest)));
   draw(orders, *timeline, std::max(width, 40), os);
-  os << "bubble fraction: "
-     << llvm::format("%.3f", timeline->bubble)
+  os << "bubble fraction: " << llvm::format("%.3f", timeline->bubble)
      << " (idle rank-time over ranks x the schedule's time, transfers "
         "taking none)\n";
   os << "parameters: each stage's gathered once per step and kept across "

@@ -504,7 +504,8 @@ bool StepRules::check() {
     bool send = s.kind == Op::PipeSendStart;
     const PlanValue &data = send ? in(0) : out(0);
     return floating(data, send ? operandName(0) : resultName(0)) &&
-           (!send || scalar(out(0), DType::F32, resultName(0) + " (the token)")) &&
+           (!send ||
+            scalar(out(0), DType::F32, resultName(0) + " (the token)")) &&
            (integer("peer") < integer("ranks") ||
             fail("attribute 'peer'", "must be below 'ranks'"));
   }

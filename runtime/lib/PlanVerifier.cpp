@@ -411,8 +411,8 @@ Error checkEntry(const Plan &plan, const std::string &name,
     }
     // A receive (pipe_recv_start) has no operand: its buffer is its result.
     if (plan::category(s.kind) == plan::Category::Collective)
-      inFlight[s.results[0]] = {
-          i, s.operands.empty() ? s.results[0] : s.operands[0]};
+      inFlight[s.results[0]] = {i, s.operands.empty() ? s.results[0]
+                                                      : s.operands[0]};
   }
   if (!inFlight.empty())
     return fail(stepName(name, inFlight.begin()->second.first,

@@ -31,9 +31,9 @@ Error Trace::write(const std::string &path) const {
   std::ostringstream os;
   os.precision(3);
   os << std::fixed << "{\"traceEvents\": [\n";
-  double originUs = std::chrono::duration<double, std::micro>(
-                        origin.time_since_epoch())
-                        .count();
+  double originUs =
+      std::chrono::duration<double, std::micro>(origin.time_since_epoch())
+          .count();
   os << "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank
      << ", \"args\": {\"name\": \"rank " << rank
      << "\", \"origin_us\": " << originUs << "}},\n";

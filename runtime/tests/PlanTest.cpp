@@ -179,10 +179,34 @@ TEST(Plan, ChecksTpSlices) {
 }
 
 TEST(Plan, RejectsAnotherVersion) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 5", "\"version\": 4")),
-            "plan version 4 is not supported by this runtime (it reads "
-            "version 5); compile the model again with this build's kiln "
+  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 6", "\"version\": 5")),
+            "plan version 5 is not supported by this runtime (it reads "
+            "version 6); compile the model again with this build's kiln "
             "(kiln compile MODEL -o PLAN)");
+}
+
+// Pipeline parallel (version 6): the mesh's pp axis and the plan's
+// position on it, which the ranks must multiply out and the position lie
+// on.
+TEST(Plan, ReadsThePipelineAxis) {
+  const std::string mesh = R"("mesh": {"dp_shard": 1, "tp": 1},)";
+  Expected<Plan> piped = parsePlan(replace(
+      kValid, mesh,
+      R"("ranks": 2, "mesh": {"dp_shard": 1, "pp": 2, "pp_index": 1, "tp": 1},)"));
+  ASSERT_TRUE(piped) << piped.error().message();
+  EXPECT_EQ(piped->mesh.pp, 2);
+  EXPECT_EQ(piped->ppIndex, 1);
+  EXPECT_EQ(piped->mesh.axisIndex(kiln::plan::Axis::Pp, 1), 1);
+  EXPECT_EQ(
+      errorOf(replace(
+          kValid, mesh,
+          R"("ranks": 2, "mesh": {"dp_shard": 1, "pp": 2, "pp_index": 2, "tp": 1},)")),
+      "the plan's mesh pp_index is 2, outside [0, 1]");
+  EXPECT_EQ(
+      errorOf(replace(
+          kValid, mesh,
+          R"("mesh": {"dp_shard": 1, "pp": 2, "pp_index": 0, "tp": 1},)")),
+      "the plan's mesh (pp 2 x dp_shard 1 x tp 1) is not its 1 ranks");
 }
 
 // Integers are integers, in range: a result id of -0.5 is not 0, an offset

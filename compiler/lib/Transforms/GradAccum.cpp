@@ -306,9 +306,9 @@ LogicalResult Accumulate::run() {
     for (Operation *op : part)
       b.clone(*op, map);
     if (pipelined)
-      for (Operation &op : llvm::make_range(
-               atStart ? body.begin() : std::next(first),
-               b.getInsertionPoint()))
+      for (Operation &op :
+           llvm::make_range(atStart ? body.begin() : std::next(first),
+                            b.getInsertionPoint()))
         op.setAttr(KilnDialect::kMicrobatchAttrName, b.getI64IntegerAttr(k));
     for (auto [i, result] : llvm::enumerate(results)) {
       Value mine = map.lookup(result.first);

@@ -147,9 +147,10 @@ kiln::pipeline::simulate(const std::vector<std::vector<Unit>> &orders,
               describe(orders[r][next[r]]);
       return std::nullopt;
     }
-  t.bubble = t.makespan > 0
-                 ? 1.0 - busy / (static_cast<double>(orders.size()) * t.makespan)
-                 : 0.0;
+  t.bubble =
+      t.makespan > 0
+          ? 1.0 - busy / (static_cast<double>(orders.size()) * t.makespan)
+          : 0.0;
   return t;
 }
 

@@ -241,8 +241,8 @@ LogicalResult Scheduler::order() {
   for (const auto &[key, ops] : units)
     if (!where.count(key) || where[key].first != rank)
       return ops.front()->emitOpError("is part of ")
-             << pipeline::describe({std::get<0>(key), std::get<1>(key),
-                                    std::get<2>(key)})
+             << pipeline::describe(
+                    {std::get<0>(key), std::get<1>(key), std::get<2>(key)})
              << ", which the schedule does not run on pp rank " << rank;
 
   // A send's wait goes before the first unit of this rank that starts
@@ -250,8 +250,7 @@ LogicalResult Scheduler::order() {
   std::vector<SmallVector<Operation *>> waitsBefore(mine.size() + 1);
   auto flushOnce = [&]() -> LogicalResult {
     for (Operation *op : once)
-      if (!placed.contains(op) &&
-          llvm::all_of(op->getOperands(), [&](Value v) {
+      if (!placed.contains(op) && llvm::all_of(op->getOperands(), [&](Value v) {
             Operation *def = v.getDefiningOp();
             return !def || placed.contains(def);
           }))
@@ -359,8 +358,7 @@ struct PipelineSchedulePass
       return signalPassFailure();
     }
     for (auto func : module.getOps<func::FuncOp>())
-      if (failed(
-              Scheduler(func, *schedule, shape, rank.getInt()).run()))
+      if (failed(Scheduler(func, *schedule, shape, rank.getInt()).run()))
         return signalPassFailure();
   }
 };

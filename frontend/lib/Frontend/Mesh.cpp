@@ -36,21 +36,20 @@ LogicalResult checkStages(const Config &config, KeyErrorFn error) {
   if (per == 0 && layers % stages != 0) {
     error(kPpKey) << "model.n_layers (" << layers
                   << ") does not split evenly into " << stages
-                  << " pipeline stages (" << pp << " ranks x "
-                  << stages / pp << "); set " << kLayersKey;
+                  << " pipeline stages (" << pp << " ranks x " << stages / pp
+                  << "); set " << kLayersKey;
     return failure();
   }
   if (stages % pp != 0) {
     error(kLayersKey) << kLayersKey << " (" << per << ") makes " << stages
-                      << " stages of model.n_layers (" << layers
-                      << "), which " << kPpKey << " (" << pp
-                      << ") does not divide";
+                      << " stages of model.n_layers (" << layers << "), which "
+                      << kPpKey << " (" << pp << ") does not divide";
     return failure();
   }
   if (interleaved(config) ? stages / pp < 2 : stages != pp) {
     error(per > 0 ? kLayersKey : kScheduleKey)
-        << kScheduleKey << " \"" << p.pipeline_parallel_schedule
-        << "\" needs " << (interleaved(config) ? "at least two" : "one")
+        << kScheduleKey << " \"" << p.pipeline_parallel_schedule << "\" needs "
+        << (interleaved(config) ? "at least two" : "one")
         << " stage per rank, but " << stages << " stages over " << pp
         << " ranks give " << stages / pp;
     return failure();
@@ -157,8 +156,8 @@ kiln::resolveMesh(const Config &config, std::optional<int64_t> worldSize,
     InFlightDiagnostic d = error(kDpShardKey);
     if (pp > 1)
       d << kPpKey << " (" << pp << ") x ";
-    d << kDpShardKey << " (" << dp << ") x " << kTpKey << " (" << tp
-      << ") is " << pp * dp * tp << " ranks, but the run has " << world
+    d << kDpShardKey << " (" << dp << ") x " << kTpKey << " (" << tp << ") is "
+      << pp * dp * tp << " ranks, but the run has " << world
       << " (--world-size N or mpirun -np N)";
     return failure();
   }

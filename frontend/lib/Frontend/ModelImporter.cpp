@@ -191,10 +191,10 @@ Value ForwardBuilder::feedForwardBlock(const std::string &prefix, Value x) {
 }
 
 Value ForwardBuilder::embed(Value tokens) {
-  return EmbeddingOp::create(
-      b, loc("model.embed_tokens", "model.vocab_size"), act({m.dim}),
-      params.lookup("model.embed_tokens.weight"), tokens,
-      "model.embed_tokens.weight");
+  return EmbeddingOp::create(b, loc("model.embed_tokens", "model.vocab_size"),
+                             act({m.dim}),
+                             params.lookup("model.embed_tokens.weight"), tokens,
+                             "model.embed_tokens.weight");
 }
 
 Value ForwardBuilder::layers(int64_t begin, int64_t end, Value h) {
@@ -257,8 +257,7 @@ static bool heldByRank(const Config &config, llvm::StringRef name) {
     stage = 0;
   llvm::StringRef rest = name;
   int64_t layer;
-  if (rest.consume_front("model.layers.") &&
-      !rest.consumeInteger(10, layer))
+  if (rest.consume_front("model.layers.") && !rest.consumeInteger(10, layer))
     stage = layer / (config.model.n_layers / stages);
   return stage % mesh.pp == config.ppPosition;
 }
@@ -398,11 +397,10 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
   // microbatches (TorchTitan's default policy), so they are gathered once
   // per step (docs/pp.md).
   module->getOperation()->setAttr(
-      "kiln.fsdp",
-      b.getDictionaryAttr({b.getNamedAttr(
-          "reshard_after_forward",
-          b.getBoolAttr(config.parallelism.reshard_after_forward &&
-                        mesh.pp == 1))}));
+      "kiln.fsdp", b.getDictionaryAttr({b.getNamedAttr(
+                       "reshard_after_forward",
+                       b.getBoolAttr(config.parallelism.reshard_after_forward &&
+                                     mesh.pp == 1))}));
 
   // Pipeline parallel's rank-dependent part (docs/pp.md): which stages the
   // rank holds, and the schedule kiln-pipeline-schedule orders them by.
@@ -415,10 +413,10 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                             b.getI64IntegerAttr(config.pipelineStages())),
              b.getNamedAttr("vocab_size",
                             b.getI64IntegerAttr(config.model.vocab_size)),
-             b.getNamedAttr("schedule",
-                            b.getStringAttr(
-                                config.parallelism
-                                    .pipeline_parallel_schedule))}));
+             b.getNamedAttr(
+                 "schedule",
+                 b.getStringAttr(
+                     config.parallelism.pipeline_parallel_schedule))}));
   // Gradient accumulation (kiln-grad-accum, docs/pp.md): the step runs
   // @forward_loss's backward on this many microbatches.
   if (config.microbatches() > 1)
@@ -445,9 +443,8 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                                          b.getStringAttr("tokens"))),
       b.getDictionaryAttr(b.getNamedAttr(KilnDialect::kInputAttrName,
                                          b.getStringAttr("targets")))};
-  llvm::erase_if(specs, [&](const ParamSpec &p) {
-    return !heldByRank(config, p.name);
-  });
+  llvm::erase_if(
+      specs, [&](const ParamSpec &p) { return !heldByRank(config, p.name); });
   for (const ParamSpec &p : specs) {
     argTypes.push_back(RankedTensorType::get(p.shape, b.getF32Type()));
     argAttrs.push_back(b.getDictionaryAttr(

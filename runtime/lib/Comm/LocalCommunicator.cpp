@@ -31,6 +31,8 @@ public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const char *backendName() const override { return "local"; }
+  // One rank: no peer to send to.
+  bool hasTransfers() const override { return false; }
 
   Error wait(CommHandle handle) override {
     std::lock_guard<std::mutex> lock(mu_);

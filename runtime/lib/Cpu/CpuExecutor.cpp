@@ -74,9 +74,8 @@ Error CpuExecutor::setCommunicator(comm::Communicator *c) {
   shardIndex =
       static_cast<int>(planRef.mesh.axisIndex(plan::Axis::DpShard, rankIndex));
   if (c) {
-    Expected<comm::AxisCommunicators> split =
-        comm::splitMesh(*c, planRef.mesh.pp, planRef.mesh.dpShard,
-                        planRef.mesh.tp);
+    Expected<comm::AxisCommunicators> split = comm::splitMesh(
+        *c, planRef.mesh.pp, planRef.mesh.dpShard, planRef.mesh.tp);
     if (!split)
       return split.takeError();
     axes = *std::move(split);

@@ -74,8 +74,7 @@ private:
   size_t at = 0;
 };
 
-Expected<std::vector<FloatTensor>> decode(const std::string &bytes,
-                                          bool data) {
+Expected<std::vector<FloatTensor>> decode(const std::string &bytes, bool data) {
   Reader r(bytes);
   int64_t count = 0;
   std::vector<FloatTensor> out;
@@ -101,8 +100,8 @@ Expected<std::vector<FloatTensor>> decode(const std::string &bytes,
 /// Every position's byte count.
 Expected<std::vector<int64_t>> allSizes(int64_t mine, comm::Communicator &pp) {
   std::vector<int64_t> sizes(pp.size());
-  comm::CommHandle h = pp.startAllGather(&mine, sizes.data(), sizeof mine,
-                                         ElementType::U8);
+  comm::CommHandle h =
+      pp.startAllGather(&mine, sizes.data(), sizeof mine, ElementType::U8);
   if (Error failure = pp.wait(h))
     return Error("exchanging the stages' sizes: " + failure.message());
   return sizes;
@@ -110,8 +109,8 @@ Expected<std::vector<int64_t>> allSizes(int64_t mine, comm::Communicator &pp) {
 
 } // namespace
 
-Expected<std::vector<FloatTensor>>
-gatherStages(std::vector<FloatTensor> mine, comm::Communicator &pp) {
+Expected<std::vector<FloatTensor>> gatherStages(std::vector<FloatTensor> mine,
+                                                comm::Communicator &pp) {
   std::string bytes = encode(mine, true);
   Expected<std::vector<int64_t>> sizes =
       allSizes(static_cast<int64_t>(bytes.size()), pp);

@@ -7,15 +7,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Runtime/Train/Trainer.h"
-#include "kiln/Runtime/Train/Checkpoint.h"
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Support/Files.h"
+#include "kiln/Runtime/Trace.h"
+#include "kiln/Runtime/Train/Checkpoint.h"
 #include "kiln/Runtime/Train/Data.h"
 #include "kiln/Runtime/Train/LossPlot.h"
 #include "kiln/Runtime/Train/Signals.h"
 #include "kiln/Runtime/Train/Stages.h"
-#include "kiln/Runtime/Trace.h"
 
 #include <chrono>
 #include <cmath>
@@ -431,9 +431,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   // Pipeline parallel: the pp axis, for checkpoints across the stages.
   comm::AxisCommunicators stageAxes;
   if (plan.mesh.pp > 1) {
-    Expected<comm::AxisCommunicators> axes =
-        comm::splitMesh(*options.communicator, plan.mesh.pp,
-                        plan.mesh.dpShard, plan.mesh.tp);
+    Expected<comm::AxisCommunicators> axes = comm::splitMesh(
+        *options.communicator, plan.mesh.pp, plan.mesh.dpShard, plan.mesh.tp);
     if (!axes)
       return fail(axes.error().message());
     stageAxes = *std::move(axes);

@@ -43,8 +43,8 @@ std::string describe(const Unit &unit);
 std::optional<Unit> parseUnit(const std::string &text);
 
 struct Shape {
-  int64_t pp = 1;          // ranks of the pp axis
-  int64_t stages = 1;      // stages in all: a multiple of pp
+  int64_t pp = 1;     // ranks of the pp axis
+  int64_t stages = 1; // stages in all: a multiple of pp
   int64_t microbatches = 1;
 };
 

@@ -168,16 +168,15 @@ SmallVector<Value> SendRecvStartOp::buildGradients(OpBuilder &b,
 
 // A pipeline stage's output goes to the next stage, whose backward sends
 // back its gradient; what a stage received, its gradient goes back to.
-SmallVector<Value> PipeSendOp::buildGradients(OpBuilder &b,
-                                              ArrayRef<Value>) {
+SmallVector<Value> PipeSendOp::buildGradients(OpBuilder &b, ArrayRef<Value>) {
   return {PipeRecvOp::create(b, getLoc(), getInput().getType(),
                              PipeDirection::gradient, getStage(), getStages())};
 }
 
 SmallVector<Value> PipeRecvOp::buildGradients(OpBuilder &b,
                                               ArrayRef<Value> grads) {
-  PipeSendOp::create(b, getLoc(), grads[0], PipeDirection::gradient,
-                     getStage(), getStages());
+  PipeSendOp::create(b, getLoc(), grads[0], PipeDirection::gradient, getStage(),
+                     getStages());
   return {};
 }
 

@@ -123,6 +123,10 @@ public:
   /// with the same tag; as startSend otherwise.
   virtual CommHandle startRecv(void *recv, int64_t count, ElementType type,
                                int peer, int tag) = 0;
+  /// Whether this backend moves point-to-point transfers (MPI); one that
+  /// does not (local: no peer; NCCL: not built yet) fails each transfer's
+  /// handle with a line saying so.
+  virtual bool hasTransfers() const { return true; }
   /// The largest tag a transfer may carry (MPI: MPI_TAG_UB less what the
   /// backend reserves, at least 32766).
   virtual int maxTag() const = 0;

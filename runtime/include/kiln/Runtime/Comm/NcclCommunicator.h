@@ -83,6 +83,7 @@ public:
     return {};
   }
   int maxTag() const override { return 0; }
+  bool hasTransfers() const override { return false; }
   /// Later collectives start after the work queued on `stream` by then
   /// (null: the legacy default stream).
   virtual void setProducerStream(cudaStream_t stream) = 0;

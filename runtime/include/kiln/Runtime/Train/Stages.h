@@ -25,8 +25,8 @@ namespace kiln::runtime {
 /// Every stage's tensors on pp position 0 (its own first, then position
 /// 1's, ...); the others get theirs back. Point-to-point transfers over
 /// `pp`.
-Expected<std::vector<FloatTensor>>
-gatherStages(std::vector<FloatTensor> mine, comm::Communicator &pp);
+Expected<std::vector<FloatTensor>> gatherStages(std::vector<FloatTensor> mine,
+                                                comm::Communicator &pp);
 
 /// `shapes` (name -> shape) of every pp position, merged, on every
 /// position. A name two positions hold with different shapes is an error.
