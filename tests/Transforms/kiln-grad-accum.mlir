@@ -176,3 +176,31 @@ func.func @train_step(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tenso
   return %loss, %x : tensor<f32>, tensor<1x4x8xf32>
 }
 }
+
+// -----
+
+// Pipeline parallel (docs/pp.md): a middle stage reads no batch rows; its
+// receives bring each microbatch's activation and gradient, its sends are
+// results. Both microbatches' clones are marked for kiln-pipeline-schedule;
+// the weight's gradient is summed.
+// CHECK-LABEL: func.func @loss_and_grads(
+// CHECK: %[[H0:.+]] = kiln.pipe_recv activation {kiln.microbatch = 0 : i64, stage = 1 : i64, stages = 3 : i64}
+// CHECK: kiln.pipe_send %{{.+}} activation {kiln.microbatch = 0 : i64, stage = 1 : i64, stages = 3 : i64}
+// CHECK: kiln.pipe_recv gradient {kiln.microbatch = 0 : i64,
+// CHECK: %[[G0:.+]] = kiln.mul %{{.+}}, %[[H0]] {kiln.microbatch = 0 : i64}
+// CHECK: %[[H1:.+]] = kiln.pipe_recv activation {kiln.microbatch = 1 : i64,
+// CHECK: kiln.pipe_send %{{.+}} activation {kiln.microbatch = 1 : i64,
+// CHECK: %[[G1:.+]] = kiln.mul %{{.+}}, %[[H1]] {kiln.microbatch = 1 : i64}
+// CHECK: %[[SUM:.+]] = kiln.add %[[G0]], %[[G1]] : tensor<4xf32>
+// CHECK: return %{{.+}}, %[[SUM]]
+module attributes {kiln.mesh = #kiln.mesh<pp = 3, dp_shard = 1, tp = 1>, kiln.microbatches = 2 : i64} {
+  func.func @loss_and_grads(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %w: tensor<4xf32> {kiln.param = "w"}) -> (tensor<f32>, tensor<4xf32> {kiln.grad = "w"}) {
+    %zero = arith.constant dense<0.000000e+00> : tensor<f32>
+    %h = kiln.pipe_recv activation {stage = 1 : i64, stages = 3 : i64} : tensor<4xf32>
+    %a = kiln.mul %h, %w : tensor<4xf32>
+    kiln.pipe_send %a activation {stage = 1 : i64, stages = 3 : i64} : tensor<4xf32>
+    %g = kiln.pipe_recv gradient {stage = 1 : i64, stages = 3 : i64} : tensor<4xf32>
+    %dw = kiln.mul %g, %h : tensor<4xf32>
+    return %zero, %dw : tensor<f32>, tensor<4xf32>
+  }
+}

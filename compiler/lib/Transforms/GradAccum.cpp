@@ -41,6 +41,14 @@
 // An op outside the part that reads a value of one microbatch other than
 // those results is an error, never a silently wrong step.
 //
+// Under pipeline parallel (docs/pp.md) the same holds per stage, and the
+// pass runs even for one microbatch: a `pipe_recv` brings one microbatch's
+// activation or gradient as the batch brings its rows, a `pipe_send` is a
+// result (what the neighbour stage reads), each clone is marked with its
+// microbatch (`kiln.microbatch`) for kiln-pipeline-schedule, and a
+// group's FSDP gradient buffer is summed over the microbatches so that it
+// is reduce-scattered once per step.
+//
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"

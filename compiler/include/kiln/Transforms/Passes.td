@@ -132,7 +132,12 @@ def KilnGradAccum : Pass<"kiln-grad-accum", "mlir::ModuleOp"> {
     need but the batch does not (weight casts, FP8 weight quantization,
     and with `kiln.fsdp`'s reshard_after_forward false the parameter
     all-gathers) runs once, before the first microbatch. docs/pp.md,
-    "Gradient accumulation".
+    "Gradient accumulation". Under pipeline parallel (a mesh with pp > 1)
+    it runs even for one microbatch: `pipe_recv` results are per
+    microbatch, `pipe_send`s are results, every clone is marked
+    `kiln.microbatch = k` for kiln-pipeline-schedule, and each FSDP
+    gradient buffer is summed over the microbatches before its one
+    reduce-scatter.
   }];
 }
 
