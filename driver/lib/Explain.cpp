@@ -266,8 +266,11 @@ int64_t explainMemory(const ModelSession &session, const Plan &plan,
 } // namespace
 
 int kiln::runExplain(const ExplainCommand &command) {
-  if (!command.memory && !command.fp8 && !command.schedule)
-    return commandError("kiln explain needs --memory, --fp8 or --schedule");
+  if (!command.memory && !command.fp8 && !command.schedule && !command.perf)
+    return commandError(
+        "kiln explain needs --memory, --fp8, --schedule or --perf");
+  if (command.perf)
+    return explainPerf(command);
   ModelSession session;
   if (!session.load(command.model, command.overrides, command.worldSize))
     return 1;

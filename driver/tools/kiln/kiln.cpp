@@ -127,7 +127,8 @@ int main(int argc, char **argv) {
   CLI::App *explainCmd = app.add_subcommand(
       "explain", "What a compiled step costs: --memory (bytes per rank), "
                  "--fp8 (which linears run in FP8), --schedule (the "
-                 "pipeline schedule and its bubble)");
+                 "pipeline schedule and its bubble), --perf (the step's "
+                 "time on a GPU cluster)");
   explainCmd->add_option("MODEL", explain.model, "Model file or preset")
       ->required();
   explainCmd->add_flag("--memory", explain.memory,
@@ -141,8 +142,27 @@ int main(int argc, char **argv) {
                        "Pipeline parallel: each rank's units (forward or "
                        "backward of a microbatch on a stage) as a text "
                        "timeline, and the bubble fraction");
+  explainCmd->add_flag("--perf", explain.perf,
+                       "The step's predicted time on a GPU cluster: step "
+                       "time, tokens/s per GPU, MFU, peak memory, exposed "
+                       "communication, the costliest ops "
+                       "(docs/perf-model.md)");
+  explainCmd->add_option("--hardware", explain.hardware,
+                         "--perf: a built-in GPU (h100-sxm, h200, "
+                         "h100-hbm2e-500w) or a .toml file (default "
+                         "h100-sxm)");
+  explainCmd->add_option("--efficiency", explain.efficiency,
+                         "--perf: an efficiency profile, built in or a "
+                         ".toml file (default torchtitan-h100-2024)");
+  explainCmd->add_flag("!--no-cuda-graphs", explain.cudaGraphs,
+                       "--perf: launch each kernel eagerly");
+  explainCmd->add_flag("--json", explain.json,
+                       "--perf: one JSON object instead of text");
+  explainCmd->add_flag("!--no-fuse", explain.fuse,
+                       "--perf: of the plan without the fuse phase, every "
+                       "elementwise op its own kernel (as eager PyTorch)");
   explainCmd
-      ->add_option("--world-size", explain.worldSize,
+      ->add_option("--world-size,--gpus", explain.worldSize,
                    "Ranks of the run, the mesh pp x dp_shard x tp "
                    "(default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(65536)));

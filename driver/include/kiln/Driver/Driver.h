@@ -59,10 +59,18 @@ struct ExplainCommand {
   bool memory = false; // per-rank bytes of the training step
   bool fp8 = false;    // which linears run in FP8, and why
   bool schedule = false; // the pipeline schedule per rank, and its bubble
+  bool perf = false;     // the step's predicted time on a GPU cluster
+  std::string hardware = "h100-sxm";               // --hardware (perf/hardware)
+  std::string efficiency = "torchtitan-h100-2024"; // --efficiency
+  bool cudaGraphs = true; // launches inside CUDA graphs
+  bool fuse = true;       // --perf of the plan without the fuse phase (eager)
+  bool json = false;      // --perf as one JSON object
 };
 int runExplain(const ExplainCommand &command);
 /// `kiln explain --schedule` (ExplainSchedule.cpp).
 int explainSchedule(const ExplainCommand &command);
+/// `kiln explain --perf` (ExplainPerf.cpp).
+int explainPerf(const ExplainCommand &command);
 
 struct SampleCommand {
   std::string checkpoint;   // a checkpoint, or a folder of them, or a run

@@ -1,0 +1,139 @@
+//===- PerfModel.h - A compiled step's time on a GPU cluster ----*- C++ -*-===//
+//
+// The cost model of issue #19 (docs/perf-model.md): what a compiled plan's
+// train_step takes on a described GPU, from the hardware's peaks (data files
+// under perf/hardware) and the share of them each kind of work reaches (an
+// efficiency profile, perf/profiles). Every formula is here, in closed
+// form, and nothing runs a GPU: the plan says every GEMM, attention,
+// memory-bound kernel and collective, with its shape, dtype and mesh axis,
+// and in what order the step starts and waits for them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DRIVER_PERFMODEL_H
+#define KILN_DRIVER_PERFMODEL_H
+
+#include "kiln/Runtime/Plan.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::perf {
+
+/// A GPU and how its cluster connects it (perf/hardware/NAME.toml).
+struct Hardware {
+  std::string name, source;
+  double bf16Tflops = 0, fp8Tflops = 0; // dense tensor-core peaks
+  double hbmGBs = 0;                    // HBM bandwidth, 10^9 bytes/s
+  double hbmGiB = 0;                    // HBM capacity
+  int64_t gpusPerNode = 0;
+  /// Per GPU and direction, 10^9 bytes/s: NVLink inside a node, the
+  /// network (RDMA) across nodes.
+  double nvlinkGBs = 0, networkGBs = 0;
+  /// A collective step's latency on each link (the alpha of alpha-beta).
+  double nvlinkLatencyUs = 0, networkLatencyUs = 0;
+  /// The host's time to launch one kernel, eagerly or inside a CUDA graph.
+  double kernelLaunchUs = 0, graphKernelLaunchUs = 0;
+};
+
+/// What share of the hardware's peaks each kind of work reaches
+/// (perf/profiles/NAME.toml).
+struct Efficiency {
+  std::string name, source;
+  /// GEMMs by shape class: a GEMM whose smallest dimension is at least
+  /// `minDim` reaches `bf16` (or `fp8`) of its dtype's peak; the classes are
+  /// in increasing `minDim`, the first at 0.
+  struct GemmClass {
+    int64_t minDim = 0;
+    double bf16 = 0, fp8 = 0;
+  };
+  std::vector<GemmClass> gemm;
+  double attention = 0;  // of the bf16 peak, for attention's FLOPs
+  double memory = 0;     // of HBM bandwidth, for memory-bound kernels
+  double collective = 0; // of a link's bandwidth, for NCCL's bus traffic
+  /// Bytes a rank holds besides the plan's state and arena (CUDA context,
+  /// cuBLAS workspaces, NCCL buffers, the allocator's slack), GiB.
+  double reservedGiB = 0;
+};
+
+/// The built-in description `name` (perf/hardware/*.toml, compiled in), or
+/// a TOML file at that path; a one-line error naming the file and key.
+runtime::Expected<Hardware> loadHardware(const std::string &nameOrPath);
+runtime::Expected<Efficiency> loadEfficiency(const std::string &nameOrPath);
+/// The built-in names, for messages and --help.
+std::vector<std::string> builtinHardware();
+std::vector<std::string> builtinEfficiencies();
+
+// --- The closed forms -------------------------------------------------------
+
+/// A GEMM of m x k by k x n moving `bytes` through HBM: the larger of its
+/// FLOPs at the reached peak (the shape class's share of the dtype's peak;
+/// f32 runs at TF32's, half of bf16's) and its bytes at the reached
+/// bandwidth (the roofline: small GEMMs are memory-bound).
+double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
+                   int64_t bytes, const Hardware &hw, const Efficiency &eff);
+
+/// A memory-bound kernel moving `bytes`.
+double memorySeconds(int64_t bytes, const Hardware &hw, const Efficiency &eff);
+
+/// Attention's FLOPs: 4 B H S^2 D for Q K^T and P V, half of them under a
+/// causal mask; its backward 2.5 times that.
+double attentionFlops(int64_t batch, int64_t heads, int64_t seq,
+                      int64_t headDim, bool causal, bool backward);
+
+/// A link a collective runs over: bandwidth and per-step latency.
+struct Link {
+  double gbs = 0, latencyUs = 0;
+};
+/// The link of a mesh axis whose groups are `ranks` ranks `stride` apart
+/// (tp: stride 1; dp_shard: tp; pp: dp_shard x tp): NVLink when a group
+/// fits in a node (ranks x stride <= GPUs per node), else the network.
+Link axisLink(int64_t ranks, int64_t stride, const Hardware &hw);
+
+enum class Collective { AllGather, ReduceScatter, AllReduce, SendRecv };
+
+/// NCCL's alpha-beta cost over `ranks` ranks of `link`, `bytes` the whole
+/// buffer (an all-gather's result, a reduce-scatter's input, an
+/// all-reduce's buffer, a send's message). Ring: an all-gather or
+/// reduce-scatter takes n - 1 steps carrying (n - 1) / n of the buffer
+/// (its bus bandwidth factor), an all-reduce 2 (n - 1) steps carrying
+/// 2 (n - 1) / n; a tree all-reduce 2 log2(n) steps carrying 2 (n - 1) / n;
+/// NCCL takes the faster. A send (or ring step) is one step carrying the
+/// message. One rank costs nothing.
+double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks,
+                         const Link &link, const Efficiency &eff);
+
+// --- A compiled step --------------------------------------------------------
+
+struct StepEstimate {
+  /// The step's time: compute, launches and the communication that no
+  /// compute hides, in the plan's order.
+  double stepSeconds = 0;
+  double computeSeconds = 0;     // GEMMs, attention, memory-bound kernels
+  double exposedCommSeconds = 0; // waiting for collectives
+  double launchSeconds = 0;      // launches that outlast their kernels
+  /// Time per pipeline unit (`kiln.unit`), and outside any unit.
+  std::map<std::string, double> unitSeconds;
+  double outsideUnitsSeconds = 0;
+  /// Every step's time, by the step's description, summed.
+  std::map<std::string, double> byOp;
+  /// Compute time by kind: "gemm_bf16" (f32 and f16 too), "gemm_fp8",
+  /// "attention", "memory" (everything memory-bound).
+  std::map<std::string, double> byKind;
+  /// State + the arena + the profile's reserve.
+  int64_t peakBytes = 0;
+};
+
+/// `entry` of `plan` on `hw` reaching `eff`, launched eagerly or as a CUDA
+/// graph. Compute runs in the plan's order on one stream; each collective
+/// runs on its mesh axis's own stream in issue order, from its start, and
+/// its wait holds the compute until it has finished.
+StepEstimate estimateEntry(const runtime::Plan &plan,
+                           const runtime::PlanEntry &entry, const Hardware &hw,
+                           const Efficiency &eff, bool cudaGraphs);
+
+} // namespace kiln::perf
+
+#endif // KILN_DRIVER_PERFMODEL_H

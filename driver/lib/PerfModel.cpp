@@ -1,0 +1,262 @@
+//===- PerfModel.cpp - A compiled step's time on a GPU cluster ------------===//
+//
+// The closed forms of PerfModel.h and the walk over a plan's steps that adds
+// them up. docs/perf-model.md states each formula.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Driver/PerfModel.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::perf {
+
+using runtime::DType;
+using runtime::Plan;
+using runtime::PlanEntry;
+using runtime::PlanStep;
+using runtime::PlanValue;
+
+namespace {
+constexpr double kGiga = 1e9, kTera = 1e12, kMicro = 1e-6;
+
+/// The share of the dtype's peak the GEMM's shape class reaches.
+double gemmShare(int64_t smallest, bool fp8, const Efficiency &eff) {
+  double share = 0;
+  for (const Efficiency::GemmClass &c : eff.gemm)
+    if (smallest >= c.minDim)
+      share = fp8 ? c.fp8 : c.bf16;
+  return share;
+}
+
+int64_t lastDim(const PlanValue &v) {
+  return v.shape.empty() ? 1 : v.shape.back();
+}
+} // namespace
+
+double gemmSeconds(int64_t m, int64_t n, int64_t k, DType dtype, int64_t bytes,
+                   const Hardware &hw, const Efficiency &eff) {
+  bool fp8 = dtype == DType::F8E4M3 || dtype == DType::F8E5M2;
+  // f32 operands run on TF32 tensor cores: half the bf16 rate.
+  double peak = fp8 ? hw.fp8Tflops
+                    : (dtype == DType::F32 ? hw.bf16Tflops / 2 : hw.bf16Tflops);
+  double share = gemmShare(std::min({m, n, k}), fp8, eff);
+  double flops = 2.0 * double(m) * double(n) * double(k);
+  double compute = share > 0 ? flops / (peak * kTera * share) : 0;
+  return std::max(compute, memorySeconds(bytes, hw, eff));
+}
+
+double memorySeconds(int64_t bytes, const Hardware &hw, const Efficiency &eff) {
+  return eff.memory > 0 ? double(bytes) / (hw.hbmGBs * kGiga * eff.memory) : 0;
+}
+
+double attentionFlops(int64_t batch, int64_t heads, int64_t seq,
+                      int64_t headDim, bool causal, bool backward) {
+  double flops = 4.0 * double(batch) * double(heads) * double(seq) *
+                 double(seq) * double(headDim);
+  if (causal)
+    flops /= 2;
+  return backward ? 2.5 * flops : flops;
+}
+
+Link axisLink(int64_t ranks, int64_t stride, const Hardware &hw) {
+  if (ranks * stride <= hw.gpusPerNode)
+    return {hw.nvlinkGBs, hw.nvlinkLatencyUs};
+  return {hw.networkGBs, hw.networkLatencyUs};
+}
+
+double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks,
+                         const Link &link, const Efficiency &eff) {
+  if (ranks <= 1 || link.gbs <= 0 || eff.collective <= 0)
+    return 0;
+  double n = double(ranks), alpha = link.latencyUs * kMicro;
+  double beta = 1.0 / (link.gbs * kGiga * eff.collective); // s per byte
+  double s = double(bytes);
+  switch (kind) {
+  case Collective::AllGather:
+  case Collective::ReduceScatter:
+    return (n - 1) * alpha + (n - 1) / n * s * beta;
+  case Collective::AllReduce: {
+    double ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * s * beta;
+    double tree =
+        2 * std::ceil(std::log2(n)) * alpha + 2 * (n - 1) / n * s * beta;
+    return std::min(ring, tree);
+  }
+  case Collective::SendRecv:
+    return alpha + s * beta;
+  }
+  return 0;
+}
+
+namespace {
+
+/// One step's device time, and its kind (StepEstimate::byKind);
+/// collectives and waits are timed by the caller.
+double stepSeconds(const Plan &plan, const PlanStep &s, const Hardware &hw,
+                   const Efficiency &eff, std::string &kind) {
+  auto value = [&](int64_t id) -> const PlanValue & { return plan.values[id]; };
+  using plan::Op;
+  // Bytes through HBM: every operand read and result written, but for
+  // the ops that read only part of an operand: an unflatten copies its
+  // slice of the flat buffer, an embedding reads its rows of the table.
+  int64_t bytes = 0;
+  for (int64_t id : s.results)
+    bytes += value(id).bytes();
+  if (s.kind == Op::Unflatten)
+    bytes *= 2;
+  else if (s.kind == Op::Embedding)
+    bytes = 2 * bytes + value(s.operands[1]).bytes();
+  else
+    for (int64_t id : s.operands)
+      bytes += value(id).bytes();
+  auto gemm = [&](DType dtype) {
+    kind = dtype == DType::F8E4M3 || dtype == DType::F8E5M2 ? "gemm_fp8"
+                                                            : "gemm_bf16";
+  };
+  kind = "memory";
+  switch (s.kind) {
+  case Op::Linear: {
+    const PlanValue &x = value(s.operands[0]), &w = value(s.operands[1]);
+    int64_t k = lastDim(x), n = w.shape[0];
+    gemm(x.dtype);
+    return gemmSeconds(x.numElements() / k, n, k, x.dtype, bytes, hw, eff);
+  }
+  case Op::LinearGradInput: {
+    const PlanValue &dy = value(s.operands[0]), &w = value(s.operands[1]);
+    int64_t n = lastDim(dy), k = w.shape[1];
+    gemm(dy.dtype);
+    return gemmSeconds(dy.numElements() / n, k, n, dy.dtype, bytes, hw, eff);
+  }
+  case Op::LinearGradWeight: {
+    const PlanValue &dy = value(s.operands[0]), &x = value(s.operands[1]);
+    int64_t n = lastDim(dy), k = lastDim(x);
+    gemm(dy.dtype);
+    return gemmSeconds(n, k, dy.numElements() / n, dy.dtype, bytes, hw, eff);
+  }
+  case Op::ScaledMatmul: {
+    const PlanValue &a = value(s.operands[0]), &b = value(s.operands[2]);
+    gemm(a.dtype);
+    return gemmSeconds(a.shape[0], b.shape[0], a.shape[1], a.dtype, bytes, hw,
+                       eff);
+  }
+  case Op::Attention:
+  case Op::AttentionGrad: {
+    bool grad = s.kind == Op::AttentionGrad;
+    kind = "attention";
+    const PlanValue &q = value(s.operands[grad ? 1 : 0]);
+    // q [B, S, H, D]; the plan's attention is causal (docs/plan.md).
+    double flops = attentionFlops(q.shape[0], q.shape[2], q.shape[1],
+                                  q.shape[3], true, grad);
+    double compute =
+        eff.attention > 0 ? flops / (hw.bf16Tflops * kTera * eff.attention) : 0;
+    return std::max(compute, memorySeconds(bytes, hw, eff));
+  }
+  default:
+    return memorySeconds(bytes, hw, eff);
+  }
+}
+
+/// What a collective step moves: the whole buffer as collectiveSeconds
+/// counts it.
+Collective collectiveOf(plan::Op kind) {
+  switch (kind) {
+  case plan::Op::AllGatherStart:
+    return Collective::AllGather;
+  case plan::Op::ReduceScatterStart:
+    return Collective::ReduceScatter;
+  case plan::Op::AllReduceStart:
+    return Collective::AllReduce;
+  default:
+    return Collective::SendRecv;
+  }
+}
+
+std::string describe(const PlanStep &s) {
+  if (s.kind == plan::Op::Fused)
+    return "fused (" + s.str("ops") + ")";
+  if (s.attrs.count("axis"))
+    return s.op + " over " + s.str("axis");
+  return s.op;
+}
+} // namespace
+
+StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
+                           const Hardware &hw, const Efficiency &eff,
+                           bool cudaGraphs) {
+  StepEstimate e;
+  const runtime::PlanMesh &mesh = plan.mesh;
+  // Each axis's link and stream (pp's transfers too).
+  auto linkOf = [&](plan::Axis axis) {
+    int64_t stride = axis == plan::Axis::Tp        ? 1
+                     : axis == plan::Axis::DpShard ? mesh.tp
+                                                   : mesh.tp * mesh.dpShard;
+    return axisLink(mesh.axisSize(axis), stride, hw);
+  };
+  double launch =
+      (cudaGraphs ? hw.graphKernelLaunchUs : hw.kernelLaunchUs) * kMicro;
+  double now = 0;
+  double streamFree[3] = {0, 0, 0};
+  std::map<int64_t, double> finishes; // a collective's result -> its end
+  auto charge = [&](const PlanStep &s, double seconds) {
+    std::string unit =
+        s.attrs.count("kiln.unit") ? s.str("kiln.unit") : std::string();
+    (unit.empty() ? e.outsideUnitsSeconds : e.unitSeconds[unit]) += seconds;
+  };
+  for (const PlanStep &s : entry.steps) {
+    plan::Category category = plan::category(s.kind);
+    if (category == plan::Category::Wait) {
+      double end = finishes[s.operands[0]];
+      if (end > now) {
+        e.exposedCommSeconds += end - now;
+        charge(s, end - now);
+        now = end;
+      }
+      continue;
+    }
+    if (category == plan::Category::Collective) {
+      bool transfer = s.kind == plan::Op::PipeSendStart ||
+                      s.kind == plan::Op::PipeRecvStart;
+      plan::Axis axis =
+          transfer ? plan::Axis::Pp : *plan::parseAxis(s.str("axis"));
+      int64_t bytes = s.kind == plan::Op::AllGatherStart ||
+                              s.kind == plan::Op::PipeRecvStart
+                          ? plan.values[s.results[0]].bytes()
+                          : plan.values[s.operands[0]].bytes();
+      double seconds = collectiveSeconds(collectiveOf(s.kind), bytes,
+                                         transfer ? 2 : mesh.axisSize(axis),
+                                         linkOf(axis), eff);
+      double &free = streamFree[static_cast<int>(axis)];
+      double begin = std::max(now, free);
+      free = begin + seconds;
+      finishes[s.results[0]] = free;
+      e.byOp[describe(s)] += seconds;
+      now += launch;
+      e.launchSeconds += launch;
+      charge(s, launch);
+      continue;
+    }
+    std::string kind;
+    double seconds = stepSeconds(plan, s, hw, eff, kind);
+    e.byKind[kind] += seconds;
+    // The host launches each kernel; a kernel shorter than a launch leaves
+    // the GPU waiting for the next.
+    double spent = std::max(seconds, launch);
+    e.computeSeconds += seconds;
+    e.launchSeconds += spent - seconds;
+    e.byOp[describe(s)] += seconds;
+    charge(s, spent);
+    now += spent;
+  }
+  // The step ends when its last collective has too (a wait precedes every
+  // use, so only a trailing one can be left).
+  for (double free : streamFree)
+    now = std::max(now, free);
+  e.stepSeconds = now;
+  e.peakBytes =
+      plan.stateBytes + entry.arenaBytes +
+      static_cast<int64_t>(eff.reservedGiB * double(int64_t(1) << 30));
+  return e;
+}
+
+} // namespace kiln::perf
