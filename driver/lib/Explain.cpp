@@ -289,8 +289,8 @@ int kiln::runExplain(const ExplainCommand &command) {
   int64_t worst = 0, worstAt = 0;
   for (int64_t p = 0; p < mesh.pp; ++p) {
     ModelSession stage;
-    if (!stage.load(command.model, command.overrides, command.worldSize,
-                    p * mesh.dpShard * mesh.tp))
+    if (!stage.loadPipelinePosition(command.model, command.overrides,
+                                    command.worldSize, mesh, p))
       return 1;
     bool hit = false;
     std::optional<Plan> plan = stage.cachedRuntimePlan(command.overrides, hit);

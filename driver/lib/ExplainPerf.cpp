@@ -73,8 +73,8 @@ int kiln::explainPerf(const ExplainCommand &command) {
   double outside = 0;
   for (int64_t p = 0; p < mesh.pp; ++p) {
     ModelSession stage;
-    if (!stage.load(command.model, command.overrides, command.worldSize,
-                    p * mesh.dpShard * mesh.tp))
+    if (!stage.loadPipelinePosition(command.model, command.overrides,
+                                    command.worldSize, mesh, p))
       return 1;
     // The fused plan from the cache; an unfused one compiled afresh.
     bool hit = false;

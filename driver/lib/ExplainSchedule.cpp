@@ -110,8 +110,8 @@ int kiln::explainSchedule(const ExplainCommand &command) {
   cost.backward.assign(shape.stages, 0);
   for (int64_t p = 0; p < mesh.pp; ++p) {
     ModelSession stage;
-    if (!stage.load(command.model, command.overrides, command.worldSize,
-                    p * mesh.dpShard * mesh.tp))
+    if (!stage.loadPipelinePosition(command.model, command.overrides,
+                                    command.worldSize, mesh, p))
       return 1;
     OwningOpRef<ModuleOp> module = stage.compileThrough("accumulate");
     if (!module)

@@ -120,6 +120,15 @@ Expected<toml::table> parse(const std::string &text, const std::string &where) {
   }
   return std::move(result).table();
 }
+
+/// The built-in `name` of `kind`, or the file at that path, parsed.
+Expected<toml::table> tableOf(const char *kind, const std::string &name,
+                              std::string &where) {
+  Expected<std::string> text = textOf(kind, name, where);
+  if (!text)
+    return text.takeError();
+  return parse(*text, where);
+}
 } // namespace
 
 std::vector<std::string> builtinHardware() { return namesOf("hardware"); }
@@ -127,10 +136,7 @@ std::vector<std::string> builtinEfficiencies() { return namesOf("profiles"); }
 
 Expected<Hardware> loadHardware(const std::string &nameOrPath) {
   std::string where;
-  Expected<std::string> text = textOf("hardware", nameOrPath, where);
-  if (!text)
-    return text.takeError();
-  Expected<toml::table> root = parse(*text, where);
+  Expected<toml::table> root = tableOf("hardware", nameOrPath, where);
   if (!root)
     return root.takeError();
   Reader r(*root, where);
@@ -156,10 +162,7 @@ Expected<Hardware> loadHardware(const std::string &nameOrPath) {
 
 Expected<Efficiency> loadEfficiency(const std::string &nameOrPath) {
   std::string where;
-  Expected<std::string> text = textOf("profiles", nameOrPath, where);
-  if (!text)
-    return text.takeError();
-  Expected<toml::table> root = parse(*text, where);
+  Expected<toml::table> root = tableOf("profiles", nameOrPath, where);
   if (!root)
     return root.takeError();
   Reader r(*root, where);

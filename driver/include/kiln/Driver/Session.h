@@ -44,6 +44,15 @@ struct ModelSession {
   bool load(const std::string &model, const std::vector<std::string> &overrides,
             std::optional<int64_t> worldSize = std::nullopt,
             std::optional<int64_t> worldRank = std::nullopt);
+  /// load() for the first rank of pipeline position `p` of `mesh` (every
+  /// rank of a position compiles the same stages; explain's reports take
+  /// one plan per position).
+  bool loadPipelinePosition(const std::string &model,
+                            const std::vector<std::string> &overrides,
+                            int64_t worldSize, const MeshShape &mesh,
+                            int64_t p) {
+    return load(model, overrides, worldSize, p * mesh.dpShard * mesh.tp);
+  }
 
   /// Runs every built phase (with `fuse` false, all but the fuse phase) and
   /// returns the plan as JSON text, or nothing after printing the
