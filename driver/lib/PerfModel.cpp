@@ -61,30 +61,37 @@ double attentionFlops(int64_t batch, int64_t heads, int64_t seq,
 }
 
 Link axisLink(int64_t ranks, int64_t stride, const Hardware &hw) {
-  if (ranks * stride <= hw.gpusPerNode)
-    return {hw.nvlinkGBs, hw.nvlinkLatencyUs};
-  return {hw.networkGBs, hw.networkLatencyUs};
+  int64_t span = ranks * stride;
+  int64_t nodes = std::min(ranks, (span + hw.gpusPerNode - 1) / hw.gpusPerNode);
+  return {nodes > 1 ? hw.networkGBs : hw.nvlinkGBs, hw.nvlinkLatencyUs,
+          hw.networkLatencyUs, std::max<int64_t>(nodes, 1)};
 }
 
 double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks,
                          const Link &link, const Efficiency &eff) {
   if (ranks <= 1 || link.gbs <= 0 || eff.collective <= 0)
     return 0;
-  double n = double(ranks), alpha = link.latencyUs * kMicro;
+  double n = double(ranks), s = double(bytes);
   double beta = 1.0 / (link.gbs * kGiga * eff.collective); // s per byte
-  double s = double(bytes);
+  // `steps` in all, `inter` of them across nodes.
+  auto latency = [&](double steps, double inter) {
+    return ((steps - inter) * link.intraUs + inter * link.interUs) * kMicro;
+  };
+  double crossings = double(link.nodes - 1);
   switch (kind) {
   case Collective::AllGather:
   case Collective::ReduceScatter:
-    return (n - 1) * alpha + (n - 1) / n * s * beta;
+    return latency(n - 1, crossings) + (n - 1) / n * s * beta;
   case Collective::AllReduce: {
-    double ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * s * beta;
-    double tree =
-        2 * std::ceil(std::log2(n)) * alpha + 2 * (n - 1) / n * s * beta;
-    return std::min(ring, tree);
+    double ring = latency(2 * (n - 1), 2 * crossings);
+    double depth = std::ceil(std::log2(n));
+    double treeInter =
+        link.nodes > 1 ? 2 * std::ceil(std::log2(double(link.nodes))) : 0;
+    double tree = latency(2 * depth, std::min(2 * depth, treeInter));
+    return std::min(ring, tree) + 2 * (n - 1) / n * s * beta;
   }
   case Collective::SendRecv:
-    return alpha + s * beta;
+    return latency(1, link.nodes > 1 ? 1 : 0) + s * beta;
   }
   return 0;
 }

@@ -77,32 +77,38 @@ TEST(PerfModel, AttentionFlopsAreFourBHSSD) {
 TEST(PerfModel, AnAxisUsesNvlinkWhenItsGroupFitsANode) {
   Hardware hw = testGpu();
   EXPECT_EQ(axisLink(8, 1, hw).gbs, 400); // tp 8
+  EXPECT_EQ(axisLink(8, 1, hw).nodes, 1);
   EXPECT_EQ(axisLink(4, 2, hw).gbs, 400); // dp_shard 4 over tp 2: 8 GPUs
   EXPECT_EQ(axisLink(2, 8, hw).gbs, 50);  // dp_shard 2 over tp 8: 2 nodes
-  EXPECT_EQ(axisLink(2, 8, hw).latencyUs, 10);
+  EXPECT_EQ(axisLink(2, 8, hw).nodes, 2);
+  EXPECT_EQ(axisLink(32, 1, hw).nodes, 4); // dp_shard 32 over tp 1
+  EXPECT_EQ(axisLink(4, 64, hw).nodes, 4); // pp 4 over 64 ranks a stage
 }
 
 TEST(PerfModel, CollectivesFollowNcclsRingAndTree) {
   Efficiency eff = testProfile();
-  Link link{100, 5}; // 100 GB/s, 5 us a step
-  double beta = 1.0 / (100e9 * 0.8), alpha = 5e-6, s = 1 << 30;
-  // Ring all-gather over 8: 7 steps, 7/8 of the buffer on the bus.
+  // 100 GB/s; a step 5 us inside a node, 20 us across nodes.
+  Link one{100, 5, 20, 1}, four{100, 5, 20, 4};
+  double beta = 1.0 / (100e9 * 0.8), s = 1 << 30, us = 1e-6;
+  // Ring all-gather over 8 in a node: 7 steps, 7/8 of the buffer.
   EXPECT_DOUBLE_EQ(
-      collectiveSeconds(Collective::AllGather, 1 << 30, 8, link, eff),
-      7 * alpha + 7.0 / 8 * s * beta);
+      collectiveSeconds(Collective::AllGather, 1 << 30, 8, one, eff),
+      7 * 5 * us + 7.0 / 8 * s * beta);
+  // Over 32 ranks on 4 nodes: 3 of the 31 steps cross nodes.
   EXPECT_DOUBLE_EQ(
-      collectiveSeconds(Collective::ReduceScatter, 1 << 30, 8, link, eff),
-      7 * alpha + 7.0 / 8 * s * beta);
+      collectiveSeconds(Collective::ReduceScatter, 1 << 30, 32, four, eff),
+      (28 * 5 + 3 * 20) * us + 31.0 / 32 * s * beta);
   // All-reduce: twice the bytes; the tree's 2 log2(n) steps beat the
-  // ring's 2 (n - 1) at 64 ranks.
+  // ring's 2 (n - 1): in a node 6 steps of 5 us.
   EXPECT_DOUBLE_EQ(
-      collectiveSeconds(Collective::AllReduce, 1 << 30, 8, link, eff),
-      2 * 3 * alpha + 2 * 7.0 / 8 * s * beta);
-  EXPECT_DOUBLE_EQ(collectiveSeconds(Collective::AllReduce, 4, 64, link, eff),
-                   2 * 6 * alpha + 2 * 63.0 / 64 * 4 * beta);
-  EXPECT_DOUBLE_EQ(collectiveSeconds(Collective::SendRecv, 1000, 2, link, eff),
-                   alpha + 1000 * beta);
-  EXPECT_EQ(collectiveSeconds(Collective::AllGather, 1 << 30, 1, link, eff), 0);
+      collectiveSeconds(Collective::AllReduce, 1 << 30, 8, one, eff),
+      6 * 5 * us + 2 * 7.0 / 8 * s * beta);
+  // 64 ranks on 4 nodes: 12 tree steps, 4 of them (2 log2 4) across.
+  EXPECT_DOUBLE_EQ(collectiveSeconds(Collective::AllReduce, 4, 64, four, eff),
+                   (8 * 5 + 4 * 20) * us + 2 * 63.0 / 64 * 4 * beta);
+  EXPECT_DOUBLE_EQ(collectiveSeconds(Collective::SendRecv, 1000, 2, four, eff),
+                   20 * us + 1000 * beta);
+  EXPECT_EQ(collectiveSeconds(Collective::AllGather, 1 << 30, 1, one, eff), 0);
 }
 
 TEST(PerfModel, BuiltInHardwareIsItsDatasheet) {

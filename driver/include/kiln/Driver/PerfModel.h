@@ -83,13 +83,17 @@ double memorySeconds(int64_t bytes, const Hardware &hw, const Efficiency &eff);
 double attentionFlops(int64_t batch, int64_t heads, int64_t seq,
                       int64_t headDim, bool causal, bool backward);
 
-/// A link a collective runs over: bandwidth and per-step latency.
+/// What a collective's group runs over: the bandwidth of its slowest link,
+/// the latency of a step between two GPUs of one node and between nodes,
+/// and how many nodes the group spans.
 struct Link {
-  double gbs = 0, latencyUs = 0;
+  double gbs = 0, intraUs = 0, interUs = 0;
+  int64_t nodes = 1;
 };
 /// The link of a mesh axis whose groups are `ranks` ranks `stride` apart
-/// (tp: stride 1; dp_shard: tp; pp: dp_shard x tp): NVLink when a group
-/// fits in a node (ranks x stride <= GPUs per node), else the network.
+/// (tp: stride 1; dp_shard: tp; pp: dp_shard x tp): a group spans
+/// ceil(ranks x stride / GPUs per node) nodes, at most `ranks`; NVLink's
+/// bandwidth when it fits in one, else the network's.
 Link axisLink(int64_t ranks, int64_t stride, const Hardware &hw);
 
 enum class Collective { AllGather, ReduceScatter, AllReduce, SendRecv };
@@ -99,8 +103,11 @@ enum class Collective { AllGather, ReduceScatter, AllReduce, SendRecv };
 /// all-reduce's buffer, a send's message). Ring: an all-gather or
 /// reduce-scatter takes n - 1 steps carrying (n - 1) / n of the buffer
 /// (its bus bandwidth factor), an all-reduce 2 (n - 1) steps carrying
-/// 2 (n - 1) / n; a tree all-reduce 2 log2(n) steps carrying 2 (n - 1) / n;
-/// NCCL takes the faster. A send (or ring step) is one step carrying the
+/// 2 (n - 1) / n; a tree all-reduce 2 ceil(log2 n) steps carrying
+/// 2 (n - 1) / n; NCCL takes the faster. As NCCL's own tuning counts them,
+/// the steps that cross nodes (a ring's nodes - 1, twice for an
+/// all-reduce; a tree's 2 ceil(log2 nodes)) take the network's latency and
+/// the others NVLink's. A send (or ring step) is one step carrying the
 /// message. One rank costs nothing.
 double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks,
                          const Link &link, const Efficiency &eff);
