@@ -154,10 +154,14 @@ int kiln::explainSchedule(const ExplainCommand &command) {
      << config.parallelism.pipeline_parallel_schedule << " over pp " << mesh.pp
      << " (mesh pp " << mesh.pp << " x dp_shard " << mesh.dpShard << " x tp "
      << mesh.tp << "): " << shape.stages << " stages ("
-     << shape.stages / mesh.pp << " per rank, "
-     << config.model.n_layers / shape.stages << " layers each), "
-     << shape.microbatches << " microbatches of " << config.microbatchRows()
-     << " x " << config.training.seq_len << " tokens\n";
+     << shape.stages / mesh.pp << " per rank; layers per stage";
+  for (int64_t s = 0; s < shape.stages; ++s) {
+    auto [first, end] = config.stageLayers(s);
+    os << (s ? ", " : " ") << end - first;
+  }
+  os << "), " << shape.microbatches << " microbatches of "
+     << config.microbatchRows() << " x " << config.training.seq_len
+     << " tokens\n";
   os << "unit cost (GFLOP of its ops, forward / backward):";
   for (int64_t s = 0; s < shape.stages; ++s)
     os << (s ? "," : "") << " s" << s << " "

@@ -205,6 +205,12 @@ const std::vector<KeySpec> &kiln::configSchema() {
              "per rank, two with Interleaved1F1B); `n_layers` must divide "
              "by it, into a multiple of `pipeline_parallel_degree` stages.",
              kPp, true),
+      otherKey("parallelism", "pipeline_parallel_split_points",
+               FIELD(parallelism.pipeline_parallel_split_points), "",
+               "Where each stage after the first begins, as TorchTitan names "
+               "it (`[\"layers.16\", \"layers.32\"]`): an uneven split, "
+               "instead of `pipeline_parallel_layers_per_stage`.",
+               kPp, true),
       // [mixed_precision]
       otherKey("mixed_precision", "param", FIELD(mixed_precision.param),
                "bfloat16|float32",

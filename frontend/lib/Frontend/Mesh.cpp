@@ -16,6 +16,41 @@ constexpr llvm::StringLiteral kScheduleKey =
     "parallelism.pipeline_parallel_schedule";
 constexpr llvm::StringLiteral kMicrobatchKey =
     "parallelism.pipeline_parallel_microbatch_size";
+constexpr llvm::StringLiteral kSplitKey =
+    "parallelism.pipeline_parallel_split_points";
+
+/// The layer a split point ("layers.N") names, if it names one.
+std::optional<int64_t> splitLayer(llvm::StringRef point) {
+  int64_t layer;
+  if (!point.consume_front("layers.") || point.getAsInteger(10, layer) ||
+      layer < 0)
+    return std::nullopt;
+  return layer;
+}
+
+/// The split points: each "layers.N", inside the model, increasing, and
+/// not with pipeline_parallel_layers_per_stage.
+LogicalResult checkSplitPoints(const Config &config, KeyErrorFn error) {
+  const ParallelismConfig &p = config.parallelism;
+  if (p.pipeline_parallel_layers_per_stage > 0) {
+    error(kSplitKey) << kSplitKey << " and " << kLayersKey
+                     << " both say how to split the layers; set one";
+    return failure();
+  }
+  int64_t previous = 0;
+  for (const std::string &point : p.pipeline_parallel_split_points) {
+    std::optional<int64_t> layer = splitLayer(point);
+    if (!layer || *layer <= previous || *layer >= config.model.n_layers) {
+      error(kSplitKey) << kSplitKey << ": '" << point
+                       << "' must be \"layers.N\" with N increasing from "
+                          "split to split, in [1, model.n_layers = "
+                       << config.model.n_layers << ")";
+      return failure();
+    }
+    previous = *layer;
+  }
+  return success();
+}
 
 bool interleaved(const Config &config) {
   return config.parallelism.pipeline_parallel_schedule == "Interleaved1F1B";
@@ -27,13 +62,16 @@ LogicalResult checkStages(const Config &config, KeyErrorFn error) {
   const ParallelismConfig &p = config.parallelism;
   int64_t pp = p.pipeline_parallel_degree, layers = config.model.n_layers;
   int64_t per = p.pipeline_parallel_layers_per_stage;
+  bool split = !p.pipeline_parallel_split_points.empty();
+  if (split && failed(checkSplitPoints(config, error)))
+    return failure();
   if (per > 0 && layers % per != 0) {
     error(kLayersKey) << kLayersKey << " (" << per
                       << ") must divide model.n_layers (" << layers << ")";
     return failure();
   }
   int64_t stages = config.pipelineStages();
-  if (per == 0 && layers % stages != 0) {
+  if (per == 0 && !split && layers % stages != 0) {
     error(kPpKey) << "model.n_layers (" << layers
                   << ") does not split evenly into " << stages
                   << " pipeline stages (" << pp << " ranks x " << stages / pp
@@ -41,13 +79,19 @@ LogicalResult checkStages(const Config &config, KeyErrorFn error) {
     return failure();
   }
   if (stages % pp != 0) {
-    error(kLayersKey) << kLayersKey << " (" << per << ") makes " << stages
-                      << " stages of model.n_layers (" << layers << "), which "
-                      << kPpKey << " (" << pp << ") does not divide";
+    InFlightDiagnostic d = error(split ? kSplitKey : kLayersKey);
+    if (split)
+      d << kSplitKey << " makes " << stages << " stages";
+    else
+      d << kLayersKey << " (" << per << ") makes " << stages
+        << " stages of model.n_layers (" << layers << ")";
+    d << ", which " << kPpKey << " (" << pp << ") does not divide";
     return failure();
   }
   if (interleaved(config) ? stages / pp < 2 : stages != pp) {
-    error(per > 0 ? kLayersKey : kScheduleKey)
+    error(split     ? kSplitKey
+          : per > 0 ? kLayersKey
+                    : kScheduleKey)
         << kScheduleKey << " \"" << p.pipeline_parallel_schedule << "\" needs "
         << (interleaved(config) ? "at least two" : "one")
         << " stage per rank, but " << stages << " stages over " << pp
@@ -91,11 +135,29 @@ LogicalResult checkMicrobatches(const Config &config, int64_t dp,
 
 int64_t Config::pipelineStages() const {
   const ParallelismConfig &p = parallelism;
+  if (!p.pipeline_parallel_split_points.empty())
+    return static_cast<int64_t>(p.pipeline_parallel_split_points.size()) + 1;
   if (p.pipeline_parallel_layers_per_stage > 0)
     return std::max<int64_t>(1, model.n_layers /
                                     p.pipeline_parallel_layers_per_stage);
   return p.pipeline_parallel_degree *
          (p.pipeline_parallel_schedule == "Interleaved1F1B" ? 2 : 1);
+}
+
+std::pair<int64_t, int64_t> Config::stageLayers(int64_t s) const {
+  const std::vector<std::string> &points =
+      parallelism.pipeline_parallel_split_points;
+  if (points.empty()) {
+    int64_t per = model.n_layers / pipelineStages();
+    return {s * per, (s + 1) * per};
+  }
+  auto at = [&](int64_t i) {
+    return i == 0 ? 0
+           : i > static_cast<int64_t>(points.size())
+               ? model.n_layers
+               : splitLayer(points[i - 1]).value_or(0);
+  };
+  return {at(s), at(s + 1)};
 }
 
 FailureOr<std::optional<MeshShape>>

@@ -224,7 +224,7 @@ Value ForwardBuilder::build(Value tokens, Value targets) {
   // Stage s holds layers [s * L / S, (s + 1) * L / S) and runs on pp rank
   // s % pp: this rank's stages, each a forward of its own between the
   // transfers that connect it to its neighbours (docs/pp.md).
-  int64_t pp = config.runMesh().pp, per = m.n_layers / stages;
+  int64_t pp = config.runMesh().pp;
   Location pipeLoc = loc("pipeline", "parallelism.pipeline_parallel_degree");
   Value loss;
   for (int64_t s = config.ppPosition; s < stages; s += pp) {
@@ -232,7 +232,8 @@ Value ForwardBuilder::build(Value tokens, Value targets) {
                      : PipeRecvOp::create(b, pipeLoc, act({m.dim}),
                                           PipeDirection::activation, s, stages)
                            .getResult();
-    h = layers(s * per, (s + 1) * per, h);
+    auto [first, end] = config.stageLayers(s);
+    h = layers(first, end, h);
     if (s == stages - 1)
       loss = head(h, targets);
     else
@@ -258,7 +259,11 @@ static bool heldByRank(const Config &config, llvm::StringRef name) {
   llvm::StringRef rest = name;
   int64_t layer;
   if (rest.consume_front("model.layers.") && !rest.consumeInteger(10, layer))
-    stage = layer / (config.model.n_layers / stages);
+    for (int64_t s = 0; s < stages; ++s)
+      if (config.stageLayers(s).second > layer) {
+        stage = s;
+        break;
+      }
   return stage % mesh.pp == config.ppPosition;
 }
 

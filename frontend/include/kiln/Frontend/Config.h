@@ -84,6 +84,9 @@ struct ParallelismConfig {
   std::string pipeline_parallel_schedule = "1F1B";
   int64_t pipeline_parallel_microbatch_size = 1;
   int64_t pipeline_parallel_layers_per_stage = 0;
+  /// Where stages begin, as TorchTitan names them ("layers.16"); empty: by
+  /// pipeline_parallel_layers_per_stage or an even split.
+  std::vector<std::string> pipeline_parallel_split_points;
 };
 
 struct MixedPrecisionConfig {
@@ -176,6 +179,9 @@ struct Config {
   }
   /// Pipeline stages in all (pp x the stages each pp rank holds).
   int64_t pipelineStages() const;
+  /// The transformer layers [first, second) stage `s` holds. Valid once
+  /// resolveMesh has checked the split.
+  std::pair<int64_t, int64_t> stageLayers(int64_t s) const;
   /// Microbatches per step (gradient accumulation; 1: none).
   int64_t microbatches() const { return rankBatch() / microbatchRows(); }
 };
