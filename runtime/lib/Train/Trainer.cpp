@@ -428,16 +428,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     exec->setTrace(trace.get());
   }
 
-  // Pipeline parallel: the pp axis, for checkpoints across the stages.
-  comm::AxisCommunicators stageAxes;
-  if (plan.mesh.pp > 1) {
-    Expected<comm::AxisCommunicators> axes = comm::splitMesh(
-        *options.communicator, plan.mesh.pp, plan.mesh.dpShard, plan.mesh.tp);
-    if (!axes)
-      return fail(axes.error().message());
-    stageAxes = *std::move(axes);
-  }
-  Run run(plan, options, *exec, stageAxes.pp);
+  // Pipeline parallel: checkpoints gather the stages over the pp axis.
+  Run run(plan, options, *exec, exec->pipelineCommunicator());
   int64_t done = 0;
   if (!options.resume.empty())
     if (Error failure = run.restore(options.resume, done))

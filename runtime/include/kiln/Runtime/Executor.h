@@ -47,6 +47,11 @@ public:
   /// and cut into its parts: every rank must call this, in step). Names are
   /// parameter names and exp_avg.<param> / exp_avg_sq.<param>.
   virtual Expected<std::vector<FloatTensor>> unshardedState() = 0;
+  /// Under pipeline parallel (a plan with pp > 1), once setCommunicator
+  /// has split the mesh: this rank's pp axis, which checkpoints gather
+  /// the stages over (Train/Stages.h). Null otherwise, and on backends
+  /// that do not run pipeline-parallel plans.
+  virtual comm::Communicator *pipelineCommunicator() { return nullptr; }
   /// Sets every state from tensors in the unsharded layout, each rank
   /// keeping its shard. `byName` must hold every name unshardedState gives.
   virtual Error setUnshardedState(

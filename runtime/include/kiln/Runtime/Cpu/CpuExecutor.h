@@ -43,6 +43,9 @@ public:
   int rank() const override { return rankIndex; }
   Error initialize(uint64_t seed) override;
   Expected<std::vector<FloatTensor>> unshardedState() override;
+  comm::Communicator *pipelineCommunicator() override {
+    return planRef.mesh.pp > 1 ? axes.pp : nullptr;
+  }
   Error setUnshardedState(
       const std::map<std::string, const FloatTensor *> &byName) override;
   /// Fails on a token out of range, or a non-finite value when checking is
