@@ -104,6 +104,19 @@ double stepSeconds(const Plan &plan, const PlanStep &s, const Hardware &hw,
                    const Efficiency &eff, std::string &kind) {
   auto value = [&](int64_t id) -> const PlanValue & { return plan.values[id]; };
   using plan::Op;
+  // A reshape or unflatten whose result the buffer assignment placed on
+  // its operand's own bytes is no kernel at all (the CUDA backend's
+  // Builder::layout skips it).
+  if (s.kind == Op::Reshape || s.kind == Op::Unflatten) {
+    const PlanValue &in = value(s.operands[0]), &res = value(s.results[0]);
+    int64_t offset = s.kind == Op::Unflatten
+                         ? s.i64("offset") * runtime::dtypeBytes(in.dtype)
+                         : 0;
+    kind = "memory";
+    if (in.kind == PlanValue::Arena && res.kind == PlanValue::Arena &&
+        in.offset + offset == res.offset)
+      return 0;
+  }
   // Bytes through HBM: every operand read and result written, but for
   // the ops that read only part of an operand: an unflatten copies its
   // slice of the flat buffer, an embedding reads its rows of the table.

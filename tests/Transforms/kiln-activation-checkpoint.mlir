@@ -86,6 +86,38 @@ func.func @two_blocks(%x: tensor<1x4x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f
 
 // -----
 
+// Tensor parallel's sequence all-gather inside a block is recomputed in
+// both modes, start and wait together: every rank of the tp group runs the
+// same clone, and the gathered activation (tp times the saved shard) is
+// not kept from the forward.
+// SEL-LABEL: func.func @tp_gather(
+// SEL-SAME: %[[X:[^:]+]]: tensor<16xf32>
+// SEL: kiln.cross_entropy_grad
+// SEL-NEXT: %[[S:.+]] = kiln.all_gather_start %[[X]] over tp {group = "model.layers.0.self_attn.q_proj.weight", kiln.recomputed, ranks = 2 : i64}
+// SEL-NEXT: %[[W:.+]] = kiln.wait %[[S]] {kiln.recomputed}
+// SEL-NEXT: %[[R:.+]] = kiln.reshape %[[W]] {kiln.recomputed}
+// SEL-NEXT: kiln.linear_grad_weight wq %{{.+}}, %[[R]]
+// FULL-LABEL: func.func @tp_gather(
+// FULL: kiln.cross_entropy_grad
+// FULL-NEXT: kiln.all_gather_start {{.*}}kiln.recomputed
+// FULL-NEXT: kiln.wait {{.*}}kiln.recomputed
+// NONE-LABEL: func.func @tp_gather(
+// NONE-NOT: kiln.recomputed
+// NONE: return
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>} {
+  func.func @tp_gather(%x: tensor<16xf32>, %wq: tensor<8x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f32>) -> tensor<8x8xf32> {
+    %s = kiln.all_gather_start %x over tp {group = "model.layers.0.self_attn.q_proj.weight", ranks = 2 : i64} : tensor<16xf32> -> tensor<32xf32> loc("model.layers.0.self_attn.q_proj")
+    %w = kiln.wait %s : tensor<32xf32> loc("model.layers.0.self_attn.q_proj")
+    %r = kiln.reshape %w : tensor<32xf32> -> tensor<1x4x8xf32> loc("model.layers.0.self_attn.q_proj")
+    %q = kiln.linear wq %r, %wq param("q") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.self_attn.q_proj")
+    %g = kiln.cross_entropy_grad %one, %q, %t : tensor<1x4x8xf32>, tensor<1x4xi32> loc("loss")
+    %dw = kiln.linear_grad_weight wq %g, %r param("q") : tensor<1x4x8xf32>, tensor<1x4x8xf32> -> tensor<8x8xf32> loc("model.layers.0.self_attn.q_proj")
+    return %dw : tensor<8x8xf32>
+  }
+}
+
+// -----
+
 // A function without a backward (no cross_entropy_grad) keeps everything.
 // SEL-LABEL: func.func @forward_only(
 // SEL-NOT: kiln.recomputed

@@ -69,8 +69,8 @@ module attributes {kiln.float8 = #kiln.float8<recipe = rowwise>} {
 
 // Delayed, in @train_step: each cast scales with its history's amax
 // (amax_compute_algo) and puts this step's amax in front of it; the
-// histories are new state arguments and results. A recomputed clone
-// multiplies the forward's codes. @fp8_calibration, the copy that fills
+// histories are new state arguments and results. A recomputed clone of the
+// same input shares the forward's codes. @fp8_calibration, the copy that fills
 // the histories before the first step, keeps only the history updates.
 // CHECK-LABEL: func.func @train_step(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<16x64xbf16>, %[[W:[^:]+]]: tensor<32x64xbf16>, %[[DY:[^:]+]]: tensor<16x32xbf16>, %[[HI:[^:]+]]: tensor<4xf32> {kiln.state = "fp8_amax_history.input.q"}, %[[HW:[^:]+]]: tensor<4xf32> {kiln.state = "fp8_amax_history.weight.q"}, %[[HG:[^:]+]]: tensor<4xf32> {kiln.state = "fp8_amax_history.grad_output.q"})
@@ -103,6 +103,37 @@ module attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len
     %y = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<fp8>} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
     %r = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<fp8>, kiln.recomputed} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
     %dw = kiln.linear_grad_weight wq %dy, %x param("q") : tensor<16x32xbf16>, tensor<16x64xbf16> -> tensor<32x64xbf16>
+    return %y, %r, %dw : tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<32x64xbf16>
+  }
+}
+
+// -----
+
+// Full activation checkpointing: the recomputed linear quantizes its own
+// (recomputed) input, and the backward's grad-weight GEMM multiplies those
+// codes, transposed right where they are made; the forward's codes serve
+// the forward GEMM only, so nothing FP8 lives from forward to backward.
+// CHECK-LABEL: func.func @recomputed(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<16x64xbf16>, %[[W:[^:]+]]: tensor<32x64xbf16>, %[[DY:[^:]+]]: tensor<16x32xbf16>
+// CHECK: %[[S:.+]] = kiln.silu %[[X]] :
+// CHECK-NEXT: %[[AS:.+]] = kiln.amax %[[S]]
+// CHECK-NEXT: %[[XQ:.+]], %[[XS:.+]] = kiln.quantize %[[S]], %[[AS]]
+// CHECK-NOT: kiln.transpose
+// CHECK: kiln.scaled_matmul "output" wq %[[XQ]], %[[XS]]
+// CHECK-NEXT: %[[R:.+]] = kiln.silu %[[X]] {kiln.recomputed}
+// CHECK-NEXT: %[[AR:.+]] = kiln.amax %[[R]]
+// CHECK-NEXT: %[[RQ:.+]], %[[RS:.+]] = kiln.quantize %[[R]], %[[AR]]
+// CHECK-NEXT: %[[RT:.+]] = kiln.transpose %[[RQ]] [1, 0] : tensor<16x64xf8E4M3FN> -> tensor<64x16xf8E4M3FN>
+// CHECK: kiln.scaled_matmul "output" wq %[[RQ]], %[[RS]]
+// CHECK: kiln.scaled_matmul "grad_weight" wq %{{.+}}, %{{.+}}, %[[RT]], %[[RS]]
+module attributes {kiln.float8 = #kiln.float8<recipe = tensorwise>} {
+  func.func @recomputed(%x: tensor<16x64xbf16>, %w: tensor<32x64xbf16>, %dy: tensor<16x32xbf16>)
+      -> (tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<32x64xbf16>) {
+    %s = kiln.silu %x : tensor<16x64xbf16>
+    %y = kiln.linear wq %s, %w param("q") {fp8 = #kiln.fp8_choice<fp8>} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
+    %s2 = kiln.silu %x {kiln.recomputed} : tensor<16x64xbf16>
+    %r = kiln.linear wq %s2, %w param("q") {fp8 = #kiln.fp8_choice<fp8>, kiln.recomputed} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
+    %dw = kiln.linear_grad_weight wq %dy, %s2 param("q") : tensor<16x32xbf16>, tensor<16x64xbf16> -> tensor<32x64xbf16>
     return %y, %r, %dw : tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<32x64xbf16>
   }
 }

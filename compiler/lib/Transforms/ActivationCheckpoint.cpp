@@ -8,7 +8,9 @@
 // its point: a producer's point is never after its readers', so clones
 // come out in a valid order. (3) Point the backward readers at the clones.
 // Values from another block (the block's input) and parameters are read as
-// saved.
+// saved. Tensor parallel's all-gathers (and, under `full`, reduce-scatters)
+// inside a block are recomputed like pure ops: a sequence-parallel
+// all-gather's result is tp times the saved input.
 //
 //===----------------------------------------------------------------------===//
 
@@ -60,11 +62,31 @@ private:
   /// recomputed rather than kept.
   bool recomputable(Operation *op) const {
     if (!op || op->getBlock() != &block || !forward.contains(op) ||
-        blockOf(op) < 0 || !isPure(op) || op->getNumRegions() != 0)
+        blockOf(op) < 0 || op->getNumRegions() != 0)
+      return false;
+    if (!isPure(op) && !recomputableCollective(op))
       return false;
     if (selective && isa<LinearOp, AttentionOp>(op))
       return false;
     return true;
+  }
+  /// Tensor parallel's collectives inside a block: every rank of a tp
+  /// group runs the same program, so a clone is one more collective they
+  /// all issue in the same order, and a sequence-parallel all-gather's
+  /// result (tp times the block's sharded input) need not be kept. A
+  /// reduce-scatter is recomputed by `full` only: `selective` keeps the
+  /// GEMM result it reads, so recomputing it would save nothing and cost a
+  /// collective (TorchTitan's selective policy keeps it too). A wait is
+  /// recomputed with its start; async TP's rings (send_recv_start) are
+  /// kept.
+  bool recomputableCollective(Operation *op) const {
+    if (auto wait = dyn_cast<WaitOp>(op))
+      return recomputable(wait.getPending().getDefiningOp());
+    if (auto gather = dyn_cast<AllGatherStartOp>(op))
+      return gather.getAxis() == MeshAxis::tp;
+    if (auto scatter = dyn_cast<ReduceScatterStartOp>(op))
+      return !selective && scatter.getAxis() == MeshAxis::tp;
+    return false;
   }
   func::FuncOp f;
   Block &block;

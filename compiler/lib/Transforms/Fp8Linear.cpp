@@ -9,11 +9,14 @@
 // goes decides what is saved between forward and backward:
 //
 // - tensorwise: right after the value's definition, with the transposed
-//   codes the backward reads; the backward multiplies the forward's codes
-//   and scales of activations (never derived again, so recomputation cannot
-//   change them). Weights are quantized from the copy each op reads: under
-//   FSDP with resharding the backward gathers the weight again and its
-//   codes are made from that copy (the same bits), so no full weight is
+//   codes the backward reads; the backward multiplies the codes and scales
+//   of the last forward copy of the activation: the forward's, or under
+//   full activation checkpointing the recomputed one's (the same bits, so
+//   the same amax and codes; the delayed recipe scales both from one
+//   history), so no FP8 activation is kept between forward and backward
+//   that the bf16 plan would not keep. Weights are quantized from the copy each
+//   op reads: under FSDP with resharding the backward gathers the weight again
+//   and its codes are made from that copy (the same bits), so no full weight is
 //   kept alive between forward and backward;
 // - rowwise: the forward's right after its definition too; the backward's
 //   (transposed bf16 operands quantized along the token axis) just before
@@ -458,16 +461,12 @@ LogicalResult Fp8Rewriter::run() {
     rewriteForward(d);
   for (LinearOp l : recomputed) {
     const MarkedLinear &d = *byParam.lookup(l.getParam());
-    Quantized xq;
-    if (rowwise()) {
-      // Rowwise scales are the operand's own: quantize the recomputed
-      // input as the forward did.
-      Value x = flat(l.getInput());
-      afterDefinition(x);
-      xq = quantize(x, e4m3, "");
-    } else {
-      xq = forwardInputs.lookup(d.param);
-    }
+    // The recomputed input is quantized as the forward's was, and the
+    // backward multiplies these codes: nothing FP8 is kept from the forward.
+    Value x = flat(l.getInput());
+    afterDefinition(x);
+    Quantized xq = quantize(x, e4m3, "input." + d.param);
+    forwardInputs[d.param] = xq;
     // The weight as the backward gathered it (see rewriteBackward).
     afterDefinition(l.getWeight());
     Quantized wq = quantize(l.getWeight(), e4m3, "weight." + d.param);
