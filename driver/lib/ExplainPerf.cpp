@@ -9,10 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Driver/Driver.h"
-#include "kiln/Driver/PerfModel.h"
+#include "kiln/Driver/Predict.h"
 #include "kiln/Driver/Session.h"
-#include "kiln/Frontend/ModelImporter.h"
-#include "kiln/Transforms/PipelineOrder.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
@@ -21,33 +19,6 @@
 #include <algorithm>
 
 using namespace kiln;
-
-namespace {
-
-/// TorchTitan's model FLOPs per token: 6 per non-embedding parameter, and
-/// 12 L H D S for attention's scores (get_nparams_and_flops).
-double modelFlopsPerToken(const Config &config) {
-  double params = 0;
-  for (const ParamSpec &p : modelParameters(config)) {
-    if (p.name == "model.embed_tokens.weight")
-      continue;
-    double n = 1;
-    for (int64_t d : p.shape)
-      n *= double(d);
-    params += n;
-  }
-  const ModelConfig &m = config.model;
-  return 6 * params + 12.0 * double(m.n_layers) * double(m.n_heads) *
-                          double(m.headDim()) * double(config.training.seq_len);
-}
-
-struct Prediction {
-  double step = 0, exposed = 0, compute = 0, launch = 0, bubble = 0;
-  int64_t peakBytes = 0;
-  std::map<std::string, double> byOp, byKind;
-};
-
-} // namespace
 
 int kiln::explainPerf(const ExplainCommand &command) {
   runtime::Expected<perf::Hardware> hw = perf::loadHardware(command.hardware);
@@ -58,77 +29,22 @@ int kiln::explainPerf(const ExplainCommand &command) {
   if (!eff)
     return commandError(eff.error().message());
 
-  ModelSession first;
-  if (!first.load(command.model, command.overrides, command.worldSize, 0))
-    return 1;
-  const Config &config = *first.config;
-  MeshShape mesh = config.runMesh();
-  Prediction total;
-  // Each pp position's plan; the positions' units combined by the schedule.
-  pipeline::Shape shape{mesh.pp, mesh.pp > 1 ? config.pipelineStages() : 1,
-                        config.microbatches()};
-  pipeline::Durations units;
-  units.forward.assign(shape.stages, 0);
-  units.backward.assign(shape.stages, 0);
-  double outside = 0;
-  for (int64_t p = 0; p < mesh.pp; ++p) {
-    ModelSession stage;
-    if (!stage.loadPipelinePosition(command.model, command.overrides,
-                                    command.worldSize, mesh, p))
-      return 1;
-    // The fused plan from the cache; an unfused one compiled afresh.
-    bool hit = false;
-    std::optional<runtime::Plan> plan;
-    if (command.fuse) {
-      plan = stage.cachedRuntimePlan(command.overrides, hit);
-    } else if (std::optional<std::string> text = stage.compilePlan(false)) {
-      runtime::Expected<runtime::Plan> parsed = runtime::parsePlan(*text);
-      if (!parsed)
-        return commandError("internal: the compiled plan does not load: " +
-                            parsed.error().message());
-      plan = *std::move(parsed);
-    }
-    if (!plan)
-      return 1;
-    perf::StepEstimate e = perf::estimateEntry(
-        *plan, *plan->entry("train_step"), *hw, *eff, command.cudaGraphs);
-    total.exposed = std::max(total.exposed, e.exposedCommSeconds);
-    total.compute = std::max(total.compute, e.computeSeconds);
-    total.launch = std::max(total.launch, e.launchSeconds);
-    total.peakBytes = std::max(total.peakBytes, e.peakBytes);
-    for (const auto &[op, s] : e.byOp)
-      total.byOp[op] = std::max(total.byOp[op], s);
-    for (const auto &[kind, s] : e.byKind)
-      total.byKind[kind] = std::max(total.byKind[kind], s);
-    if (mesh.pp == 1) {
-      total.step = e.stepSeconds;
-      continue;
-    }
-    outside = std::max(outside, e.outsideUnitsSeconds);
-    for (const auto &[label, s] : e.unitSeconds)
-      if (std::optional<pipeline::Unit> u = pipeline::parseUnit(label))
-        (u->backward ? units.backward : units.forward)[u->stage] +=
-            s / double(shape.microbatches);
-  }
-  if (mesh.pp > 1) {
-    std::optional<pipeline::Schedule> schedule =
-        pipeline::parseSchedule(config.parallelism.pipeline_parallel_schedule);
-    std::string error;
-    std::optional<pipeline::Timeline> t = pipeline::simulate(
-        pipeline::rankOrders(*schedule, shape), shape, units, error);
-    if (!t)
-      return commandError("internal: " + error);
-    total.step = outside + t->makespan;
-    total.bubble = t->bubble;
-  }
-
+  PredictOptions options;
+  options.cudaGraphs = command.cudaGraphs;
+  options.fuse = command.fuse;
+  std::optional<Config> loaded;
+  std::string error;
+  std::optional<StepPrediction> predicted =
+      predictStep(command.model, command.overrides, command.worldSize, *hw,
+                  *eff, options, loaded, error);
+  if (!predicted)
+    return error.empty() ? 1 : commandError(error);
+  const StepPrediction &total = *predicted;
+  const Config &config = *loaded;
+  MeshShape mesh = total.mesh;
   int64_t world = mesh.ranks();
-  double tokens =
-      double(config.training.global_batch_size) * config.training.seq_len;
-  double perGpu = tokens / total.step / double(world);
-  double modelTflops = perGpu * modelFlopsPerToken(config) / 1e12;
-  double mfu = modelTflops / hw->bf16Tflops;
-  double peakGiB = double(total.peakBytes) / double(int64_t(1) << 30);
+  double perGpu = total.tokensPerGpu, modelTflops = total.modelTflops,
+         mfu = total.mfu, peakGiB = total.peakGiB();
   std::vector<std::pair<double, std::string>> top;
   for (const auto &[op, s] : total.byOp)
     top.push_back({s, op});
@@ -144,7 +60,7 @@ int kiln::explainPerf(const ExplainCommand &command) {
     for (const auto &[kind, s] : total.byKind)
       kinds[kind] = s;
     llvm::json::Object out{
-        {"model", first.source->name},
+        {"model", config.sourceName},
         {"hardware", hw->name},
         {"efficiency", eff->name},
         {"gpus", world},
@@ -167,7 +83,7 @@ int kiln::explainPerf(const ExplainCommand &command) {
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";
     return 0;
   }
-  os << "kiln explain --perf: " << first.source->name << " on " << world
+  os << "kiln explain --perf: " << config.sourceName << " on " << world
      << " x " << hw->name << " (mesh pp " << mesh.pp << " x dp_shard "
      << mesh.dpShard << " x tp " << mesh.tp << "), efficiency " << eff->name
      << ", " << (command.cudaGraphs ? "CUDA graphs" : "eager launches") << "\n";

@@ -7,6 +7,9 @@
 #include "kiln/Runtime/Cache.h"
 #include "kiln/Runtime/Support/Files.h"
 #include "kiln/Runtime/Support/AtomicFile.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/FileSystem.h"
@@ -37,13 +40,28 @@ bool ModelSession::load(const std::string &model,
   std::string error;
   source = loadModelSource(model, error);
   if (!source) {
-    llvm::errs() << error << "\n";
+    if (quiet)
+      firstError = error;
+    else
+      llvm::errs() << error << "\n";
     return false;
   }
   sourceMgr.AddNewSourceBuffer(
       llvm::MemoryBuffer::getMemBufferCopy(source->text, source->name),
       llvm::SMLoc());
-  handler = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
+  // kiln plan compiles small modules, one per thread: MLIR's own threads
+  // would only add their start.
+  if (quiet) {
+    context.disableMultithreading();
+    context.getDiagEngine().registerHandler([this](Diagnostic &d) {
+      if (d.getSeverity() == DiagnosticSeverity::Error && firstError.empty())
+        firstError = d.str();
+      return success();
+    });
+  } else {
+    handler =
+        std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
+  }
   FailureOr<Config> parsed =
       parseConfig(&context, *source, overrides, worldSize);
   if (failed(parsed))
@@ -107,7 +125,16 @@ OwningOpRef<ModuleOp> ModelSession::compileThrough(llvm::StringRef phase,
   OwningOpRef<ModuleOp> module = importModel(&context, *config);
   if (!module || failed(verify(*module)))
     return nullptr;
-  auto none = [](unsigned, const PhaseInfo &) { return success(); };
+  // The planner's compiles need @train_step only (and @forward_loss, which
+  // every plan has): the gradients' and logits' entries go after the train
+  // phase, a third of the work.
+  auto none = [&](unsigned, const PhaseInfo &p) {
+    if (stepOnly && llvm::StringRef(p.name) == "train")
+      for (llvm::StringRef name : {kLossAndGradsFunc, kForwardLogitsFunc})
+        if (auto f = module->lookupSymbol<func::FuncOp>(name))
+          f.erase();
+    return success();
+  };
   auto configure = [](PassManager &) { return success(); };
   auto skip = [&](const PhaseInfo &p) {
     return !fuse && llvm::StringRef(p.name) == "fuse";

@@ -72,6 +72,24 @@ int explainSchedule(const ExplainCommand &command);
 /// `kiln explain --perf` (ExplainPerf.cpp).
 int explainPerf(const ExplainCommand &command);
 
+/// `kiln plan` (PlanSearch.cpp): the parallelism, schedule, activation
+/// checkpointing and FP8 recipe with the best predicted throughput that
+/// fits.
+struct PlanCommand {
+  std::string model;
+  std::vector<std::string> overrides;
+  int64_t gpus = 8;
+  std::string hardware = "h100-sxm";
+  std::string efficiency = "torchtitan-h100-2024";
+  int64_t seqLen = 0;      // 0: the model file's
+  int64_t globalBatch = 0; // 0: the model file's, at least one per GPU
+  int64_t top = 5;
+  bool exact = false; // the finalists compiled whole, not extrapolated
+  bool json = false;
+  int64_t threads = 0; // 0: one per core
+};
+int runPlan(const PlanCommand &command);
+
 struct SampleCommand {
   std::string checkpoint;   // a checkpoint, or a folder of them, or a run
   std::string prompt;

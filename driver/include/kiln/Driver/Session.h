@@ -33,6 +33,12 @@ struct ModelSession {
   std::unique_ptr<mlir::SourceMgrDiagnosticHandler> handler;
   std::optional<ModelSource> source;
   std::optional<Config> config;
+  /// Set before load(): diagnostics are not printed, and the first one is
+  /// kept here (kiln plan tries configurations that may not exist).
+  bool quiet = false;
+  std::string firstError;
+  /// Set before compiling: the plan holds train_step and eval_loss only.
+  bool stepOnly = false;
 
   /// Loads and validates; prints what went wrong and returns false if not.
   /// With the run's `worldSize`, also decides the mesh for it

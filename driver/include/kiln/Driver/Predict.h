@@ -1,0 +1,98 @@
+//===- Predict.h - A whole step's predicted time and memory -----*- C++ -*-===//
+//
+// What `kiln explain --perf` and `kiln plan` report of one configuration
+// (docs/perf-model.md): each pp position's compiled plan timed by
+// PerfModel.h (PositionCost), the positions joined by the pipeline
+// schedule's timeline (PipelineOrder.h), and the step's throughput against
+// TorchTitan's model FLOPs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DRIVER_PREDICT_H
+#define KILN_DRIVER_PREDICT_H
+
+#include "kiln/Driver/PerfModel.h"
+#include "kiln/Frontend/Config.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// One pp position's plan, timed: the pipeline units per microbatch by
+/// stage, and the rest.
+struct PositionCost {
+  /// Seconds of one microbatch's forward and backward unit, by stage.
+  std::map<int64_t, double> forward, backward;
+  /// Time outside any unit (the optimizer, the once-per-step gathers); with
+  /// pp 1, `step` is the whole step.
+  double outside = 0, step = 0;
+  double exposed = 0, compute = 0, launch = 0;
+  int64_t peakBytes = 0;
+  std::map<std::string, double> byOp, byKind;
+};
+
+/// `estimate` of a plan with `microbatches` microbatches, as a PositionCost.
+PositionCost positionCost(const perf::StepEstimate &estimate,
+                          int64_t microbatches);
+
+/// a + t (b - a), entry by entry (a key missing on one side counts as 0):
+/// a quantity that grows by the same amount with every layer, known at
+/// two layer counts, at a third. `stageT` gives each stage's own t (stages
+/// may hold different numbers of layers); `t` is for the position's
+/// totals.
+PositionCost extrapolate(const PositionCost &a, const PositionCost &b,
+                         double t, const std::map<int64_t, double> &stageT);
+
+struct StepPrediction {
+  MeshShape mesh;
+  double step = 0, exposed = 0, compute = 0, launch = 0, bubble = 0;
+  int64_t peakBytes = 0;
+  std::map<std::string, double> byOp, byKind;
+  double tokensPerGpu = 0, modelTflops = 0, mfu = 0;
+  double peakGiB() const { return double(peakBytes) / double(int64_t(1) << 30); }
+};
+
+/// The step of `config` from each of its pp positions' costs (index: the
+/// position): the largest of the positions' times and bytes, pipeline
+/// units replayed by the schedule's timeline. Nothing and `error` when the
+/// schedule cannot run.
+std::optional<StepPrediction> combine(const Config &config,
+                                      const std::vector<PositionCost> &positions,
+                                      const perf::Hardware &hw,
+                                      std::string &error);
+
+struct PredictOptions {
+  bool cudaGraphs = true;
+  bool fuse = true;     // false: the plan without the fuse phase
+  bool useCache = true; // the on-disk plan cache (explain), or not (plan)
+  bool quiet = false;   // a configuration's error into `error`, not stderr
+  bool stepOnly = false; // compile train_step (and eval_loss) only
+};
+
+/// The costs of pp positions `positions` (empty: all) of `model` with `overrides` on
+/// `worldSize` ranks (`config`: the loaded configuration). Nothing after
+/// printing (or, quiet, putting into `error`) what went wrong.
+std::optional<std::vector<PositionCost>>
+positionCosts(const std::string &model, const std::vector<std::string> &overrides,
+              int64_t worldSize, const std::vector<int64_t> &positions,
+              const perf::Hardware &hw, const perf::Efficiency &eff,
+              const PredictOptions &options, std::optional<Config> &config,
+              std::string &error);
+
+/// Every position compiled and combined: `kiln explain --perf`'s figures.
+std::optional<StepPrediction>
+predictStep(const std::string &model, const std::vector<std::string> &overrides,
+            int64_t worldSize, const perf::Hardware &hw,
+            const perf::Efficiency &eff, const PredictOptions &options,
+            std::optional<Config> &config, std::string &error);
+
+/// TorchTitan's model FLOPs per token (get_nparams_and_flops): 6 per
+/// non-embedding parameter, and 12 L H D S for attention's scores.
+double modelFlopsPerToken(const Config &config);
+
+} // namespace kiln
+
+#endif // KILN_DRIVER_PREDICT_H

@@ -1,0 +1,597 @@
+//===- PlanSearch.cpp - `kiln plan` ---------------------------------------===//
+//
+// The parallelism a run should use (issue #19, docs/perf-model.md, "The
+// planner"): every mesh dp_shard x tp x pp of the GPUs, pipeline schedule
+// and microbatch size, activation checkpointing mode and FP8 recipe (with
+// or without the FP8 all-gather) that Kiln can compile, each predicted as
+// `kiln explain --perf` predicts it; those that do not fit are dropped and
+// the rest ranked by tokens/s per GPU.
+//
+// Each configuration is compiled with 2 and with 3 layers per stage (the
+// first, a middle and the last pp position only, with as many microbatches
+// as pp ranks), and the step is extrapolated to the model's layers and
+// microbatches: every layer adds the same ops (the same shapes, the same
+// collectives), and every microbatch's unit is a clone of the first.
+// docs/perf-model.md gives the measured agreement with whole compiles;
+// --exact compiles the finalists whole and ranks them by those figures.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Driver/Driver.h"
+#include "kiln/Driver/Predict.h"
+#include "kiln/Driver/Session.h"
+#include "kiln/Frontend/ModelImporter.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+using namespace kiln;
+
+namespace {
+
+struct Candidate {
+  int64_t order = 0; // in the search, for ties
+  int64_t dp = 1, tp = 1, pp = 1, microbatch = 1;
+  std::string schedule; // pp > 1
+  std::string ac = "none";
+  std::string fp8; // empty: bf16
+  bool fp8AllGather = false;
+
+  int64_t stages() const {
+    return schedule == "Interleaved1F1B" ? 2 * pp : pp;
+  }
+  std::string meshText() const {
+    return std::to_string(dp) + " x " + std::to_string(tp) + " x " +
+           std::to_string(pp);
+  }
+  std::string scheduleText() const {
+    return pp == 1 ? "-"
+                   : schedule + " (mb " + std::to_string(microbatch) + ")";
+  }
+  std::string fp8Text() const {
+    return fp8.empty() ? "bf16" : fp8 + (fp8AllGather ? " + FP8 AG" : "");
+  }
+};
+
+struct Evaluated {
+  Candidate c;
+  StepPrediction p;
+  bool exact = false;
+  std::vector<std::string> overrides;
+  /// With --exact, what the extrapolation had predicted.
+  std::optional<StepPrediction> extrapolated;
+};
+
+/// TorchTitan's split points for `layers` over `stages`: the layers that do
+/// not divide evenly go to the middle stages first (the first holds the
+/// embedding, the last the output projection and the loss).
+std::vector<int64_t> stageSizes(int64_t layers, int64_t stages) {
+  std::vector<int64_t> sizes(stages, layers / stages);
+  int64_t extra = layers % stages;
+  for (int64_t s = 1; s + 1 < stages && extra > 0; ++s, --extra)
+    ++sizes[s];
+  for (int64_t s = 0; extra > 0; s = stages - 1, --extra)
+    ++sizes[s];
+  return sizes;
+}
+
+/// The keys the planner sets: the candidate's, on top of the user's, at
+/// `layers` layers and `batch` sequences per step.
+std::vector<std::string> overridesOf(const Candidate &c,
+                                     const std::vector<std::string> &base,
+                                     int64_t layers, int64_t batch,
+                                     int64_t seq) {
+  std::vector<std::string> o = base;
+  auto set = [&](const std::string &key, const std::string &value) {
+    o.push_back(key + "=" + value);
+  };
+  set("model.n_layers", std::to_string(layers));
+  set("training.global_batch_size", std::to_string(batch));
+  set("training.seq_len", std::to_string(seq));
+  set("parallelism.tensor_parallel_degree", std::to_string(c.tp));
+  set("parallelism.pipeline_parallel_degree", std::to_string(c.pp));
+  if (c.pp > 1) {
+    set("parallelism.pipeline_parallel_schedule", "\"" + c.schedule + "\"");
+    set("parallelism.pipeline_parallel_microbatch_size",
+        std::to_string(c.microbatch));
+    if (layers % c.stages() != 0) {
+      std::string points = "[";
+      int64_t start = 0;
+      std::vector<int64_t> sizes = stageSizes(layers, c.stages());
+      for (size_t s = 0; s + 1 < sizes.size(); ++s) {
+        start += sizes[s];
+        points += (s ? ", " : "") + std::string("\"layers.") +
+                  std::to_string(start) + "\"";
+      }
+      set("parallelism.pipeline_parallel_split_points", points + "]");
+    }
+  }
+  set("activation_checkpoint.mode", "\"" + c.ac + "\"");
+  set("float8.enable", c.fp8.empty() ? "false" : "true");
+  if (!c.fp8.empty()) {
+    set("float8.recipe", "\"" + c.fp8 + "\"");
+    set("float8.enable_fsdp_float8_all_gather",
+        c.fp8AllGather ? "true" : "false");
+  }
+  return o;
+}
+
+class Planner {
+public:
+  Planner(const PlanCommand &command, const perf::Hardware &hw,
+          const perf::Efficiency &eff, int64_t layers, int64_t batch,
+          int64_t seq)
+      : command(command), hw(hw), eff(eff), layers(layers), batch(batch),
+        seq(seq) {
+    options.useCache = false;
+    options.quiet = true;
+    options.stepOnly = true;
+  }
+
+  /// The candidate's predicted step, extrapolated from small compiles (or
+  /// compiled whole when the model is that small, or `exact`); nothing
+  /// and `error` when Kiln cannot compile it.
+  std::optional<Evaluated> evaluate(const Candidate &c, bool exact,
+                                    std::string &error);
+  int64_t compiles = 0;
+
+private:
+  std::optional<StepPrediction> extrapolated(const Candidate &c,
+                                             const Config &config,
+                                             std::string &error);
+
+  const PlanCommand &command;
+  const perf::Hardware &hw;
+  const perf::Efficiency &eff;
+  int64_t layers, batch, seq;
+  PredictOptions options;
+};
+
+std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
+                                           std::string &error) {
+  Evaluated out{c, {}, false, {}, std::nullopt};
+  out.overrides = overridesOf(c, command.overrides, layers, batch, seq);
+  ModelSession session;
+  session.quiet = true;
+  if (!session.load(command.model, out.overrides, command.gpus)) {
+    error = session.firstError;
+    return std::nullopt;
+  }
+  const Config &config = *session.config;
+  std::optional<StepPrediction> p;
+  if (exact || layers <= 3 * c.stages()) {
+    std::optional<Config> loaded;
+    compiles += c.pp;
+    p = predictStep(command.model, out.overrides, command.gpus, hw, eff,
+                    options, loaded, error);
+    out.exact = true;
+  } else {
+    p = extrapolated(c, config, error);
+  }
+  if (!p)
+    return std::nullopt;
+  out.p = *p;
+  return out;
+}
+
+std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
+                                                    const Config &config,
+                                                    std::string &error) {
+  int64_t stages = c.stages(), perRank = stages / c.pp;
+  // The probes: 2 and 3 layers per stage, pp microbatches (or fewer).
+  int64_t microbatches = config.microbatches();
+  int64_t probeBatch =
+      c.pp > 1 ? c.dp * c.microbatch * std::min(microbatches, c.pp) : batch;
+  std::vector<int64_t> positions = {0};
+  if (c.pp > 2)
+    positions.push_back(1);
+  if (c.pp > 1)
+    positions.push_back(c.pp - 1);
+  std::vector<PositionCost> probe[2];
+  for (int k = 0; k < 2; ++k) {
+    std::optional<Config> loaded;
+    compiles += positions.size();
+    std::optional<std::vector<PositionCost>> costs = positionCosts(
+        command.model,
+        overridesOf(c, command.overrides, (k + 2) * stages, probeBatch, seq),
+        command.gpus, positions, hw, eff, options, loaded, error);
+    if (!costs)
+      return std::nullopt;
+    probe[k] = *std::move(costs);
+  }
+  // Each position from the probe position of its kind (the first, a middle
+  // one, the last), its stages' units shifted to its own.
+  std::vector<PositionCost> all;
+  for (int64_t p = 0; p < c.pp; ++p) {
+    int64_t from = p == 0 ? 0 : (p == c.pp - 1 ? c.pp - 1 : 1);
+    size_t index = std::find(positions.begin(), positions.end(), from) -
+                   positions.begin();
+    std::map<int64_t, double> stageT;
+    int64_t held = c.pp == 1 ? layers : 0;
+    for (int64_t s = p; c.pp > 1 && s < stages; s += c.pp) {
+      auto [first, last] = config.stageLayers(s);
+      held += last - first;
+      stageT[s - p + from] = double(last - first - 2);
+    }
+    double t = double(held - 2 * perRank) / double(perRank);
+    PositionCost e = extrapolate(probe[0][index], probe[1][index], t, stageT);
+    PositionCost shifted = e;
+    shifted.forward.clear();
+    shifted.backward.clear();
+    for (const auto &[s, v] : e.forward)
+      shifted.forward[s - from + p] = v;
+    for (const auto &[s, v] : e.backward)
+      shifted.backward[s - from + p] = v;
+    all.push_back(std::move(shifted));
+  }
+  return combine(config, all, hw, error);
+}
+
+/// The deepest pipeline searched. Every configuration of `gpus` GPUs the
+/// planner tries: tp inside a node, pp up to kMaxPipeline with at least as
+/// many microbatches as pp ranks (fewer leave each rank idle most of the
+/// step) and 2 layers a stage, in an order where a mode of activation
+/// checkpointing comes before those that recompute more (the dominance
+/// rule, runPlan).
+constexpr int64_t kMaxPipeline = 8;
+std::vector<Candidate> candidates(const PlanCommand &command,
+                                  const perf::Hardware &hw, int64_t layers,
+                                  int64_t batch) {
+  std::vector<Candidate> out;
+  int64_t n = command.gpus;
+  for (int64_t tp = 1; tp <= std::min(n, hw.gpusPerNode); tp *= 2) {
+    for (int64_t pp = 1; tp * pp <= n && pp <= kMaxPipeline; pp *= 2) {
+      if (n % (tp * pp))
+        continue;
+      int64_t dp = n / (tp * pp);
+      if (batch % dp)
+        continue;
+      int64_t local = batch / dp;
+      std::vector<std::pair<std::string, int64_t>> schedules;
+      if (pp == 1)
+        schedules.push_back({"", 1});
+      else
+        for (const char *s : {"1F1B", "Interleaved1F1B"})
+          for (int64_t mb : {1, 2})
+            if (local % mb == 0 && local / mb >= pp &&
+                (std::string(s) == "1F1B" ? pp : 2 * pp) * 2 <= layers)
+              schedules.push_back({s, mb});
+      for (const auto &[schedule, mb] : schedules) {
+        std::vector<std::pair<std::string, bool>> recipes = {{"", false},
+                                                             {"tensorwise", false}};
+        if (dp > 1)
+          recipes.push_back({"tensorwise", true});
+        if (tp == 1)
+          recipes.push_back({"rowwise", false});
+        for (const auto &[fp8, ag] : recipes)
+          for (const char *ac : {"none", "selective", "full"}) {
+            Candidate c;
+            c.dp = dp;
+            c.tp = tp;
+            c.pp = pp;
+            c.microbatch = mb;
+            c.schedule = schedule;
+            c.fp8 = fp8;
+            c.fp8AllGather = ag;
+            c.ac = ac;
+            c.order = static_cast<int64_t>(out.size());
+            out.push_back(c);
+          }
+      }
+    }
+  }
+  return out;
+}
+
+/// What a part of the search found.
+struct Search {
+  std::vector<Evaluated> fit;
+  /// why -> how many, and the first configuration it happened to.
+  std::map<std::string, std::pair<int64_t, std::string>> invalid;
+  int64_t tried = 0, evaluated = 0, tooBig = 0, dominated = 0, compiles = 0;
+  std::optional<Evaluated> smallest; // of those that do not fit
+
+  /// One group's candidates in order, each skipped where a lighter mode
+  /// (or a smaller microbatch) of the group already fits.
+  void group(Planner &planner, const std::vector<Candidate> &candidates,
+             double hbmGiB, bool largerMicrobatches);
+  void merge(Search &&other);
+};
+
+std::string firstLine(const std::string &text);
+
+void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
+                   double hbmGiB, bool largerMicrobatches) {
+  auto modeIndex = [](const std::string &ac) {
+    return ac == "none" ? 0 : ac == "selective" ? 1 : 2;
+  };
+  std::vector<std::pair<int, int64_t>> fits; // (mode, microbatch)
+  for (const Candidate &c : candidates) {
+    ++tried;
+    if (llvm::any_of(fits, [&](const auto &f) {
+          return f.first <= modeIndex(c.ac) &&
+                 (f.second == c.microbatch ||
+                  (!largerMicrobatches && f.second < c.microbatch));
+        })) {
+      ++dominated;
+      continue;
+    }
+    std::string error;
+    std::optional<Evaluated> e = planner.evaluate(c, false, error);
+    if (!e) {
+      auto &[count, example] = invalid[firstLine(error)];
+      if (!count++)
+        example = c.meshText() + ", " + c.scheduleText() + ", " + c.ac +
+                  ", " + c.fp8Text();
+      continue;
+    }
+    ++evaluated;
+    if (e->p.peakGiB() > hbmGiB) {
+      ++tooBig;
+      if (!smallest || e->p.peakBytes < smallest->p.peakBytes)
+        smallest = e;
+      continue;
+    }
+    fits.push_back({modeIndex(c.ac), c.microbatch});
+    fit.push_back(*std::move(e));
+  }
+}
+
+void Search::merge(Search &&other) {
+  for (Evaluated &e : other.fit)
+    fit.push_back(std::move(e));
+  for (const auto &[why, seen] : other.invalid) {
+    auto &[count, example] = invalid[why];
+    if (!count)
+      example = seen.second;
+    count += seen.first;
+  }
+  tried += other.tried;
+  evaluated += other.evaluated;
+  tooBig += other.tooBig;
+  dominated += other.dominated;
+  compiles += other.compiles;
+  if (other.smallest &&
+      (!smallest || other.smallest->p.peakBytes < smallest->p.peakBytes))
+    smallest = std::move(other.smallest);
+}
+
+std::string firstLine(const std::string &text) {
+  std::string line = text.substr(0, text.find('\n'));
+  // A diagnostic's location (the override it came from) is noise here.
+  if (size_t at = line.find(": error: "); at != std::string::npos)
+    line = line.substr(at + 9);
+  return line;
+}
+
+} // namespace
+
+int kiln::runPlan(const PlanCommand &command) {
+  auto started = std::chrono::steady_clock::now();
+  runtime::Expected<perf::Hardware> hw = perf::loadHardware(command.hardware);
+  if (!hw)
+    return commandError(hw.error().message());
+  runtime::Expected<perf::Efficiency> eff =
+      perf::loadEfficiency(command.efficiency);
+  if (!eff)
+    return commandError(eff.error().message());
+  ModelSession base;
+  if (!base.load(command.model, command.overrides))
+    return 1;
+  int64_t layers = base.config->model.n_layers;
+  int64_t seq = command.seqLen ? command.seqLen : base.config->training.seq_len;
+  // At least one sequence per GPU by default (local batch 1 under FSDP).
+  int64_t batch = command.globalBatch
+                      ? command.globalBatch
+                      : std::max(base.config->training.global_batch_size,
+                                 command.gpus);
+
+  // A bound no search can beat: the f32 weights and AdamW's two moments (12
+  // bytes a parameter) are split over the GPUs at best, and every rank
+  // holds the profile's reserve besides.
+  double parameters = 0;
+  for (const ParamSpec &p : modelParameters(*base.config)) {
+    double n = 1;
+    for (int64_t d : p.shape)
+      n *= double(d);
+    parameters += n;
+  }
+  double floorGiB = 12 * parameters / double(command.gpus) /
+                        double(int64_t(1) << 30) +
+                    eff->reservedGiB;
+  if (floorGiB > hw->hbmGiB)
+    return commandError(
+        "no configuration of " + base.config->sourceName + " on " +
+        std::to_string(command.gpus) + " x " + hw->name + " fits in " +
+        llvm::formatv("{0:F1}", hw->hbmGiB).str() +
+        " GiB: the f32 weights and AdamW's moments alone need " +
+        llvm::formatv("{0:F1}", floorGiB).str() +
+        " GiB per GPU (with the profile's reserve) however they are "
+        "split; more GPUs need less");
+
+  // Dominance: recomputing more adds work and saves only memory, so a
+  // checkpointing mode is not tried where a lighter one fits; nor is a
+  // microbatch of 2 sequences where one of 1 fits, unless a sequence is
+  // shorter than the profile's largest GEMM class (fewer, larger
+  // microbatches only enlarge the bubble and what each holds otherwise).
+  // Candidates that differ only in those two are a group, tried in order;
+  // the groups are independent, and each worker thread takes the next.
+  bool largerMicrobatches =
+      !eff->gemm.empty() && seq < eff->gemm.back().minDim;
+  std::vector<std::vector<Candidate>> groups;
+  std::map<std::string, size_t> groupOf;
+  for (const Candidate &c : candidates(command, *hw, layers, batch)) {
+    std::string key = c.meshText() + c.schedule + c.fp8Text();
+    auto [it, fresh] = groupOf.try_emplace(key, groups.size());
+    if (fresh)
+      groups.emplace_back();
+    groups[it->second].push_back(c);
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&](Search &out) {
+    Planner planner(command, *hw, *eff, layers, batch, seq);
+    for (size_t g; (g = next++) < groups.size();)
+      out.group(planner, groups[g], hw->hbmGiB, largerMicrobatches);
+    out.compiles += planner.compiles;
+  };
+  int64_t threads = command.threads
+                        ? command.threads
+                        : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<Search> parts(threads);
+  std::vector<std::thread> workers;
+  for (int64_t t = 1; t < threads; ++t)
+    workers.emplace_back(work, std::ref(parts[t]));
+  work(parts[0]);
+  for (std::thread &w : workers)
+    w.join();
+  Search all;
+  for (Search &part : parts)
+    all.merge(std::move(part));
+  std::vector<Evaluated> &fit = all.fit;
+  const auto &invalid = all.invalid;
+  int64_t tried = all.tried, evaluated = all.evaluated, tooBig = all.tooBig,
+          dominated = all.dominated;
+  std::optional<Evaluated> &smallest = all.smallest;
+  Planner planner(command, *hw, *eff, layers, batch, seq);
+  auto faster = [](const Evaluated &a, const Evaluated &b) {
+    if (a.p.tokensPerGpu != b.p.tokensPerGpu)
+      return a.p.tokensPerGpu > b.p.tokensPerGpu;
+    return a.c.order < b.c.order;
+  };
+  std::sort(fit.begin(), fit.end(), faster);
+  if (command.exact) {
+    // The finalists (twice as many as shown) compiled whole.
+    std::vector<Evaluated> whole;
+    for (size_t i = 0; i < fit.size() && i < size_t(2 * command.top); ++i) {
+      std::string error;
+      std::optional<Evaluated> e = planner.evaluate(fit[i].c, true, error);
+      if (!e || e->p.peakGiB() > hw->hbmGiB)
+        continue;
+      if (!fit[i].exact)
+        e->extrapolated = fit[i].p;
+      whole.push_back(*std::move(e));
+    }
+    std::sort(whole.begin(), whole.end(), faster);
+    fit = std::move(whole);
+  }
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - started)
+                       .count();
+  if (fit.empty()) {
+    std::string why =
+        smallest ? "the smallest predicted peak is " +
+                       llvm::formatv("{0:F1}", smallest->p.peakGiB()).str() +
+                       " GiB per GPU (dp_shard x tp x pp " +
+                       smallest->c.meshText() + ", " + smallest->c.ac +
+                       " activation checkpointing, " + smallest->c.fp8Text() +
+                       ")"
+                 : "Kiln cannot compile any configuration of it";
+    return commandError(
+        "no configuration of " + base.config->sourceName + " on " +
+        std::to_string(command.gpus) + " x " + hw->name + " fits in " +
+        llvm::formatv("{0:F1}", hw->hbmGiB).str() + " GiB: " + why +
+        "; more GPUs, a smaller global batch or a shorter sequence need less");
+  }
+  fit.resize(std::min<size_t>(fit.size(), command.top));
+
+  llvm::raw_ostream &os = llvm::outs();
+  if (command.json) {
+    llvm::json::Array top;
+    for (const Evaluated &e : fit) {
+      llvm::json::Object row{
+          {"mesh", llvm::json::Object{{"pp", e.c.pp},
+                                      {"dp_shard", e.c.dp},
+                                      {"tp", e.c.tp}}},
+          {"schedule", e.c.schedule},
+          {"microbatch_size", e.c.microbatch},
+          {"activation_checkpoint", e.c.ac},
+          {"float8", e.c.fp8},
+          {"fp8_all_gather", e.c.fp8AllGather},
+          {"step_time_s", e.p.step},
+          {"tokens_per_s_per_gpu", e.p.tokensPerGpu},
+          {"mfu", e.p.mfu},
+          {"peak_memory_gib", e.p.peakGiB()},
+          {"exposed_comm_s", e.p.exposed},
+          {"bubble", e.p.bubble},
+          {"exact", e.exact},
+          {"overrides", llvm::json::Array(e.overrides)}};
+      if (e.extrapolated)
+        row["extrapolated"] = llvm::json::Object{
+            {"step_time_s", e.extrapolated->step},
+            {"peak_memory_gib", e.extrapolated->peakGiB()}};
+      top.push_back(std::move(row));
+    }
+    llvm::json::Object rejected;
+    for (const auto &[why, seen] : invalid)
+      rejected[why] = llvm::json::Object{{"count", seen.first},
+                                         {"first", seen.second}};
+    llvm::json::Object out{{"model", base.config->sourceName},
+                           {"hardware", hw->name},
+                           {"hbm_gib", hw->hbmGiB},
+                           {"gpus", command.gpus},
+                           {"global_batch_size", batch},
+                           {"seq_len", seq},
+                           {"configurations", tried},
+                           {"evaluated", evaluated},
+                           {"do_not_fit", tooBig},
+                           {"dominated", dominated},
+                           {"not_compilable", std::move(rejected)},
+                           {"compiles", all.compiles + planner.compiles},
+                           {"seconds", seconds},
+                           {"top", std::move(top)}};
+    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";
+    return 0;
+  }
+  int64_t notCompilable = 0;
+  for (const auto &[why, seen] : invalid)
+    notCompilable += seen.first;
+  os << "kiln plan: " << base.config->sourceName << " on " << command.gpus
+     << " x " << hw->name << ", global batch " << batch << " x seq " << seq
+     << ", efficiency " << eff->name << "\n";
+  os << llvm::format("searched %lld configurations in %.1f s (%lld compiles): "
+                     "%lld predicted, %lld do not fit in %.1f GiB, %lld "
+                     "skipped (a lighter one fits), %lld not "
+                     "compilable\n",
+                     (long long)tried, seconds,
+                     (long long)(all.compiles + planner.compiles),
+                     (long long)evaluated, (long long)tooBig, hw->hbmGiB,
+                     (long long)dominated, (long long)notCompilable);
+  for (const auto &[why, seen] : invalid)
+    os << "  not compilable (" << seen.first << ", the first " << seen.second
+       << "): " << why << "\n";
+  os << "  #  dp_shard x tp x pp  schedule                 AC         FP8     "
+        "            tokens/s/GPU   MFU  peak GiB  exposed s  bubble\n";
+  for (size_t i = 0; i < fit.size(); ++i) {
+    const Evaluated &e = fit[i];
+    os << llvm::format("%3zu  %-19s %-24s %-10s %-20s %12.1f %5.1f%% %9.1f "
+                       "%10.3f %6.1f%%%s\n",
+                       i + 1, e.c.meshText().c_str(),
+                       e.c.scheduleText().c_str(), e.c.ac.c_str(),
+                       e.c.fp8Text().c_str(), e.p.tokensPerGpu, 100 * e.p.mfu,
+                       e.p.peakGiB(), e.p.exposed, 100 * e.p.bubble,
+                       e.exact ? "" : "  (extrapolated)");
+    os << llvm::format("     why: %.1f GiB of HBM to spare; communication "
+                       "exposed %.1f%% of the step; ",
+                       hw->hbmGiB - e.p.peakGiB(),
+                       100 * e.p.exposed / e.p.step);
+    if (e.c.pp > 1)
+      os << llvm::format("pipeline bubble %.1f%%", 100 * e.p.bubble);
+    else
+      os << "no pipeline bubble";
+    if (i > 0)
+      os << llvm::format("; %.1f%% below #1",
+                         100 * (1 - e.p.tokensPerGpu / fit[0].p.tokensPerGpu));
+    os << "\n";
+  }
+  os << "#1 as flags: --gpus " << command.gpus;
+  for (size_t i = command.overrides.size(); i < fit[0].overrides.size(); ++i)
+    os << " --set '" << fit[0].overrides[i] << "'";
+  os << "\n";
+  return 0;
+}

@@ -1,0 +1,205 @@
+//===- Predict.cpp - A whole step's predicted time and memory -------------===//
+
+#include "kiln/Driver/Predict.h"
+#include "kiln/Driver/Session.h"
+#include "kiln/Frontend/ModelImporter.h"
+#include "kiln/Transforms/PipelineOrder.h"
+
+#include <algorithm>
+#include <functional>
+
+using namespace kiln;
+
+PositionCost kiln::positionCost(const perf::StepEstimate &e,
+                                int64_t microbatches) {
+  PositionCost c;
+  c.outside = e.outsideUnitsSeconds;
+  c.step = e.stepSeconds;
+  c.exposed = e.exposedCommSeconds;
+  c.compute = e.computeSeconds;
+  c.launch = e.launchSeconds;
+  c.peakBytes = e.peakBytes;
+  c.byOp = e.byOp;
+  c.byKind = e.byKind;
+  for (const auto &[label, s] : e.unitSeconds)
+    if (std::optional<pipeline::Unit> u = pipeline::parseUnit(label))
+      (u->backward ? c.backward : c.forward)[u->stage] +=
+          s / double(microbatches);
+  return c;
+}
+
+namespace {
+using Entries = std::map<int64_t, double>;
+
+double lerp(double a, double b, double t) { return a + t * (b - a); }
+
+template <typename K>
+std::map<K, double> lerpMap(const std::map<K, double> &a,
+                            const std::map<K, double> &b,
+                            const std::function<double(const K &)> &t) {
+  std::map<K, double> out;
+  for (const auto &[k, v] : a)
+    out[k] = lerp(v, b.count(k) ? b.at(k) : 0, t(k));
+  for (const auto &[k, v] : b)
+    if (!a.count(k))
+      out[k] = lerp(0, v, t(k));
+  return out;
+}
+} // namespace
+
+PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
+                               double t, const Entries &stageT) {
+  PositionCost c;
+  auto perStage = [&](const int64_t &s) {
+    auto it = stageT.find(s);
+    return it == stageT.end() ? t : it->second;
+  };
+  auto whole = [&](const std::string &) { return t; };
+  c.forward = lerpMap<int64_t>(a.forward, b.forward, perStage);
+  c.backward = lerpMap<int64_t>(a.backward, b.backward, perStage);
+  c.outside = lerp(a.outside, b.outside, t);
+  c.step = lerp(a.step, b.step, t);
+  c.exposed = lerp(a.exposed, b.exposed, t);
+  c.compute = lerp(a.compute, b.compute, t);
+  c.launch = lerp(a.launch, b.launch, t);
+  c.peakBytes = static_cast<int64_t>(
+      lerp(double(a.peakBytes), double(b.peakBytes), t) + 0.5);
+  c.byOp = lerpMap<std::string>(a.byOp, b.byOp, whole);
+  c.byKind = lerpMap<std::string>(a.byKind, b.byKind, whole);
+  return c;
+}
+
+double kiln::modelFlopsPerToken(const Config &config) {
+  double params = 0;
+  for (const ParamSpec &p : modelParameters(config)) {
+    if (p.name == "model.embed_tokens.weight")
+      continue;
+    double n = 1;
+    for (int64_t d : p.shape)
+      n *= double(d);
+    params += n;
+  }
+  const ModelConfig &m = config.model;
+  return 6 * params + 12.0 * double(m.n_layers) * double(m.n_heads) *
+                          double(m.headDim()) * double(config.training.seq_len);
+}
+
+std::optional<StepPrediction>
+kiln::combine(const Config &config, const std::vector<PositionCost> &positions,
+              const perf::Hardware &hw, std::string &error) {
+  MeshShape mesh = config.runMesh();
+  StepPrediction total;
+  total.mesh = mesh;
+  pipeline::Shape shape{mesh.pp, mesh.pp > 1 ? config.pipelineStages() : 1,
+                        config.microbatches()};
+  pipeline::Durations units;
+  units.forward.assign(shape.stages, 0);
+  units.backward.assign(shape.stages, 0);
+  double outside = 0;
+  for (const PositionCost &c : positions) {
+    total.exposed = std::max(total.exposed, c.exposed);
+    total.compute = std::max(total.compute, c.compute);
+    total.launch = std::max(total.launch, c.launch);
+    total.peakBytes = std::max(total.peakBytes, c.peakBytes);
+    for (const auto &[op, s] : c.byOp)
+      total.byOp[op] = std::max(total.byOp[op], s);
+    for (const auto &[kind, s] : c.byKind)
+      total.byKind[kind] = std::max(total.byKind[kind], s);
+    outside = std::max(outside, c.outside);
+    total.step = std::max(total.step, c.step);
+    for (const auto &[stage, s] : c.forward)
+      if (stage >= 0 && stage < shape.stages)
+        units.forward[stage] += s;
+    for (const auto &[stage, s] : c.backward)
+      if (stage >= 0 && stage < shape.stages)
+        units.backward[stage] += s;
+  }
+  if (mesh.pp > 1) {
+    std::optional<pipeline::Schedule> schedule =
+        pipeline::parseSchedule(config.parallelism.pipeline_parallel_schedule);
+    if (!schedule) {
+      error = "unknown pipeline schedule '" +
+              config.parallelism.pipeline_parallel_schedule + "'";
+      return std::nullopt;
+    }
+    std::optional<pipeline::Timeline> t = pipeline::simulate(
+        pipeline::rankOrders(*schedule, shape), shape, units, error);
+    if (!t)
+      return std::nullopt;
+    total.step = outside + t->makespan;
+    total.bubble = t->bubble;
+  }
+  double tokens =
+      double(config.training.global_batch_size) * config.training.seq_len;
+  total.tokensPerGpu = tokens / total.step / double(mesh.ranks());
+  total.modelTflops = total.tokensPerGpu * modelFlopsPerToken(config) / 1e12;
+  total.mfu = total.modelTflops / hw.bf16Tflops;
+  return total;
+}
+
+std::optional<std::vector<PositionCost>>
+kiln::positionCosts(const std::string &model,
+                    const std::vector<std::string> &overrides,
+                    int64_t worldSize, const std::vector<int64_t> &positions,
+                    const perf::Hardware &hw, const perf::Efficiency &eff,
+                    const PredictOptions &options,
+                    std::optional<Config> &config, std::string &error) {
+  std::vector<PositionCost> out;
+  ModelSession whole;
+  whole.quiet = options.quiet;
+  if (!whole.load(model, overrides, worldSize)) {
+    error = whole.firstError;
+    return std::nullopt;
+  }
+  MeshShape mesh = whole.config->runMesh();
+  std::vector<int64_t> all = positions;
+  if (all.empty())
+    for (int64_t p = 0; p < mesh.pp; ++p)
+      all.push_back(p);
+  for (int64_t p : all) {
+    ModelSession stage;
+    stage.quiet = options.quiet;
+    stage.stepOnly = options.stepOnly;
+    auto failed = [&]() -> std::optional<std::vector<PositionCost>> {
+      error = stage.firstError;
+      return std::nullopt;
+    };
+    if (!stage.loadPipelinePosition(model, overrides, worldSize, mesh, p))
+      return failed();
+    // The fused plan from the cache, or compiled afresh.
+    std::optional<runtime::Plan> plan;
+    if (options.useCache && options.fuse) {
+      bool hit = false;
+      plan = stage.cachedRuntimePlan(overrides, hit);
+    } else if (std::optional<std::string> text =
+                   stage.compilePlan(options.fuse)) {
+      runtime::Expected<runtime::Plan> parsed = runtime::parsePlan(*text);
+      if (!parsed) {
+        error = "internal: the compiled plan does not load: " +
+                parsed.error().message();
+        return std::nullopt;
+      }
+      plan = *std::move(parsed);
+    }
+    if (!plan)
+      return failed();
+    perf::StepEstimate e = perf::estimateEntry(
+        *plan, *plan->entry("train_step"), hw, eff, options.cudaGraphs);
+    out.push_back(positionCost(e, stage.config->microbatches()));
+  }
+  config = *whole.config;
+  return out;
+}
+
+std::optional<StepPrediction>
+kiln::predictStep(const std::string &model,
+                  const std::vector<std::string> &overrides, int64_t worldSize,
+                  const perf::Hardware &hw, const perf::Efficiency &eff,
+                  const PredictOptions &options, std::optional<Config> &config,
+                  std::string &error) {
+  std::optional<std::vector<PositionCost>> costs = positionCosts(
+      model, overrides, worldSize, {}, hw, eff, options, config, error);
+  if (!costs)
+    return std::nullopt;
+  return combine(*config, *costs, hw, error);
+}
