@@ -21,13 +21,11 @@
 using namespace kiln;
 
 int kiln::explainPerf(const ExplainCommand &command) {
-  runtime::Expected<perf::Hardware> hw = perf::loadHardware(command.hardware);
-  if (!hw)
-    return commandError(hw.error().message());
-  runtime::Expected<perf::Efficiency> eff =
-      perf::loadEfficiency(command.efficiency);
-  if (!eff)
-    return commandError(eff.error().message());
+  auto target = loadPerfTarget(command.hardware, command.efficiency);
+  if (!target)
+    return 1;
+  const perf::Hardware *hw = &target->first;
+  const perf::Efficiency *eff = &target->second;
 
   PredictOptions options;
   options.cudaGraphs = command.cudaGraphs;

@@ -273,9 +273,13 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
   for (double free : streamFree)
     now = std::max(now, free);
   e.stepSeconds = now;
-  e.peakBytes =
-      plan.stateBytes + entry.arenaBytes +
+  e.stateBytes = plan.stateBytes;
+  e.arenaBytes = entry.arenaBytes;
+  e.liveBytes = entry.liveAtPeak.parameterCopies + entry.liveAtPeak.gradients +
+                entry.liveAtPeak.activations;
+  e.reservedBytes =
       static_cast<int64_t>(eff.reservedGiB * double(int64_t(1) << 30));
+  e.peakBytes = e.stateBytes + e.arenaBytes + e.reservedBytes;
   return e;
 }
 

@@ -7,9 +7,9 @@
 // `kiln explain --perf` predicts it; those that do not fit are dropped and
 // the rest ranked by tokens/s per GPU.
 //
-// Each configuration is compiled with 2 and with 3 layers per stage (the
-// first, a middle and the last pp position only, with as many microbatches
-// as pp ranks), and the step is extrapolated to the model's layers and
+// Each configuration is compiled with 3 and with 4 layers per stage (the
+// first, a middle and the last pp position only, with 2 pp microbatches),
+// and the step is extrapolated to the model's layers and
 // microbatches: every layer adds the same ops (the same shapes, the same
 // collectives), and every microbatch's unit is a clone of the first.
 // docs/perf-model.md gives the measured agreement with whole compiles;
@@ -29,11 +29,28 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 using namespace kiln;
 
 namespace {
+
+/// The deepest pipeline searched. Every configuration of `gpus` GPUs the
+/// planner tries: tp inside a node, pp up to kMaxPipeline with at least as
+/// many microbatches as pp ranks (fewer leave each rank idle most of the
+/// step) and 2 layers a stage, in an order where a mode of activation
+/// checkpointing comes before those that recompute more (the dominance
+/// rule, runPlan).
+constexpr int64_t kMaxPipeline = 8;
+/// The probes' layers a stage: kProbe and kProbe + 1. The step's time
+/// grows by the same amount with every layer from 2 on; the bytes live at
+/// the arena's peak from 3 on (measured, docs/perf-model.md).
+constexpr int64_t kProbe = 3;
+/// How far above the whole compile's the extrapolated peak memory came out
+/// (12.2% at most over 8B's finalists, docs/perf-model.md), rounded up:
+/// --exact also compiles whole what it predicts within this of the memory.
+constexpr double kMemoryMargin = 0.15;
 
 struct Candidate {
   int64_t order = 0; // in the search, for ties
@@ -165,7 +182,7 @@ std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
   }
   const Config &config = *session.config;
   std::optional<StepPrediction> p;
-  if (exact || layers <= 3 * c.stages()) {
+  if (exact || layers <= (kProbe + 1) * c.stages()) {
     std::optional<Config> loaded;
     compiles += c.pp;
     p = predictStep(command.model, out.overrides, command.gpus, hw, eff,
@@ -184,10 +201,13 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
                                                     const Config &config,
                                                     std::string &error) {
   int64_t stages = c.stages(), perRank = stages / c.pp;
-  // The probes: 2 and 3 layers per stage, pp microbatches (or fewer).
+  // The probes: kProbe and kProbe + 1 layers a stage, and 2 pp microbatches (or
+  // the step's, if fewer): enough for every rank to reach its steady state, so
+  // that as many are in flight as in the step (with pp microbatches, 1F1B's
+  // step time and memory came out 5% and 18 to 42% low, measured).
   int64_t microbatches = config.microbatches();
   int64_t probeBatch =
-      c.pp > 1 ? c.dp * c.microbatch * std::min(microbatches, c.pp) : batch;
+      c.pp > 1 ? c.dp * c.microbatch * std::min(microbatches, 2 * c.pp) : batch;
   std::vector<int64_t> positions = {0};
   if (c.pp > 2)
     positions.push_back(1);
@@ -197,13 +217,27 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   for (int k = 0; k < 2; ++k) {
     std::optional<Config> loaded;
     compiles += positions.size();
-    std::optional<std::vector<PositionCost>> costs = positionCosts(
-        command.model,
-        overridesOf(c, command.overrides, (k + 2) * stages, probeBatch, seq),
-        command.gpus, positions, hw, eff, options, loaded, error);
+    std::optional<std::vector<PositionCost>> costs =
+        positionCosts(command.model,
+                      overridesOf(c, command.overrides, (k + kProbe) * stages,
+                                  probeBatch, seq),
+                      command.gpus, positions, hw, eff, options, loaded, error);
     if (!costs)
       return std::nullopt;
     probe[k] = *std::move(costs);
+    // Memory only grows with the layers and the microbatches in flight: a
+    // probe that does not fit says the configuration does not either, and
+    // its peak is a lower bound of the step's.
+    int64_t largest = 0;
+    for (const PositionCost &cost : probe[k])
+      largest = std::max(largest, cost.peakBytes);
+    if (double(largest) / double(int64_t(1) << 30) > hw.hbmGiB) {
+      StepPrediction bound;
+      bound.mesh = config.runMesh();
+      bound.peakBytes = largest;
+      bound.step = std::numeric_limits<double>::infinity();
+      return bound;
+    }
   }
   // Each position from the probe position of its kind (the first, a middle
   // one, the last), its stages' units shifted to its own.
@@ -217,9 +251,9 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     for (int64_t s = p; c.pp > 1 && s < stages; s += c.pp) {
       auto [first, last] = config.stageLayers(s);
       held += last - first;
-      stageT[s - p + from] = double(last - first - 2);
+      stageT[s - p + from] = double(last - first - kProbe);
     }
-    double t = double(held - 2 * perRank) / double(perRank);
+    double t = double(held - kProbe * perRank) / double(perRank);
     PositionCost e = extrapolate(probe[0][index], probe[1][index], t, stageT);
     PositionCost shifted = e;
     shifted.forward.clear();
@@ -233,13 +267,7 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   return combine(config, all, hw, error);
 }
 
-/// The deepest pipeline searched. Every configuration of `gpus` GPUs the
-/// planner tries: tp inside a node, pp up to kMaxPipeline with at least as
-/// many microbatches as pp ranks (fewer leave each rank idle most of the
-/// step) and 2 layers a stage, in an order where a mode of activation
-/// checkpointing comes before those that recompute more (the dominance
-/// rule, runPlan).
-constexpr int64_t kMaxPipeline = 8;
+/// Every configuration of `gpus` GPUs the planner tries (see kMaxPipeline).
 std::vector<Candidate> candidates(const PlanCommand &command,
                                   const perf::Hardware &hw, int64_t layers,
                                   int64_t batch) {
@@ -296,6 +324,9 @@ struct Search {
   std::map<std::string, std::pair<int64_t, std::string>> invalid;
   int64_t tried = 0, evaluated = 0, tooBig = 0, dominated = 0, compiles = 0;
   std::optional<Evaluated> smallest; // of those that do not fit
+  /// Those predicted within kMemoryMargin above the memory: --exact
+  /// compiles them whole too.
+  std::vector<Evaluated> nearMisses;
 
   /// One group's candidates in order, each skipped where a lighter mode
   /// (or a smaller microbatch) of the group already fits.
@@ -336,6 +367,8 @@ void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
       ++tooBig;
       if (!smallest || e->p.peakBytes < smallest->p.peakBytes)
         smallest = e;
+      if (!e->exact && e->p.peakGiB() <= hbmGiB * (1 + kMemoryMargin))
+        nearMisses.push_back(*e);
       continue;
     }
     fits.push_back({modeIndex(c.ac), c.microbatch});
@@ -346,6 +379,8 @@ void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
 void Search::merge(Search &&other) {
   for (Evaluated &e : other.fit)
     fit.push_back(std::move(e));
+  for (Evaluated &e : other.nearMisses)
+    nearMisses.push_back(std::move(e));
   for (const auto &[why, seen] : other.invalid) {
     auto &[count, example] = invalid[why];
     if (!count)
@@ -374,13 +409,11 @@ std::string firstLine(const std::string &text) {
 
 int kiln::runPlan(const PlanCommand &command) {
   auto started = std::chrono::steady_clock::now();
-  runtime::Expected<perf::Hardware> hw = perf::loadHardware(command.hardware);
-  if (!hw)
-    return commandError(hw.error().message());
-  runtime::Expected<perf::Efficiency> eff =
-      perf::loadEfficiency(command.efficiency);
-  if (!eff)
-    return commandError(eff.error().message());
+  auto target = loadPerfTarget(command.hardware, command.efficiency);
+  if (!target)
+    return 1;
+  const perf::Hardware *hw = &target->first;
+  const perf::Efficiency *eff = &target->second;
   ModelSession base;
   if (!base.load(command.model, command.overrides))
     return 1;
@@ -466,7 +499,11 @@ int kiln::runPlan(const PlanCommand &command) {
   };
   std::sort(fit.begin(), fit.end(), faster);
   if (command.exact) {
-    // The finalists (twice as many as shown) compiled whole.
+    // The finalists (twice as many as shown) compiled whole, among them
+    // those the extrapolation may have dropped for memory.
+    for (Evaluated &e : all.nearMisses)
+      fit.push_back(std::move(e));
+    std::sort(fit.begin(), fit.end(), faster);
     std::vector<Evaluated> whole;
     for (size_t i = 0; i < fit.size() && i < size_t(2 * command.top); ++i) {
       std::string error;

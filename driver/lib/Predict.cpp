@@ -19,6 +19,10 @@ PositionCost kiln::positionCost(const perf::StepEstimate &e,
   c.compute = e.computeSeconds;
   c.launch = e.launchSeconds;
   c.peakBytes = e.peakBytes;
+  c.stateBytes = e.stateBytes;
+  c.arenaBytes = e.arenaBytes;
+  c.liveBytes = e.liveBytes;
+  c.reservedBytes = e.reservedBytes;
   c.byOp = e.byOp;
   c.byKind = e.byKind;
   for (const auto &[label, s] : e.unitSeconds)
@@ -62,11 +66,37 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
   c.exposed = lerp(a.exposed, b.exposed, t);
   c.compute = lerp(a.compute, b.compute, t);
   c.launch = lerp(a.launch, b.launch, t);
-  c.peakBytes = static_cast<int64_t>(
-      lerp(double(a.peakBytes), double(b.peakBytes), t) + 0.5);
+  auto bytes = [&](int64_t x, int64_t y) {
+    return std::max(0.0, lerp(double(x), double(y), t));
+  };
+  double live = bytes(a.liveBytes, b.liveBytes);
+  double arena = b.liveBytes > 0
+                     ? live * double(b.arenaBytes) / double(b.liveBytes)
+                     : bytes(a.arenaBytes, b.arenaBytes);
+  c.stateBytes = static_cast<int64_t>(bytes(a.stateBytes, b.stateBytes));
+  c.liveBytes = static_cast<int64_t>(live);
+  c.arenaBytes = static_cast<int64_t>(arena);
+  c.reservedBytes = b.reservedBytes;
+  c.peakBytes = c.stateBytes + c.arenaBytes + c.reservedBytes;
   c.byOp = lerpMap<std::string>(a.byOp, b.byOp, whole);
   c.byKind = lerpMap<std::string>(a.byKind, b.byKind, whole);
   return c;
+}
+
+std::optional<std::pair<perf::Hardware, perf::Efficiency>>
+kiln::loadPerfTarget(const std::string &hardware,
+                     const std::string &efficiency) {
+  runtime::Expected<perf::Hardware> hw = perf::loadHardware(hardware);
+  if (!hw) {
+    commandError(hw.error().message());
+    return std::nullopt;
+  }
+  runtime::Expected<perf::Efficiency> eff = perf::loadEfficiency(efficiency);
+  if (!eff) {
+    commandError(eff.error().message());
+    return std::nullopt;
+  }
+  return std::make_pair(*std::move(hw), *std::move(eff));
 }
 
 double kiln::modelFlopsPerToken(const Config &config) {

@@ -39,8 +39,8 @@ def main():
         mesh = row["mesh"]
         if mesh["pp"] * mesh["dp_shard"] * mesh["tp"] != gpus:
             sys.exit(f"mesh {mesh} is not {gpus} GPUs")
-    first = top[0]["mesh"]
-    want = {"pp": args.pp, "dp_shard": args.dp_shard, "tp": args.tp}
+    first = dict(sorted(top[0]["mesh"].items()))
+    want = {"dp_shard": args.dp_shard, "pp": args.pp, "tp": args.tp}
     if first != want:
         sys.exit(f"first configuration's mesh is {first}, expected {want}")
     worst_step = worst_memory = 0.0

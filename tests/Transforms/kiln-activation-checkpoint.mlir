@@ -118,6 +118,30 @@ module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>} {
 
 // -----
 
+// A pipeline stage without the loss: its backward begins where the next
+// stage's gradient arrives, and its block's ops are recomputed there.
+// SEL-LABEL: func.func @stage(
+// SEL: kiln.pipe_recv gradient
+// SEL-NEXT: kiln.silu %{{.+}} {kiln.recomputed}
+// FULL-LABEL: func.func @stage(
+// FULL: kiln.pipe_recv gradient
+// FULL-NEXT: kiln.silu %{{.+}} {kiln.recomputed}
+// NONE-LABEL: func.func @stage(
+// NONE-NOT: kiln.recomputed
+// NONE: return
+module attributes {kiln.mesh = #kiln.mesh<pp = 2, dp_shard = 1, tp = 1>} {
+  func.func @stage(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %h = kiln.silu %x : tensor<4xf32> loc("model.layers.0.mlp")
+    %a = kiln.mul %h, %h : tensor<4xf32> loc("model.layers.0.mlp")
+    kiln.pipe_send %a activation {stage = 0 : i64, stages = 2 : i64} : tensor<4xf32>
+    %g = kiln.pipe_recv gradient {stage = 0 : i64, stages = 2 : i64} : tensor<4xf32> loc("model.layers.0.mlp")
+    %d = kiln.mul %g, %h : tensor<4xf32> loc("model.layers.0.mlp")
+    return %d : tensor<4xf32>
+  }
+}
+
+// -----
+
 // A function without a backward (no cross_entropy_grad) keeps everything.
 // SEL-LABEL: func.func @forward_only(
 // SEL-NOT: kiln.recomputed

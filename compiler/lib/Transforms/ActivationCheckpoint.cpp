@@ -8,9 +8,11 @@
 // its point: a producer's point is never after its readers', so clones
 // come out in a valid order. (3) Point the backward readers at the clones.
 // Values from another block (the block's input) and parameters are read as
-// saved. Tensor parallel's all-gathers (and, under `full`, reduce-scatters)
-// inside a block are recomputed like pure ops: a sequence-parallel
-// all-gather's result is tp times the saved input.
+// saved. The backward begins at the loss's gradient or, on a pipeline stage
+// without the loss, at the receive of the next stage's gradient. Tensor
+// parallel's all-gathers (and, under `full`, reduce-scatters) inside a block
+// are recomputed like pure ops: a sequence-parallel all-gather's result is tp
+// times the saved input.
 //
 //===----------------------------------------------------------------------===//
 
@@ -98,8 +100,12 @@ private:
 
 void Recompute::run() {
   Operation *backwardStart = nullptr;
+  // The backward begins at the loss's gradient, or, on a pipeline stage
+  // without the loss, where the next stage's gradient is received.
   for (Operation &op : block) {
-    if (isa<CrossEntropyGradOp, VocabParallelLossGradOp>(op)) {
+    auto recv = dyn_cast<PipeRecvOp>(op);
+    if (isa<CrossEntropyGradOp, VocabParallelLossGradOp>(op) ||
+        (recv && recv.getDirection() == PipeDirection::gradient)) {
       backwardStart = &op;
       break;
     }

@@ -500,6 +500,20 @@ LogicalResult Fp8Rewriter::run() {
   });
   for (const Backward &bw : backwards)
     rewriteBackward(*bw.d, bw.gi, bw.gw, bw.first);
+  // What was recomputed for a bf16 GEMM the backward no longer runs (under
+  // selective checkpointing the grad-weight GEMM multiplies the forward's
+  // codes, not the recomputed input) goes: left in, it would be a
+  // microbatch's value that nothing reads, which kiln-grad-accum refuses.
+  // A recomputed tp collective goes with its wait (every tp rank drops the
+  // same one).
+  Block &body = func.getBody().front();
+  for (Operation *op = body.getTerminator()->getPrevNode(); op;) {
+    Operation *previous = op->getPrevNode();
+    if (op->hasAttr(kRecomputedAttr) && op->use_empty() &&
+        (isPure(op) || isa<WaitOp, AllGatherStartOp, ReduceScatterStartOp>(op)))
+      op->erase();
+    op = previous;
+  }
   addHistoryArguments();
   if (delayed && !historyFailed)
     updateHistories();

@@ -131,6 +131,10 @@ struct StepEstimate {
   std::map<std::string, double> byKind;
   /// State + the arena + the profile's reserve.
   int64_t peakBytes = 0;
+  /// Its parts: the plan's state, the entry's arena, the bytes live at the
+  /// arena's fullest step (the arena is that plus what first-fit placement
+  /// leaves unused), the reserve.
+  int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0, reservedBytes = 0;
 };
 
 /// `entry` of `plan` on `hw` reaching `eff`, launched eagerly or as a CUDA

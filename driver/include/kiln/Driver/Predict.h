@@ -31,6 +31,8 @@ struct PositionCost {
   double outside = 0, step = 0;
   double exposed = 0, compute = 0, launch = 0;
   int64_t peakBytes = 0;
+  /// peakBytes' parts (StepEstimate's).
+  int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0, reservedBytes = 0;
   std::map<std::string, double> byOp, byKind;
 };
 
@@ -42,7 +44,10 @@ PositionCost positionCost(const perf::StepEstimate &estimate,
 /// a quantity that grows by the same amount with every layer, known at
 /// two layer counts, at a third. `stageT` gives each stage's own t (stages
 /// may hold different numbers of layers); `t` is for the position's
-/// totals.
+/// totals. The peak is the state and the bytes live at the arena's fullest
+/// step so extrapolated, the live bytes scaled by b's arena over b's live
+/// bytes (first-fit placement's slack, which does not grow by the same
+/// bytes with every layer), and the reserve.
 PositionCost extrapolate(const PositionCost &a, const PositionCost &b,
                          double t, const std::map<int64_t, double> &stageT);
 
@@ -88,6 +93,11 @@ predictStep(const std::string &model, const std::vector<std::string> &overrides,
             int64_t worldSize, const perf::Hardware &hw,
             const perf::Efficiency &eff, const PredictOptions &options,
             std::optional<Config> &config, std::string &error);
+
+/// The GPU description and efficiency profile named (built in, or .toml
+/// paths), or nothing after printing the one-line error.
+std::optional<std::pair<perf::Hardware, perf::Efficiency>>
+loadPerfTarget(const std::string &hardware, const std::string &efficiency);
 
 /// TorchTitan's model FLOPs per token (get_nparams_and_flops): 6 per
 /// non-embedding parameter, and 12 L H D S for attention's scores.
