@@ -3,9 +3,9 @@
 // Greedy and in program order. An op joins the group of one of its
 // operands' producers, or of an earlier op reading one of its operands, if
 // the group has its iteration space, nothing outside the group reads the
-// group's values before the op, and every op between the group's last op
-// and it is fusible too (so a group never holds what it reads across a
-// GEMM, an attention, a collective or another microbatch). Each group is
+// group's values before the op, and no GEMM, attention or embedding lies
+// between the group's last op and it (so a group never holds what it reads
+// across the model's compute, or another microbatch). Each group is
 // then built at the position of its last op: every value it reads is
 // defined before that point (its ops read them where they were), and by the
 // rule above every reader outside it comes after.
@@ -62,14 +62,13 @@ bool Grouping::canJoin(Group &group, Operation *op) {
   // The group runs where its last op is, so what its earlier ops read lives
   // until then. It never grows past the model's compute (a GEMM, an
   // attention, an embedding: whole microbatches lie between two sums of
-  // their gradients), which would hold those values across it; fusible
-  // ops and FSDP's bookkeeping (collectives, waits, the views of gathered
-  // parameters) are passed.
+  // their gradients), which would hold those values across it; the small
+  // ops between (casts, scales, FSDP's collectives and views) are passed.
   for (Operation *between = group.ops.back()->getNextNode(); between != op;
        between = between->getNextNode())
-    if (!fusionSpace(between) &&
-        !isa<WaitOp, AllGatherStartOp, ReduceScatterStartOp, AllReduceStartOp,
-             UnflattenOp>(between))
+    if (isa<LinearOp, LinearGradInputOp, LinearGradWeightOp, ScaledMatmulOp,
+            AttentionOp, AttentionGradOp, EmbeddingOp, EmbeddingGradOp>(
+            between))
       return false;
   for (Operation *member : group.ops)
     for (Operation *user : member->getUsers())
