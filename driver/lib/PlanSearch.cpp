@@ -298,19 +298,9 @@ std::vector<Candidate> candidates(const PlanCommand &command,
         if (tp == 1)
           recipes.push_back({"rowwise", false});
         for (const auto &[fp8, ag] : recipes)
-          for (const char *ac : {"none", "selective", "full"}) {
-            Candidate c;
-            c.dp = dp;
-            c.tp = tp;
-            c.pp = pp;
-            c.microbatch = mb;
-            c.schedule = schedule;
-            c.fp8 = fp8;
-            c.fp8AllGather = ag;
-            c.ac = ac;
-            c.order = static_cast<int64_t>(out.size());
-            out.push_back(c);
-          }
+          for (const char *ac : {"none", "selective", "full"})
+            out.push_back(Candidate{static_cast<int64_t>(out.size()), dp, tp,
+                                    pp, mb, schedule, ac, fp8, ag});
       }
     }
   }
@@ -487,10 +477,7 @@ int kiln::runPlan(const PlanCommand &command) {
   for (Search &part : parts)
     all.merge(std::move(part));
   std::vector<Evaluated> &fit = all.fit;
-  const auto &invalid = all.invalid;
-  int64_t tried = all.tried, evaluated = all.evaluated, tooBig = all.tooBig,
-          dominated = all.dominated;
-  std::optional<Evaluated> &smallest = all.smallest;
+  const std::optional<Evaluated> &smallest = all.smallest;
   Planner planner(command, *hw, *eff, layers, batch, seq);
   auto faster = [](const Evaluated &a, const Evaluated &b) {
     if (a.p.tokensPerGpu != b.p.tokensPerGpu)
@@ -565,7 +552,7 @@ int kiln::runPlan(const PlanCommand &command) {
       top.push_back(std::move(row));
     }
     llvm::json::Object rejected;
-    for (const auto &[why, seen] : invalid)
+    for (const auto &[why, seen] : all.invalid)
       rejected[why] = llvm::json::Object{{"count", seen.first},
                                          {"first", seen.second}};
     llvm::json::Object out{{"model", base.config->sourceName},
@@ -574,10 +561,10 @@ int kiln::runPlan(const PlanCommand &command) {
                            {"gpus", command.gpus},
                            {"global_batch_size", batch},
                            {"seq_len", seq},
-                           {"configurations", tried},
-                           {"evaluated", evaluated},
-                           {"do_not_fit", tooBig},
-                           {"dominated", dominated},
+                           {"configurations", all.tried},
+                           {"evaluated", all.evaluated},
+                           {"do_not_fit", all.tooBig},
+                           {"dominated", all.dominated},
                            {"not_compilable", std::move(rejected)},
                            {"compiles", all.compiles + planner.compiles},
                            {"seconds", seconds},
@@ -586,7 +573,7 @@ int kiln::runPlan(const PlanCommand &command) {
     return 0;
   }
   int64_t notCompilable = 0;
-  for (const auto &[why, seen] : invalid)
+  for (const auto &[why, seen] : all.invalid)
     notCompilable += seen.first;
   os << "kiln plan: " << base.config->sourceName << " on " << command.gpus
      << " x " << hw->name << ", global batch " << batch << " x seq " << seq
@@ -595,11 +582,11 @@ int kiln::runPlan(const PlanCommand &command) {
                      "%lld predicted, %lld do not fit in %.1f GiB, %lld "
                      "skipped (a lighter one fits), %lld not "
                      "compilable\n",
-                     (long long)tried, seconds,
+                     (long long)all.tried, seconds,
                      (long long)(all.compiles + planner.compiles),
-                     (long long)evaluated, (long long)tooBig, hw->hbmGiB,
-                     (long long)dominated, (long long)notCompilable);
-  for (const auto &[why, seen] : invalid)
+                     (long long)all.evaluated, (long long)all.tooBig, hw->hbmGiB,
+                     (long long)all.dominated, (long long)notCompilable);
+  for (const auto &[why, seen] : all.invalid)
     os << "  not compilable (" << seen.first << ", the first " << seen.second
        << "): " << why << "\n";
   os << "  #  dp_shard x tp x pp  schedule                 AC         FP8     "
