@@ -218,10 +218,15 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
   double now = 0;
   double streamFree[3] = {0, 0, 0};
   std::map<int64_t, double> finishes; // a collective's result -> its end
+  std::string lastUnit;
   auto charge = [&](const PlanStep &s, double seconds) {
-    std::string unit =
-        s.attrs.count("kiln.unit") ? s.str("kiln.unit") : std::string();
-    (unit.empty() ? e.outsideUnitsSeconds : e.unitSeconds[unit]) += seconds;
+    if (!s.attrs.count("kiln.unit")) {
+      e.outsideUnitsSeconds += seconds;
+      e.afterUnitSeconds[lastUnit] += seconds;
+      return;
+    }
+    lastUnit = s.str("kiln.unit");
+    e.unitSeconds[lastUnit] += seconds;
   };
   for (const PlanStep &s : entry.steps) {
     plan::Category category = plan::category(s.kind);

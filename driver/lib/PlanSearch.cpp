@@ -8,10 +8,11 @@
 // the rest ranked by tokens/s per GPU.
 //
 // Each configuration is compiled with 3 and with 4 layers per stage (the
-// first, a middle and the last pp position only, with 2 pp microbatches),
-// and the step is extrapolated to the model's layers and
-// microbatches: every layer adds the same ops (the same shapes, the same
-// collectives), and every microbatch's unit is a clone of the first.
+// first, a middle and the last pp position only, with pp + 2 microbatches
+// or three rounds of pp), and the step is extrapolated to the model's
+// layers and microbatches: every layer adds the same ops (the same shapes,
+// the same collectives), and every microbatch between the first and the
+// last repeats the same units.
 // docs/perf-model.md gives the measured agreement with whole compiles;
 // --exact compiles the finalists whole and ranks them by those figures.
 //
@@ -201,68 +202,88 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
                                                     const Config &config,
                                                     std::string &error) {
   int64_t stages = c.stages(), perRank = stages / c.pp;
-  // The probes: kProbe and kProbe + 1 layers a stage, and 2 pp microbatches (or
-  // the step's, if fewer): enough for every rank to reach its steady state, so
-  // that as many are in flight as in the step (with pp microbatches, 1F1B's
-  // step time and memory came out 5% and 18 to 42% low, measured).
-  int64_t microbatches = config.microbatches();
+  // The probes: kProbe and kProbe + 1 layers a stage, and the fewest
+  // microbatches that hold every kind of unit the step's have, so that the
+  // arena's fullest step is one of the step's: on every rank a first and a
+  // last microbatch, and between them a backward with as many microbatches
+  // in flight as the step's and a forward still to come (1F1B: pp + 2;
+  // Interleaved1F1B, in rounds of pp: 3 pp; with fewer, the peak came out
+  // up to 8% low, measured in docs/perf-model.md). Time per unit and per
+  // microbatch's accumulation is by phase (positionCost), so the step's
+  // microbatches are timed exactly.
+  int64_t probeMicrobatches =
+      std::min(config.microbatches(),
+               c.schedule == "Interleaved1F1B" ? 3 * c.pp : c.pp + 2);
   int64_t probeBatch =
-      c.pp > 1 ? c.dp * c.microbatch * std::min(microbatches, 2 * c.pp) : batch;
-  std::vector<int64_t> positions = {0};
+      c.pp > 1 ? c.dp * c.microbatch * probeMicrobatches : batch;
+  // A bound, when memory alone decides: the configuration does not fit.
+  auto tooBig = [&](int64_t bytes) {
+    StepPrediction bound;
+    bound.mesh = config.runMesh();
+    bound.peakBytes = bytes;
+    bound.step = std::numeric_limits<double>::infinity();
+    return bound;
+  };
+  double hbm = hw.hbmGiB * double(int64_t(1) << 30);
+  // Each probe position stands for the pp positions of its kind: the
+  // first, the middle ones, the last (the first, which holds the most in
+  // flight, first: most configurations that do not fit stop there).
+  std::vector<int64_t> probed = {0};
   if (c.pp > 2)
-    positions.push_back(1);
+    probed.push_back(1);
   if (c.pp > 1)
-    positions.push_back(c.pp - 1);
-  std::vector<PositionCost> probe[2];
-  for (int k = 0; k < 2; ++k) {
-    std::optional<Config> loaded;
-    compiles += positions.size();
-    std::optional<std::vector<PositionCost>> costs =
-        positionCosts(command.model,
-                      overridesOf(c, command.overrides, (k + kProbe) * stages,
-                                  probeBatch, seq),
-                      command.gpus, positions, hw, eff, options, loaded, error);
-    if (!costs)
-      return std::nullopt;
-    probe[k] = *std::move(costs);
-    // Memory only grows with the layers and the microbatches in flight: a
-    // probe that does not fit says the configuration does not either, and
-    // its peak is a lower bound of the step's.
+    probed.push_back(c.pp - 1);
+  std::vector<PositionCost> all(c.pp);
+  for (int64_t from : probed) {
+    PositionCost probe[2];
+    for (int k = 0; k < 2; ++k) {
+      std::optional<Config> loaded;
+      ++compiles;
+      std::optional<std::vector<PositionCost>> costs =
+          positionCosts(command.model,
+                        overridesOf(c, command.overrides, (k + kProbe) * stages,
+                                    probeBatch, seq),
+                        command.gpus, {from}, hw, eff, options, loaded, error);
+      if (!costs)
+        return std::nullopt;
+      probe[k] = costs->front();
+      // Memory only grows with the layers and the microbatches in flight:
+      // a probe that does not fit says the configuration does not either.
+      if (double(probe[k].peakBytes) > hbm)
+        return tooBig(probe[k].peakBytes);
+    }
     int64_t largest = 0;
-    for (const PositionCost &cost : probe[k])
-      largest = std::max(largest, cost.peakBytes);
-    if (double(largest) / double(int64_t(1) << 30) > hw.hbmGiB) {
-      StepPrediction bound;
-      bound.mesh = config.runMesh();
-      bound.peakBytes = largest;
-      bound.step = std::numeric_limits<double>::infinity();
-      return bound;
+    for (int64_t p = 0; p < c.pp; ++p) {
+      if ((p == 0) != (from == 0) || (p == c.pp - 1) != (from == c.pp - 1))
+        continue;
+      // The position's own layers (stages may differ by one), its stages'
+      // units shifted to its own.
+      std::map<int64_t, double> stageT;
+      int64_t held = c.pp == 1 ? layers : 0;
+      for (int64_t s = p; c.pp > 1 && s < stages; s += c.pp) {
+        auto [first, last] = config.stageLayers(s);
+        held += last - first;
+        stageT[s - p + from] = double(last - first - kProbe);
+      }
+      double t = double(held - kProbe * perRank) / double(perRank);
+      PositionCost e = extrapolate(probe[0], probe[1], t, stageT);
+      auto shift = [&](std::map<int64_t, double> &byStage) {
+        std::map<int64_t, double> moved;
+        for (const auto &[s, v] : byStage)
+          moved[s - from + p] = v;
+        byStage = std::move(moved);
+      };
+      for (int phase = 0; phase < kPhases; ++phase) {
+        shift(e.forward[phase]);
+        shift(e.backward[phase]);
+      }
+      all[p] = std::move(e);
+      largest = std::max(largest, all[p].peakBytes);
     }
-  }
-  // Each position from the probe position of its kind (the first, a middle
-  // one, the last), its stages' units shifted to its own.
-  std::vector<PositionCost> all;
-  for (int64_t p = 0; p < c.pp; ++p) {
-    int64_t from = p == 0 ? 0 : (p == c.pp - 1 ? c.pp - 1 : 1);
-    size_t index = std::find(positions.begin(), positions.end(), from) -
-                   positions.begin();
-    std::map<int64_t, double> stageT;
-    int64_t held = c.pp == 1 ? layers : 0;
-    for (int64_t s = p; c.pp > 1 && s < stages; s += c.pp) {
-      auto [first, last] = config.stageLayers(s);
-      held += last - first;
-      stageT[s - p + from] = double(last - first - kProbe);
-    }
-    double t = double(held - kProbe * perRank) / double(perRank);
-    PositionCost e = extrapolate(probe[0][index], probe[1][index], t, stageT);
-    PositionCost shifted = e;
-    shifted.forward.clear();
-    shifted.backward.clear();
-    for (const auto &[s, v] : e.forward)
-      shifted.forward[s - from + p] = v;
-    for (const auto &[s, v] : e.backward)
-      shifted.backward[s - from + p] = v;
-    all.push_back(std::move(shifted));
+    // Past the margin --exact recompiles within: no other position changes
+    // the verdict.
+    if (double(largest) > hbm * (1 + kMemoryMargin))
+      return tooBig(largest);
   }
   return combine(config, all, hw, error);
 }

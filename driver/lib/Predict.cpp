@@ -10,10 +10,17 @@
 
 using namespace kiln;
 
+double PositionCost::outsideOf(int64_t microbatches) const {
+  // One microbatch is the first and the last.
+  if (microbatches == 1)
+    return outside + after[kFirst];
+  return outside + after[kFirst] + double(microbatches - 2) * after[kMiddle] +
+         after[kLast];
+}
+
 PositionCost kiln::positionCost(const perf::StepEstimate &e,
                                 int64_t microbatches) {
   PositionCost c;
-  c.outside = e.outsideUnitsSeconds;
   c.step = e.stepSeconds;
   c.exposed = e.exposedCommSeconds;
   c.compute = e.computeSeconds;
@@ -25,10 +32,41 @@ PositionCost kiln::positionCost(const perf::StepEstimate &e,
   c.reservedBytes = e.reservedBytes;
   c.byOp = e.byOp;
   c.byKind = e.byKind;
-  for (const auto &[label, s] : e.unitSeconds)
-    if (std::optional<pipeline::Unit> u = pipeline::parseUnit(label))
-      (u->backward ? c.backward : c.forward)[u->stage] +=
-          s / double(microbatches);
+  // Every microbatch between the first and the last runs the same ops:
+  // their mean is each one's.
+  double between = double(std::max<int64_t>(microbatches - 2, 1));
+  for (const auto &[label, s] : e.unitSeconds) {
+    std::optional<pipeline::Unit> u = pipeline::parseUnit(label);
+    if (!u)
+      continue;
+    auto *byPhase = u->backward ? c.backward : c.forward;
+    if (u->microbatch == 0)
+      byPhase[kFirst][u->stage] += s;
+    if (u->microbatch == microbatches - 1)
+      byPhase[kLast][u->stage] += s;
+    if (u->microbatch > 0 && u->microbatch < microbatches - 1)
+      byPhase[kMiddle][u->stage] += s / between;
+  }
+  for (const auto &[label, s] : e.afterUnitSeconds) {
+    std::optional<pipeline::Unit> u = pipeline::parseUnit(label);
+    if (!u) {
+      c.outside += s;
+      continue;
+    }
+    if (u->microbatch == 0)
+      c.after[kFirst] += s;
+    if (u->microbatch == microbatches - 1)
+      c.after[kLast] += s;
+    if (u->microbatch > 0 && u->microbatch < microbatches - 1)
+      c.after[kMiddle] += s / between;
+  }
+  // Two microbatches have none between: the last stands in (unused by the
+  // step's own timeline).
+  for (auto *byPhase : {c.forward, c.backward})
+    if (microbatches <= 2)
+      byPhase[kMiddle] = byPhase[kLast];
+  if (microbatches <= 2)
+    c.after[kMiddle] = c.after[kLast];
   return c;
 }
 
@@ -59,9 +97,15 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
     return it == stageT.end() ? t : it->second;
   };
   auto whole = [&](const std::string &) { return t; };
-  c.forward = lerpMap<int64_t>(a.forward, b.forward, perStage);
-  c.backward = lerpMap<int64_t>(a.backward, b.backward, perStage);
+  for (int phase = 0; phase < kPhases; ++phase) {
+    c.forward[phase] =
+        lerpMap<int64_t>(a.forward[phase], b.forward[phase], perStage);
+    c.backward[phase] =
+        lerpMap<int64_t>(a.backward[phase], b.backward[phase], perStage);
+  }
   c.outside = lerp(a.outside, b.outside, t);
+  for (int phase = 0; phase < kPhases; ++phase)
+    c.after[phase] = lerp(a.after[phase], b.after[phase], t);
   c.step = lerp(a.step, b.step, t);
   c.exposed = lerp(a.exposed, b.exposed, t);
   c.compute = lerp(a.compute, b.compute, t);
@@ -123,8 +167,15 @@ kiln::combine(const Config &config, const std::vector<PositionCost> &positions,
   pipeline::Shape shape{mesh.pp, mesh.pp > 1 ? config.pipelineStages() : 1,
                         config.microbatches()};
   pipeline::Durations units;
-  units.forward.assign(shape.stages, 0);
-  units.backward.assign(shape.stages, 0);
+  units.microbatches = shape.microbatches;
+  std::vector<double> *forward[kPhases] = {&units.firstForward, &units.forward,
+                                           &units.lastForward};
+  std::vector<double> *backward[kPhases] = {
+      &units.firstBackward, &units.backward, &units.lastBackward};
+  for (int phase = 0; phase < kPhases; ++phase) {
+    forward[phase]->assign(shape.stages, 0);
+    backward[phase]->assign(shape.stages, 0);
+  }
   double outside = 0;
   for (const PositionCost &c : positions) {
     total.exposed = std::max(total.exposed, c.exposed);
@@ -135,14 +186,16 @@ kiln::combine(const Config &config, const std::vector<PositionCost> &positions,
       total.byOp[op] = std::max(total.byOp[op], s);
     for (const auto &[kind, s] : c.byKind)
       total.byKind[kind] = std::max(total.byKind[kind], s);
-    outside = std::max(outside, c.outside);
+    outside = std::max(outside, c.outsideOf(shape.microbatches));
     total.step = std::max(total.step, c.step);
-    for (const auto &[stage, s] : c.forward)
-      if (stage >= 0 && stage < shape.stages)
-        units.forward[stage] += s;
-    for (const auto &[stage, s] : c.backward)
-      if (stage >= 0 && stage < shape.stages)
-        units.backward[stage] += s;
+    for (int phase = 0; phase < kPhases; ++phase) {
+      for (const auto &[stage, s] : c.forward[phase])
+        if (stage >= 0 && stage < shape.stages)
+          (*forward[phase])[stage] += s;
+      for (const auto &[stage, s] : c.backward[phase])
+        if (stage >= 0 && stage < shape.stages)
+          (*backward[phase])[stage] += s;
+    }
   }
   if (mesh.pp > 1) {
     std::optional<pipeline::Schedule> schedule =

@@ -75,6 +75,13 @@ kiln::pipeline::rankOrders(Schedule schedule, Shape shape, bool forwardOnly) {
 }
 
 double Durations::of(const Unit &unit) const {
+  const std::vector<double> &first =
+      unit.backward ? firstBackward : firstForward;
+  const std::vector<double> &last = unit.backward ? lastBackward : lastForward;
+  if (unit.microbatch == 0 && !first.empty())
+    return first[unit.stage];
+  if (unit.microbatch == microbatches - 1 && !last.empty())
+    return last[unit.stage];
   const std::vector<double> &per = unit.backward ? backward : forward;
   if (per.empty())
     return unit.backward ? 2.0 : 1.0;

@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(int64_t(1), int64_t(100)));
   planCmd->add_flag("--exact", plan.exact,
                     "Compile the finalists whole instead of extrapolating "
-                    "from 2 and 3 layers per stage (slower)");
+                    "from 3 and 4 layers per stage (slower)");
   planCmd->add_flag("--json", plan.json, "One JSON object instead of text");
   planCmd->add_option("--threads", plan.threads,
                       "Configurations compiled at once (default: one per "

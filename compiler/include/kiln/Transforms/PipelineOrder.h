@@ -60,9 +60,15 @@ std::vector<std::vector<Unit>> rankOrders(Schedule schedule, Shape shape,
                                           bool forwardOnly = false);
 
 /// How long units take: a forward of stage s `forward[s]`, a backward
-/// `backward[s]` (when empty: 1 and 2 for every stage).
+/// `backward[s]` (when empty: 1 and 2 for every stage). Where given, the
+/// first microbatch's units take `firstForward[s]` / `firstBackward[s]`
+/// and the last's (microbatch `microbatches` - 1) `lastForward[s]` /
+/// `lastBackward[s]` instead: a step's first and last microbatches do
+/// more or less than the others (gradients accumulated from the second).
 struct Durations {
   std::vector<double> forward, backward;
+  std::vector<double> firstForward, firstBackward, lastForward, lastBackward;
+  int64_t microbatches = 0;
   double of(const Unit &unit) const;
 };
 

@@ -124,6 +124,9 @@ struct StepEstimate {
   /// Time per pipeline unit (`kiln.unit`), and outside any unit.
   std::map<std::string, double> unitSeconds;
   double outsideUnitsSeconds = 0;
+  /// That outside time by the unit last run before it ("": before any),
+  /// such as a gradient's accumulation after its microbatch's backward.
+  std::map<std::string, double> afterUnitSeconds;
   /// Every step's time, by the step's description, summed.
   std::map<std::string, double> byOp;
   /// Compute time by kind: "gemm_bf16" (f32 and f16 too), "gemm_fp8",

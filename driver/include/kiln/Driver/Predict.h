@@ -13,6 +13,7 @@
 
 #include "kiln/Driver/PerfModel.h"
 #include "kiln/Frontend/Config.h"
+#include "kiln/Transforms/PipelineOrder.h"
 
 #include <map>
 #include <optional>
@@ -21,14 +22,24 @@
 
 namespace kiln {
 
+/// A microbatch's place in the step: the first (nothing accumulated yet),
+/// one between (all alike), the last.
+enum Phase { kFirst, kMiddle, kLast, kPhases };
+
 /// One pp position's plan, timed: the pipeline units per microbatch by
 /// stage, and the rest.
 struct PositionCost {
-  /// Seconds of one microbatch's forward and backward unit, by stage.
-  std::map<int64_t, double> forward, backward;
-  /// Time outside any unit (the optimizer, the once-per-step gathers); with
-  /// pp 1, `step` is the whole step.
+  /// Seconds of a microbatch's forward and backward unit, by phase, by
+  /// stage.
+  std::map<int64_t, double> forward[kPhases], backward[kPhases];
+  /// Time outside any unit: before the first (the step's first gathers),
+  /// and after a unit of each phase (a microbatch's gradients accumulated;
+  /// after the last, the optimizer), kMiddle's per microbatch. With pp 1,
+  /// `step` is the whole step.
   double outside = 0, step = 0;
+  double after[kPhases] = {0, 0, 0};
+  /// All the time outside units of a step of `microbatches`.
+  double outsideOf(int64_t microbatches) const;
   double exposed = 0, compute = 0, launch = 0;
   int64_t peakBytes = 0;
   /// peakBytes' parts (StepEstimate's).
