@@ -17,11 +17,18 @@ config.environment["LC_ALL"] = "C"
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%kiln_obj", config.kiln_obj_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
+# Debian's python3 with transformers, the oracle of the Hugging Face paths
+# (scripts/bootstrap installs it into .deps/hf-python).
+config.substitutions.append(
+    ("%hfpython", "env PYTHONPATH=" +
+     os.path.join(config.kiln_src_root, ".deps", "hf-python") +
+     " /usr/bin/python3"))
 # Longest first: %kiln would otherwise eat the front of %kiln_run.
 for tool in ["kiln-group-kernel-check", "kiln-op-kernel-check",
              "kiln-plan-fuzz",
              "kiln-cuda-actions-check",
-             "kiln-nvrtc-check", "kiln-tp-oracle", "kiln-run",
+             "kiln-nvrtc-check", "kiln-tp-oracle", "kiln-hf-oracle",
+             "kiln-run",
              "kiln-opt", "kiln"]:
     config.substitutions.append(
         ("%" + tool.replace("-", "_"), os.path.join(config.kiln_tools_dir, tool)))

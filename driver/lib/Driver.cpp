@@ -190,6 +190,8 @@ int kiln::runConfig(const ConfigCommand &command) {
     llvm::outs() << renderConfigMarkdown();
     return 0;
   }
+  if (!command.fromHf.empty())
+    return runConfigFromHf(command.fromHf);
   if (command.presets) {
     for (const Preset &preset : presets())
       llvm::outs() << llvm::left_justify(preset.name, 14) << preset.summary
@@ -197,7 +199,8 @@ int kiln::runConfig(const ConfigCommand &command) {
     return 0;
   }
   if (command.model.empty())
-    return commandError("kiln config needs a MODEL, --markdown or --presets");
+    return commandError(
+        "kiln config needs a MODEL, --from-hf, --markdown or --presets");
   ModelSession session;
   if (!session.load(command.model, command.overrides))
     return 1;

@@ -127,6 +127,9 @@ int kiln::runTrain(const TrainCommand &command) {
           ? "runs/" + llvm::sys::path::stem(session.source->name).str()
           : command.out;
   options.resume = command.resume;
+  const CheckpointConfig &checkpoint = session.config->checkpoint;
+  options.initialLoad = checkpoint.initial_load_path;
+  options.initialLoadModelOnly = checkpoint.initial_load_model_only;
   options.overwrite = command.overwrite;
   options.configText = configText;
   options.threads = command.threads;

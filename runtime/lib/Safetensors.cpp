@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <set>
@@ -130,9 +131,11 @@ struct FdCloser {
 };
 
 /// One header entry, checked against the data's size.
+enum class Stored { F32, BF16, F16 };
+
 struct Entry {
   std::string name;
-  bool bf16 = false;
+  Stored stored = Stored::F32;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0, count = 0;
 };
@@ -152,11 +155,13 @@ Error parseEntry(const std::string &name, const json &j, uint64_t dataBytes,
   if (dtype == j.end() || !dtype->is_string())
     return Error(where + " has no dtype string");
   const std::string &type = dtype->get_ref<const std::string &>();
-  if (type != "F32" && type != "BF16")
+  if (type != "F32" && type != "BF16" && type != "F16")
     return Error(where + " has unsupported dtype '" + type +
-                 "' (this reader takes F32 and BF16)");
-  entry.bf16 = type == "BF16";
-  uint64_t elementBytes = entry.bf16 ? 2 : 4;
+                 "' (this reader takes F32, BF16 and F16)");
+  entry.stored = type == "BF16"  ? Stored::BF16
+                 : type == "F16" ? Stored::F16
+                                 : Stored::F32;
+  uint64_t elementBytes = entry.stored == Stored::F32 ? 4 : 2;
 
   auto shape = j.find("shape");
   std::vector<uint64_t> dims;
@@ -270,19 +275,39 @@ Error parseHeader(const std::string &text, uint64_t dataBytes,
   return checkDisjoint(std::move(pointers));
 }
 
-/// Reads one checked entry's data, widening BF16 to float.
+/// The float an IEEE binary16 holds (exact: every half is a float).
+float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  int exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  if (exponent == 0) // zero or subnormal: mantissa x 2^-24
+    return std::copysign(std::ldexp(float(mantissa), -24), sign ? -1.0f : 1.0f);
+  uint32_t bits =
+      exponent == 0x1f
+          ? sign | 0x7f800000u | (mantissa << 13) // inf, NaN
+          : sign | (uint32_t(exponent - 15 + 127) << 23) | (mantissa << 13);
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/// Reads one checked entry's data, widening BF16 and F16 to float.
 bool readTensor(int fd, uint64_t dataStart, const Entry &entry,
                 FloatTensor &tensor) {
   tensor.name = entry.name;
   tensor.shape = entry.shape;
   tensor.data.resize(entry.count);
   uint64_t offset = dataStart + entry.begin;
-  if (!entry.bf16)
+  if (entry.stored == Stored::F32)
     return readAt(fd, offset, tensor.data.data(), entry.count * 4);
   std::vector<uint16_t> halves(entry.count);
   if (!readAt(fd, offset, halves.data(), entry.count * 2))
     return false;
   for (uint64_t i = 0; i < entry.count; ++i) {
+    if (entry.stored == Stored::F16) {
+      tensor.data[i] = halfToFloat(halves[i]);
+      continue;
+    }
     uint32_t bits = uint32_t(halves[i]) << 16;
     std::memcpy(&tensor.data[i], &bits, sizeof bits);
   }

@@ -77,6 +77,12 @@ int main(int argc, char **argv) {
   configCmd->add_flag("--markdown", config.markdown,
                       "Print every key as Markdown (docs/config.md)");
   configCmd->add_flag("--presets", config.presets, "List the presets");
+  configCmd
+      ->add_option("--from-hf", config.fromHf,
+                   "Print the model file of a Hugging Face Llama model "
+                   "folder (its config.json; the folder becomes "
+                   "checkpoint.initial_load_path)")
+      ->check(nonEmpty);
 
   kiln::TrainCommand train;
   CLI::App *trainCmd = app.add_subcommand(

@@ -148,6 +148,20 @@ const std::vector<KeySpec> &kiln::configSchema() {
       otherKey("checkpoint", "folder", FIELD(checkpoint.folder), "",
                "Folder, under the run's output folder, for checkpoints.",
                kTrainCmd, true),
+      otherKey("checkpoint", "initial_load_path",
+               FIELD(checkpoint.initial_load_path), "",
+               "Weights to start from at step 0 when not resuming: a Hugging "
+               "Face model folder (model.safetensors, or the shards "
+               "model.safetensors.index.json lists; F32, BF16 or F16) or one "
+               ".safetensors file (`kiln config --from-hf` writes it); empty: "
+               "the model's own initialization.",
+               kTrainCmd, true),
+      otherKey("checkpoint", "initial_load_model_only",
+               FIELD(checkpoint.initial_load_model_only), "",
+               "Load only the weights from `initial_load_path` (the optimizer "
+               "starts fresh at step 0); false: it is a Kiln checkpoint, "
+               "loaded whole with its step and optimizer state.",
+               kTrainCmd, true),
       // [parallelism]
       intKey("parallelism", "data_parallel_shard_degree",
              FIELD(parallelism.data_parallel_shard_degree), -1, 65536,

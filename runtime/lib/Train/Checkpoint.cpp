@@ -1,8 +1,13 @@
 //===- Checkpoint.cpp - Training checkpoints on disk ----------------------===//
 
 #include "kiln/Runtime/Train/Checkpoint.h"
+#include "kiln/Runtime/Support/Files.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cmath>
 #include <filesystem>
+#include <set>
 
 namespace kiln::runtime {
 
@@ -168,6 +173,97 @@ Expected<Checkpoint> loadModelWeights(const std::string &dir) {
   checkpoint.metadata = userMetadata(std::move(model->metadata));
   checkpoint.model = std::move(model->tensors);
   return checkpoint;
+}
+
+namespace {
+/// The shards model.safetensors.index.json at `index` lists: file -> the
+/// tensors it says the file holds.
+Expected<std::map<std::string, std::set<std::string>>>
+readShardIndex(const std::string &index) {
+  Expected<std::string> text =
+      readRegularFile(index, kMaxSafetensorsHeaderBytes, "shard index");
+  if (!text)
+    return text.takeError();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded())
+    return Error(index + ": not valid JSON");
+  auto map = j.is_object() ? j.find("weight_map") : j.end();
+  if (map == j.end() || !map->is_object())
+    return Error(index + ": no \"weight_map\" object of tensor names to files");
+  std::map<std::string, std::set<std::string>> shards;
+  for (const auto &[name, file] : map->items()) {
+    if (!file.is_string())
+      return Error(index + ": the file of tensor '" + name +
+                   "' is not a string");
+    const std::string &f = file.get_ref<const std::string &>();
+    // A shard is a file of the folder: no path may lead elsewhere.
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      return Error(index + ": tensor '" + name + "' names the file '" + f +
+                   "', not a file of the folder");
+    shards[f].insert(name);
+  }
+  if (shards.empty())
+    return Error(index + ": the weight_map lists no tensors");
+  return shards;
+}
+} // namespace
+
+Expected<std::vector<FloatTensor>>
+loadPretrainedWeights(const std::string &path, const TensorShapes &expected) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<FloatTensor> tensors;
+  std::string where = path;
+  if (!fs::is_directory(path, ec)) {
+    Expected<SafetensorsContents> file = readSafetensors(path);
+    if (!file)
+      return file.takeError();
+    tensors = std::move(file->tensors);
+  } else if (std::string index = join(path, kShardIndexFile);
+             fs::exists(index, ec)) {
+    Expected<std::map<std::string, std::set<std::string>>> shards =
+        readShardIndex(index);
+    if (!shards)
+      return shards.takeError();
+    std::map<std::string, std::string> fileOf;
+    for (const auto &[file, names] : *shards) {
+      std::string shard = join(path, file.c_str());
+      Expected<SafetensorsContents> contents = readSafetensors(shard);
+      if (!contents)
+        return contents.takeError();
+      for (FloatTensor &t : contents->tensors) {
+        if (!names.count(t.name))
+          return Error(shard + ": holds tensor '" + t.name + "', which " +
+                       kShardIndexFile + " does not place in it");
+        auto [it, fresh] = fileOf.try_emplace(t.name, file);
+        if (!fresh)
+          return Error(path + ": tensor '" + t.name + "' is in both " +
+                       it->second + " and " + file);
+        tensors.push_back(std::move(t));
+      }
+      for (const std::string &name : names)
+        if (!fileOf.count(name))
+          return Error(index + ": tensor '" + name + "' is placed in " + file +
+                       ", which does not hold it");
+    }
+    where = path + " (" + kShardIndexFile + ")";
+  } else {
+    std::string single = join(path, kModelCheckpointFile);
+    Expected<SafetensorsContents> file = readSafetensors(single);
+    if (!file)
+      return file.takeError();
+    tensors = std::move(file->tensors);
+    where = single;
+  }
+  if (Error e = checkTensors(where, tensors, expected))
+    return e;
+  for (const FloatTensor &t : tensors)
+    for (size_t e = 0; e < t.data.size(); ++e)
+      if (!std::isfinite(t.data[e]))
+        return Error(where + ": tensor '" + t.name + "' holds " +
+                     (std::isnan(t.data[e]) ? "NaN" : "infinity") +
+                     " at element " + std::to_string(e));
+  return tensors;
 }
 
 } // namespace kiln::runtime

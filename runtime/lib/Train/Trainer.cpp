@@ -155,6 +155,37 @@ validationLoss(Executor &exec, comm::Communicator *c,
   return std::optional<double>(sum / batches);
 }
 
+} // namespace
+
+Error startFromPretrained(const Plan &plan, Executor &exec,
+                          comm::Communicator *pp, const std::string &path) {
+  std::map<std::string, std::vector<int64_t>> model, optimizer;
+  unshardedShapes(plan, model, optimizer);
+  if (pp)
+    if (Error failure = mergeStageShapes(model, *pp))
+      return failure;
+  Expected<std::vector<FloatTensor>> weights =
+      loadPretrainedWeights(path, model);
+  if (!weights)
+    return Error("cannot load the initial weights: " +
+                 weights.error().message());
+  // Every state this rank holds, the weights replaced (a pp stage takes its
+  // own layers' of the whole model's).
+  Expected<std::vector<FloatTensor>> current = exec.unshardedState();
+  if (!current)
+    return current.takeError();
+  std::map<std::string, const FloatTensor *> byName;
+  for (const FloatTensor &t : *current)
+    byName[t.name] = &t;
+  for (const FloatTensor &t : *weights)
+    if (byName.count(t.name))
+      byName[t.name] = &t;
+  if (Error problem = exec.setUnshardedState(byName))
+    return Error(path + ": " + problem.message());
+  return Error::success();
+}
+
+namespace {
 class Run {
 public:
   /// `pp`: the rank's pp axis under pipeline parallel, else null.
@@ -164,6 +195,9 @@ public:
 
   Error save(int64_t step);
   Error restore(const std::string &dir, int64_t &step);
+  /// Sets the model's weights from pretrained ones (loadPretrainedWeights);
+  /// the optimizer state stays as initialized.
+  Error startFrom(const std::string &path);
 
 private:
   const Plan &plan;
@@ -228,6 +262,14 @@ Error Run::restore(const std::string &path, int64_t &step) {
   step = c->step;
   std::printf("resumed from %s (step %lld)\n", dir->c_str(),
               static_cast<long long>(step));
+  return Error::success();
+}
+
+Error Run::startFrom(const std::string &path) {
+  if (Error failure = startFromPretrained(plan, exec, pp, path))
+    return failure;
+  if (exec.rank() == 0)
+    std::printf("loaded the initial weights from %s\n", path.c_str());
   return Error::success();
 }
 
@@ -431,9 +473,16 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   // Pipeline parallel: checkpoints gather the stages over the pp axis.
   Run run(plan, options, *exec, exec->pipelineCommunicator());
   int64_t done = 0;
-  if (!options.resume.empty())
+  if (!options.resume.empty()) {
     if (Error failure = run.restore(options.resume, done))
       return fail(failure.message());
+  } else if (!options.initialLoad.empty()) {
+    Error failure = options.initialLoadModelOnly
+                        ? run.startFrom(options.initialLoad)
+                        : run.restore(options.initialLoad, done);
+    if (failure)
+      return fail(failure.message());
+  }
   if (done > t.steps)
     return fail("the checkpoint is from step " + std::to_string(done) +
                 ", past the " + std::to_string(t.steps) + " steps to train");

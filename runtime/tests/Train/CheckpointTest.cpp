@@ -245,6 +245,72 @@ TEST_F(CheckpointTest, ReadsBf16AsFloat) {
             (std::vector<float>{1.0f, -2.0f, 0.5f, 1.0f + 1.0f / 128}));
 }
 
+TEST_F(CheckpointTest, ReadsF16AsFloatExactly) {
+  // 1, -2, 0.5, 1 + 2^-10, the largest half (65504), the smallest
+  // subnormal (2^-24), -0 and infinity, little-endian.
+  std::string data("\x00\x3c\x00\xc0\x00\x38\x01\x3c"
+                   "\xff\x7b\x01\x00\x00\x80\x00\x7c",
+                   16);
+  std::string file = path("half.safetensors");
+  writeBytes(file, rawFile(R"({"w":{"dtype":"F16","shape":[8],)"
+                           R"("data_offsets":[0,16]}})",
+                           data));
+  auto contents = readSafetensors(file);
+  ASSERT_TRUE(contents) << contents.error();
+  const std::vector<float> &w = contents->tensors[0].data;
+  EXPECT_EQ(w,
+            (std::vector<float>{1.0f, -2.0f, 0.5f, 1.0f + 1.0f / 1024, 65504.0f,
+                                std::ldexp(1.0f, -24), -0.0f, INFINITY}));
+  EXPECT_TRUE(std::signbit(w[6]));
+}
+
+TEST_F(CheckpointTest, PretrainedShardsAreChecked) {
+  // Two shards and their index, as save_pretrained writes them.
+  std::string dir = path("sharded");
+  fs::create_directory(dir);
+  std::string four("\x00\x00\x80\x3f", 4);
+  writeBytes(
+      dir + "/a.safetensors",
+      rawFile(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+              four));
+  writeBytes(
+      dir + "/b.safetensors",
+      rawFile(R"({"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+              four));
+  auto index = [&](const std::string &map) {
+    writeBytes(dir + "/model.safetensors.index.json",
+               R"({"metadata":{},"weight_map":)" + map + "}");
+  };
+  TensorShapes shapes = {{"x", {1}}, {"y", {1}}};
+  index(R"({"x":"a.safetensors","y":"b.safetensors"})");
+  auto loaded = loadPretrainedWeights(dir, shapes);
+  ASSERT_TRUE(loaded) << loaded.error();
+  EXPECT_EQ(loaded->size(), 2u);
+  auto error = [&](const std::string &map) {
+    index(map);
+    auto bad = loadPretrainedWeights(dir, shapes);
+    return bad ? std::string("loaded") : bad.error().message();
+  };
+  EXPECT_NE(error(R"({"x":"b.safetensors","y":"a.safetensors"})")
+                .find("holds tensor 'x', which model.safetensors.index.json "
+                      "does not place in it"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"x":"a.safetensors","y":"a.safetensors"})")
+                .find("tensor 'y' is placed in a.safetensors, which does not "
+                      "hold it"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"x":"a.safetensors","y":"../b.safetensors"})")
+                .find("not a file of the folder"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"x":"a.safetensors"})").find("tensor 'y' is missing"),
+            std::string::npos)
+      << "b.safetensors is not listed, so nothing is read from it";
+  EXPECT_NE(error(R"([1])").find("no \"weight_map\""), std::string::npos);
+  EXPECT_NE(error(R"({"x":"a.safetensors","y":"b.safetensors")")
+                .find("not valid JSON"),
+            std::string::npos);
+}
+
 TEST_F(CheckpointTest, AcceptsMetadataOnlyAndGaps) {
   std::string file = path("a.safetensors");
   writeBytes(file, rawFile(R"({"__metadata__":{"a":"b"}})", ""));
@@ -291,9 +357,9 @@ TEST_F(CheckpointTest, BadFilesAreOneLineErrors) {
   expectBad(rawFile(R"({"w": 3})", ""), "entry of tensor 'w' is not an object");
   expectBad(rawFile(entry(R"("shape":[2],"data_offsets":[0,8])"), eight),
             "no dtype");
-  expectBad(rawFile(entry(R"("dtype":"F16","shape":[4],"data_offsets":[0,8])"),
+  expectBad(rawFile(entry(R"("dtype":"F64","shape":[1],"data_offsets":[0,8])"),
                     eight),
-            "unsupported dtype 'F16'");
+            "unsupported dtype 'F64'");
   expectBad(
       rawFile(entry(R"("dtype":"Q7","shape":[4],"data_offsets":[0,8])"), eight),
       "unsupported dtype 'Q7'");

@@ -32,8 +32,12 @@ struct ConfigCommand {
   bool markdown = false; // print docs/config.md
   bool source = false;   // print the model's source text
   bool presets = false;  // list the presets
+  std::string fromHf;    // a Hugging Face model folder to convert
 };
 int runConfig(const ConfigCommand &command);
+/// `kiln config --from-hf DIR`: the model file of the Hugging Face
+/// Llama-family model in DIR (its config.json), printed (HfConfig.cpp).
+int runConfigFromHf(const std::string &dir);
 
 struct TrainCommand {
   std::string model = "llama3-debug";

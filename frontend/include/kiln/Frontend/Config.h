@@ -69,6 +69,8 @@ struct LRSchedulerConfig {
 struct CheckpointConfig {
   int64_t interval = 500;
   std::string folder = "checkpoints";
+  std::string initial_load_path; // empty: none
+  bool initial_load_model_only = true;
 };
 
 struct ParallelismConfig {

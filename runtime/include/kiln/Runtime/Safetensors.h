@@ -7,7 +7,7 @@
 // offsets relative to the start of the data, and may hold string metadata
 // under "__metadata__".
 //
-// Files are written as F32 (bit-exact) and read from F32 or BF16. Reading
+// Files are written as F32 (bit-exact) and read from F32, BF16 or F16. Reading
 // checks every field against the file before allocating, so a damaged or
 // hostile file gives one error line, never a crash or a huge allocation.
 //
@@ -66,8 +66,9 @@ Error checkWritable(const std::string &what,
                     const std::vector<FloatTensor> &tensors,
                     const std::map<std::string, std::string> &metadata);
 
-/// Reads and checks a safetensors file of F32 and BF16 tensors (BF16 is
-/// widened to float), or one line naming the file and what is wrong.
+/// Reads and checks a safetensors file of F32, BF16 and F16 tensors (the
+/// halves widened to float, exactly), or one line naming the file and what
+/// is wrong.
 Expected<SafetensorsContents> readSafetensors(const std::string &path);
 
 /// "[2, 3]": a shape as error messages print it.

@@ -25,6 +25,8 @@ namespace kiln::runtime {
 
 inline constexpr const char *kModelCheckpointFile = "model.safetensors";
 inline constexpr const char *kOptimizerCheckpointFile = "optimizer.safetensors";
+/// A Hugging Face model folder's list of its weight shards.
+inline constexpr const char *kShardIndexFile = "model.safetensors.index.json";
 /// The metadata keys the checkpoint writes itself; callers may not set them.
 inline constexpr const char *kCheckpointFormatKey = "format";
 inline constexpr const char *kCheckpointStepKey = "kiln_step";
@@ -65,6 +67,16 @@ Expected<Checkpoint> loadCheckpoint(const std::string &dir,
 /// `optimizer` stays empty. A file without kiln_step (e.g. one from Hugging
 /// Face, possibly BF16) loads with step 0.
 Expected<Checkpoint> loadModelWeights(const std::string &dir);
+
+/// Pretrained weights to start from (`[checkpoint] initial_load_path`):
+/// `path` is a Hugging Face model folder (model.safetensors, or the shards
+/// model.safetensors.index.json lists) or one .safetensors file, of F32,
+/// BF16 or F16 tensors under HF Llama names, RoPE in HF's rotate-half
+/// layout (Kiln's own). Every expected tensor must be there with its shape
+/// and finite, and nothing else; one line naming the tensor and the file
+/// otherwise.
+Expected<std::vector<FloatTensor>>
+loadPretrainedWeights(const std::string &path, const TensorShapes &expected);
 
 } // namespace kiln::runtime
 

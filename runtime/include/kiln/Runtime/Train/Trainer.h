@@ -12,6 +12,7 @@
 #define KILN_RUNTIME_TRAIN_TRAINER_H
 
 #include "kiln/Runtime/Comm/Communicator.h"
+#include "kiln/Runtime/Executor.h"
 #include "kiln/Runtime/Plan.h"
 
 #include <string>
@@ -28,6 +29,13 @@ struct TrainOptions {
   /// A checkpoint folder (holding model.safetensors) or a folder of
   /// step-N checkpoints (the latest is taken); empty to start fresh.
   std::string resume;
+  /// Without `resume`: pretrained weights to start from at step 0 (a
+  /// Hugging Face model folder or .safetensors file,
+  /// loadPretrainedWeights); empty: the plan's initialization.
+  std::string initialLoad;
+  /// false: `initialLoad` is a Kiln checkpoint, restored whole (its step
+  /// and optimizer state) as `resume` would, the output folder still new.
+  bool initialLoadModelOnly = true;
   /// Saved as config.toml next to each checkpoint, so that `kiln sample`
   /// can rebuild the model; empty when not known (kiln-run).
   std::string configText;
@@ -98,6 +106,14 @@ Expected<std::string>
 findCheckpoint(const std::string &path,
                const std::string &checkpointFolder = "checkpoints",
                const std::vector<std::string> &files = resumeFiles());
+
+/// Sets the model's weights of `exec`, which runs `plan`, from pretrained
+/// ones (loadPretrainedWeights: a Hugging Face model folder or a
+/// .safetensors file), each rank keeping its shard; the other state (the
+/// optimizer's) stays as it is. Every rank calls it at the same point
+/// (`pp`: the rank's pp axis under pipeline parallel, else null).
+Error startFromPretrained(const Plan &plan, Executor &exec,
+                          comm::Communicator *pp, const std::string &path);
 
 } // namespace kiln::runtime
 
