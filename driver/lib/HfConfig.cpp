@@ -114,7 +114,10 @@ int kiln::runConfigFromHf(const std::string &dir) {
 
   // The architecture: a Llama decoder, which Kiln builds.
   auto arch = j.find("architectures");
-  bool llama = j.value("model_type", "") == "llama";
+  // (nlohmann's typed accessors abort on a mismatch in this build: every
+  // field's type is checked before it is read.)
+  auto type = j.find("model_type");
+  bool llama = type != j.end() && *type == "llama";
   if (arch != j.end() && arch->is_array())
     for (const json &a : *arch)
       llama = llama && a == "LlamaForCausalLM";
@@ -185,7 +188,9 @@ int kiln::runConfigFromHf(const std::string &dir) {
              ? "\n[training]\nseq_len = " + std::to_string(*positions) + "\n"
              : std::string())
      << "\n[checkpoint]\n"
-     << "initial_load_path = " << json(folder).dump() << "\n";
+     << "initial_load_path = "
+     << json(folder).dump(-1, ' ', false, json::error_handler_t::replace)
+     << "\n";
   llvm::outs() << out;
   return 0;
 }

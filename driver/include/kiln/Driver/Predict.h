@@ -13,7 +13,6 @@
 
 #include "kiln/Driver/PerfModel.h"
 #include "kiln/Frontend/Config.h"
-#include "kiln/Transforms/PipelineOrder.h"
 
 #include <map>
 #include <optional>
