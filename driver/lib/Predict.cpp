@@ -33,32 +33,29 @@ PositionCost kiln::positionCost(const perf::StepEstimate &e,
   c.byOp = e.byOp;
   c.byKind = e.byKind;
   // Every microbatch between the first and the last runs the same ops:
-  // their mean is each one's.
+  // their mean is each one's. `add(phase, seconds)` for each phase that
+  // microbatch `m` is (one microbatch is the first and the last).
   double between = double(std::max<int64_t>(microbatches - 2, 1));
-  for (const auto &[label, s] : e.unitSeconds) {
-    std::optional<pipeline::Unit> u = pipeline::parseUnit(label);
-    if (!u)
-      continue;
-    auto *byPhase = u->backward ? c.backward : c.forward;
-    if (u->microbatch == 0)
-      byPhase[kFirst][u->stage] += s;
-    if (u->microbatch == microbatches - 1)
-      byPhase[kLast][u->stage] += s;
-    if (u->microbatch > 0 && u->microbatch < microbatches - 1)
-      byPhase[kMiddle][u->stage] += s / between;
-  }
+  auto byPhase = [&](int64_t m, double s, auto &&add) {
+    if (m == 0)
+      add(kFirst, s);
+    if (m == microbatches - 1)
+      add(kLast, s);
+    if (m > 0 && m < microbatches - 1)
+      add(kMiddle, s / between);
+  };
+  for (const auto &[label, s] : e.unitSeconds)
+    if (std::optional<pipeline::Unit> u = pipeline::parseUnit(label))
+      byPhase(u->microbatch, s, [&](int phase, double v) {
+        (u->backward ? c.backward : c.forward)[phase][u->stage] += v;
+      });
   for (const auto &[label, s] : e.afterUnitSeconds) {
     std::optional<pipeline::Unit> u = pipeline::parseUnit(label);
-    if (!u) {
+    if (!u)
       c.outside += s;
-      continue;
-    }
-    if (u->microbatch == 0)
-      c.after[kFirst] += s;
-    if (u->microbatch == microbatches - 1)
-      c.after[kLast] += s;
-    if (u->microbatch > 0 && u->microbatch < microbatches - 1)
-      c.after[kMiddle] += s / between;
+    else
+      byPhase(u->microbatch, s,
+              [&](int phase, double v) { c.after[phase] += v; });
   }
   // Two microbatches have none between: the last stands in (unused by the
   // step's own timeline).

@@ -257,13 +257,20 @@ loadPretrainedWeights(const std::string &path, const TensorShapes &expected) {
   }
   if (Error e = checkTensors(where, tensors, expected))
     return e;
+  if (Error e = checkFinite(where, tensors))
+    return e;
+  return tensors;
+}
+
+Error checkFinite(const std::string &where,
+                  const std::vector<FloatTensor> &tensors) {
   for (const FloatTensor &t : tensors)
     for (size_t e = 0; e < t.data.size(); ++e)
       if (!std::isfinite(t.data[e]))
         return Error(where + ": tensor '" + t.name + "' holds " +
                      (std::isnan(t.data[e]) ? "NaN" : "infinity") +
                      " at element " + std::to_string(e));
-  return tensors;
+  return Error::success();
 }
 
 } // namespace kiln::runtime

@@ -248,15 +248,12 @@ Error Run::restore(const std::string &path, int64_t &step) {
   if (!c)
     return c.takeError();
   std::map<std::string, const FloatTensor *> byName;
-  for (const auto *part : {&c->model, &c->optimizer})
-    for (const CheckpointTensor &t : *part) {
-      for (size_t e = 0; e < t.data.size(); ++e)
-        if (!std::isfinite(t.data[e]))
-          return Error(*dir + ": tensor '" + t.name + "' holds " +
-                       (std::isnan(t.data[e]) ? "NaN" : "infinity") +
-                       " at element " + std::to_string(e));
+  for (const auto *part : {&c->model, &c->optimizer}) {
+    if (Error bad = checkFinite(*dir, *part))
+      return bad;
+    for (const CheckpointTensor &t : *part)
       byName[t.name] = &t;
-    }
+  }
   if (Error problem = exec.setUnshardedState(byName))
     return Error(*dir + ": " + problem.message());
   step = c->step;

@@ -78,6 +78,11 @@ Expected<Checkpoint> loadModelWeights(const std::string &dir);
 Expected<std::vector<FloatTensor>>
 loadPretrainedWeights(const std::string &path, const TensorShapes &expected);
 
+/// One line naming the first NaN or infinity of `tensors` (which `where`
+/// held), or success.
+Error checkFinite(const std::string &where,
+                  const std::vector<FloatTensor> &tensors);
+
 } // namespace kiln::runtime
 
 #endif // KILN_RUNTIME_TRAIN_CHECKPOINT_H
