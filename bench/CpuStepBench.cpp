@@ -150,24 +150,20 @@ struct Batches {
 
 std::optional<Batches> makeBatches(const Config &config, int n) {
   const TrainingConfig &t = config.training;
-  Expected<std::vector<uint32_t>> data =
-      loadTokens(t.data, config.model.vocab_size);
+  Expected<Dataset> data =
+      loadDataset(t.data, config.model.vocab_size, t.seq_len);
   if (!data) {
     std::fprintf(stderr, "error: %s\n", data.error().message().c_str());
     return std::nullopt;
   }
-  Expected<Split> split = splitTokens(data->size(), t.seq_len);
-  if (!split) {
-    std::fprintf(stderr, "error: %s\n", split.error().message().c_str());
-    return std::nullopt;
-  }
+  const Split *split = &data->split;
   Batches b;
   for (int step = 1; step <= n; ++step) {
     std::vector<int32_t> in(t.global_batch_size * t.seq_len),
         tg(t.global_batch_size * t.seq_len);
-    fillBatch(*data, split->trainBegin, split->trainEnd, t.global_batch_size,
-              t.seq_len, static_cast<uint64_t>(t.seed), step, in.data(),
-              tg.data());
+    fillBatch(data->tokens, split->trainBegin, split->trainEnd,
+              t.global_batch_size, t.seq_len, static_cast<uint64_t>(t.seed),
+              step, in.data(), tg.data());
     b.tokens.push_back(std::move(in));
     b.targets.push_back(std::move(tg));
   }

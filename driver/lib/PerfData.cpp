@@ -157,7 +157,27 @@ Expected<Hardware> loadHardware(const std::string &nameOrPath) {
                  true)})
     if (e)
       return e;
+  if (const toml::node *names = root->at_path("gpu.cuda_names").node()) {
+    const toml::array *list = names->as_array();
+    if (!list)
+      return r.fail("gpu.cuda_names", "must be an array of strings");
+    for (const toml::node &name : *list) {
+      std::optional<std::string> text = name.value<std::string>();
+      if (!text || text->empty())
+        return r.fail("gpu.cuda_names", "must be an array of strings");
+      hw.cudaNames.push_back(*text);
+    }
+  }
   return hw;
+}
+
+std::optional<Hardware> hardwareOfCudaDevice(const std::string &cudaName) {
+  for (const std::string &name : builtinHardware())
+    if (Expected<Hardware> hw = loadHardware(name))
+      for (const std::string &known : hw->cudaNames)
+        if (known == cudaName)
+          return *hw;
+  return std::nullopt;
 }
 
 Expected<Efficiency> loadEfficiency(const std::string &nameOrPath) {

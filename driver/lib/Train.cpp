@@ -9,11 +9,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Driver/Driver.h"
+#include "kiln/Driver/PerfModel.h"
+#include "kiln/Driver/Predict.h"
 #include "kiln/Driver/Session.h"
-#include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
+#include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Runtime/Comm/Communicator.h"
+#include "kiln/Runtime/Devices.h"
 #include "kiln/Runtime/Train/Signals.h"
 #include "kiln/Runtime/Train/Trainer.h"
 
@@ -144,5 +147,25 @@ int kiln::runTrain(const TrainCommand &command) {
   options.tracePath = command.trace;
   options.backend = command.backend;
   options.cudaGraphs = command.cudaGraphs;
+  const MetricsConfig &metrics = session.config->metrics;
+  options.modelFlopsPerToken = modelFlopsPerToken(*session.config);
+  if (metrics.peak_tflops > 0) {
+    options.peakTflops = metrics.peak_tflops;
+    options.peakSource = "metrics.peak_tflops";
+  } else if (command.backend == "cuda") {
+    // Every GPU of a node is taken to be the first one's kind.
+    DeviceReport devices = queryDevices();
+    if (!devices.cudaDevices.empty())
+      if (std::optional<perf::Hardware> hw =
+              perf::hardwareOfCudaDevice(devices.cudaDevices[0].name)) {
+        options.peakTflops = hw->bf16Tflops;
+        options.peakSource = hw->name + "'s dense BF16 peak";
+      }
+  }
+  if (metrics.enable_tensorboard)
+    options.tensorBoardDir =
+        llvm::sys::path::is_absolute(metrics.save_tb_folder)
+            ? metrics.save_tb_folder
+            : options.outDir + "/" + metrics.save_tb_folder;
   return runTrainingOnRanks(*plan, options, *ranks);
 }

@@ -14,12 +14,17 @@
 #   sources in KILN_GTEST_SOURCE_DIR (default .deps/googletest, which
 #   `scripts/gpu-test --prepare` copies from Debian's /usr/src/googletest).
 #   KILN_GTEST_FROM_SOURCE=ON takes the sources even where one is installed.
+# - protobuf (KILN_USE_PROTOBUF, ON): kiln train's TensorBoard event files
+#   (lib/Train/TensorBoard.cpp). Without it `metrics.enable_tensorboard`
+#   is an error saying the build has no writer.
 #
 # scripts/gpu-test's run on this machine forces all three off to stand in
 # for a GPU machine (KILN_GPU_TEST_CMAKE_ARGS there).
 option(KILN_USE_OPENBLAS
   "CPU backend GEMMs on OpenBLAS when found (else Kiln's portable GEMM)" ON)
 option(KILN_USE_MPI "Build the MPI communicator when MPI is found" ON)
+option(KILN_USE_PROTOBUF
+  "Write TensorBoard event files through protobuf when it is found" ON)
 option(KILN_GTEST_FROM_SOURCE
   "Build GoogleTest from KILN_GTEST_SOURCE_DIR even if one is installed" OFF)
 set(KILN_GTEST_SOURCE_DIR "${CMAKE_SOURCE_DIR}/.deps/googletest" CACHE PATH
@@ -56,6 +61,21 @@ else()
   else()
     message(STATUS "Kiln MPI communicator: OFF (MPI not found; Debian's "
       "libopenmpi-dev); local communicator only, MPI tests not built")
+  endif()
+endif()
+
+# --- protobuf ---------------------------------------------------------------
+set(KILN_HAVE_PROTOBUF OFF)
+if(NOT KILN_USE_PROTOBUF)
+  message(STATUS "Kiln TensorBoard writer: OFF (KILN_USE_PROTOBUF is OFF)")
+else()
+  find_package(Protobuf QUIET)
+  if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
+    set(KILN_HAVE_PROTOBUF ON)
+    message(STATUS "Kiln TensorBoard writer: protobuf ${Protobuf_VERSION}")
+  else()
+    message(STATUS "Kiln TensorBoard writer: OFF (protobuf not found; "
+      "Debian's libprotobuf-dev protobuf-compiler)")
   endif()
 endif()
 

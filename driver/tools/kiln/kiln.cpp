@@ -221,14 +221,16 @@ int main(int argc, char **argv) {
       ->required();
   sampleCmd->add_option("--prompt", sample.prompt, "Text to continue")
       ->required();
-  sampleCmd->add_option("--tokens", sample.tokens,
-                        "Bytes to generate (default 200)")
+  sampleCmd
+      ->add_option("--tokens", sample.tokens,
+                   "Tokens to generate (default 200)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   sampleCmd->add_option("--temperature", sample.temperature,
-                        "Softmax temperature; 0 picks the most likely byte "
+                        "Softmax temperature; 0 picks the most likely token "
                         "(default 0.8)");
-  sampleCmd->add_option("--top-k", sample.topK,
-                        "Draw among the k most likely bytes (default: all)")
+  sampleCmd
+      ->add_option("--top-k", sample.topK,
+                   "Draw among the k most likely tokens (default: all)")
       ->check(CLI::NonNegativeNumber);
   // Seeds are integers in [0, 2^53] everywhere (training.seed too): each
   // one a double holds exactly, none wrapped or clamped.
@@ -238,10 +240,61 @@ int main(int argc, char **argv) {
                         "CPU threads (default: every core)")
       ->check(CLI::Range(1, 1024));
 
+  sampleCmd->add_option("--tokenizer", sample.tokenizer,
+                        "A Hugging Face tokenizer.json the model was trained "
+                        "with (kiln tokenize): the prompt is encoded and the "
+                        "tokens decoded with it (default: bytes)");
+
+  kiln::TokenizeCommand tokenize;
+  std::string separator = "\x01unset";
+  CLI::App *tokenizeCmd = app.add_subcommand(
+      "tokenize", "Encode text and JSONL files with a Hugging Face tokenizer "
+                  "into llm.c token shards (train_*.bin, val_*.bin) for "
+                  "--data (docs/training.md)");
+  tokenizeCmd
+      ->add_option("INPUT", tokenize.inputs,
+                   "Text files (each a document) and .jsonl files "
+                   "(each line an object with a text field)")
+      ->required();
+  tokenizeCmd
+      ->add_option("--tokenizer", tokenize.tokenizer,
+                   "A Hugging Face tokenizer.json")
+      ->required();
+  tokenizeCmd
+      ->add_option("-o,--out", tokenize.out,
+                   "The folder of shards (new or empty)")
+      ->required();
+  tokenizeCmd->add_option("--field", tokenize.field,
+                          "The field of a JSONL line that holds its text "
+                          "(default text)");
+  tokenizeCmd->add_option("--val-fraction", tokenize.valFraction,
+                          "Share of the pieces (documents, 64 KiB of a text "
+                          "file) in the validation shards, the first piece "
+                          "always (default 0.01)");
+  tokenizeCmd
+      ->add_option("--shard-tokens", tokenize.shardTokens,
+                   "Tokens per shard at most (default 100000000)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 31));
+  tokenizeCmd->add_option("--separator", separator,
+                          "The token before each document; '' for none "
+                          "(default: the first of <|end_of_text|>, "
+                          "<|endoftext|>, </s>, <eos> in the vocabulary)");
+
+  kiln::ReportCommand report;
+  CLI::App *reportCmd = app.add_subcommand(
+      "report", "Write a run's metrics and model as one self-contained HTML "
+                "page (plots of loss, learning rate, gradient norm, "
+                "throughput and MFU)");
+  reportCmd->add_option("RUN", report.run, "A kiln train output folder")
+      ->required();
+  reportCmd->add_option("-o,--out", report.out,
+                        "The page to write (default RUN/report.html)");
+
   auto named = [&](const CLI::App *sub) { return sub->get_name() == argv[1]; };
   if (argc > 1 && argv[1][0] != '-' && app.get_subcommands(named).empty()) {
     std::cerr << "error: unknown command '" << argv[1]
-              << "'; commands: compile, config, train, sample, explain, plan (see kiln --help)\n";
+              << "'; commands: compile, config, train, sample, tokenize, "
+                 "report, explain, plan (see kiln --help)\n";
     return 1;
   }
   try {
@@ -269,6 +322,13 @@ int main(int argc, char **argv) {
       return kiln::runTrain(train);
     if (sampleCmd->parsed())
       return kiln::runSample(sample);
+    if (reportCmd->parsed())
+      return kiln::runReport(report);
+    if (tokenizeCmd->parsed()) {
+      if (separator != "\x01unset")
+        tokenize.separator = separator;
+      return kiln::runTokenize(tokenize);
+    }
     if (explainCmd->parsed())
       return kiln::runExplain(explain);
     if (planCmd->parsed())

@@ -115,7 +115,9 @@ const std::vector<KeySpec> &kiln::configSchema() {
              "Batches per validation-loss evaluation.", kTrainCmd, true),
       otherKey("training", "data", FIELD(training.data), "",
                "Training data: `fortunes` (Debian's fortunes text), a text "
-               "file read as bytes, or a token file.",
+               "file read as bytes, an llm.c token file, or a folder or glob "
+               "of token shards (`kiln tokenize`; names starting with `val` "
+               "or holding `_val` are the validation set).",
                kTrainCmd, true),
       // [optimizer]
       floatKey("optimizer", "lr", FIELD(optimizer.lr), 0, true, 10, false,
@@ -279,6 +281,23 @@ const std::vector<KeySpec> &kiln::configSchema() {
              "arrive (0: wait forever). Keep it above a step's duration and "
              "the time rank 0 takes to write a checkpoint.",
              kTrainCmd, true),
+      // [metrics]
+      otherKey("metrics", "enable_tensorboard",
+               FIELD(metrics.enable_tensorboard), "",
+               "Also write each step's metrics (loss, lr, grad norm, tokens/s, "
+               "TFLOP/s, MFU, peak memory) as TensorBoard event files "
+               "(docs/training.md, \"Metrics\").",
+               kTrainCmd, true),
+      otherKey("metrics", "save_tb_folder", FIELD(metrics.save_tb_folder), "",
+               "The folder of the TensorBoard event files, inside the run's "
+               "output folder.",
+               kTrainCmd, true),
+      floatKey("metrics", "peak_tflops", FIELD(metrics.peak_tflops), 0, true,
+               1e9, false,
+               "Peak TFLOP/s of one device, the denominator of MFU.", kTrainCmd,
+               true,
+               "unset: the dense BF16 peak of the GPU's hardware file "
+               "(perf/hardware) on the CUDA backend; no MFU on the CPU"),
   };
   return schema;
 }

@@ -194,6 +194,10 @@ std::string CudaExecutor::memoryReport() const {
          "(cudaMemGetInfo, CUDA's own memory included)";
 }
 
+int64_t CudaExecutor::peakMemoryBytes() const {
+  return s->prepared ? s->usedPeak : 0;
+}
+
 std::string CudaExecutor::describe() const {
   char text[256];
   if (!s->prepared)

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <dirent.h>
+#include <glob.h>
+#include <sys/stat.h>
 
 namespace kiln::runtime {
 
@@ -46,18 +48,15 @@ Expected<std::string> readFortunes() {
       out += *text;
   return out;
 }
-} // namespace
 
-Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
-                                           int64_t vocab) {
-  Expected<std::string> read =
-      path == kDefaultData ? readFortunes() : readFile(path);
-  if (!read)
-    return read.takeError();
-  const std::string &bytes = *read;
-  if (bytes.empty()) {
+/// The tokens of `bytes`, read from `path`: an llm.c token file's, or with
+/// `text`, the bytes themselves when there is no such header. Every token
+/// must be below `vocab`.
+Expected<std::vector<uint32_t>> decodeTokens(const std::string &bytes,
+                                             const std::string &path,
+                                             int64_t vocab, bool text) {
+  if (bytes.empty())
     return Error("data file '" + path + "' is empty");
-  }
   std::vector<uint32_t> tokens;
   int32_t header[3] = {0, 0, 0};
   if (bytes.size() >= sizeof header)
@@ -82,10 +81,13 @@ Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
       std::memcpy(&t, p + i * width, width);
       tokens[i] = t;
     }
-  } else {
+  } else if (text) {
     tokens.assign(bytes.begin(), bytes.end());
     for (uint32_t &t : tokens)
       t &= 0xff;
+  } else {
+    return Error(path + ": not a token shard (no llm.c header: magic " +
+                 std::to_string(kTokenFileMagic) + ")");
   }
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] >= static_cast<uint64_t>(vocab)) {
@@ -94,6 +96,112 @@ Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
                    " is not below the vocab size " + std::to_string(vocab));
     }
   return tokens;
+}
+
+bool isValidationShard(const std::string &path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  return name.rfind("val", 0) == 0 || name.find("_val") != std::string::npos;
+}
+
+/// The shards `path` names (a folder's `*.bin` files or a pattern's
+/// matches), sorted; nothing when it is neither a folder nor a pattern.
+Expected<std::vector<std::string>> shardPaths(const std::string &path,
+                                              bool &isShards) {
+  std::string pattern;
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    pattern = (path.back() == '/' ? path : path + "/") + "*.bin";
+  else if (path.find_first_of("*?[") != std::string::npos &&
+           path != kDefaultData)
+    pattern = path;
+  isShards = !pattern.empty();
+  if (!isShards)
+    return std::vector<std::string>{};
+  glob_t found;
+  int code = glob(pattern.c_str(), GLOB_ERR, nullptr, &found);
+  std::vector<std::string> paths;
+  for (size_t i = 0; code == 0 && i < found.gl_pathc; ++i)
+    paths.push_back(found.gl_pathv[i]);
+  globfree(&found);
+  if (code == GLOB_NOMATCH || (code == 0 && paths.empty()))
+    return Error(pattern == path ? "no token shards match '" + pattern + "'"
+                                 : "the data folder '" + path +
+                                       "' holds no token shards (*.bin)");
+  if (code != 0)
+    return Error("cannot list the token shards '" + pattern + "'");
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+} // namespace
+
+Expected<std::vector<uint32_t>> loadTokens(const std::string &path,
+                                           int64_t vocab) {
+  Expected<std::string> read =
+      path == kDefaultData ? readFortunes() : readFile(path);
+  if (!read)
+    return read.takeError();
+  return decodeTokens(*read, path, vocab, /*text=*/true);
+}
+
+Expected<Dataset> loadDataset(const std::string &path, int64_t vocab,
+                              int64_t seqLen) {
+  bool isShards = false;
+  Expected<std::vector<std::string>> shards = shardPaths(path, isShards);
+  if (!shards)
+    return shards.takeError();
+  Dataset data;
+  if (!isShards) {
+    Expected<std::vector<uint32_t>> tokens = loadTokens(path, vocab);
+    if (!tokens)
+      return tokens.takeError();
+    data.tokens = std::move(*tokens);
+  } else {
+    // Training shards first, then validation shards.
+    std::vector<uint32_t> valid;
+    int64_t total = 0;
+    for (const std::string &shard : *shards) {
+      Expected<std::string> bytes = readFile(shard);
+      if (!bytes)
+        return bytes.takeError();
+      total += static_cast<int64_t>(bytes->size());
+      if (total > kMaxDataBytes)
+        return Error("the token shards of '" + path + "' hold more than " +
+                     std::to_string(kMaxDataBytes >> 30) +
+                     " GiB, more than Kiln reads into memory");
+      Expected<std::vector<uint32_t>> tokens =
+          decodeTokens(*bytes, shard, vocab, /*text=*/false);
+      if (!tokens)
+        return tokens.takeError();
+      bool isValid = isValidationShard(shard);
+      std::vector<uint32_t> &into = isValid ? valid : data.tokens;
+      into.insert(into.end(), tokens->begin(), tokens->end());
+      ++(isValid ? data.validShards : data.trainShards);
+    }
+    if (data.trainShards == 0)
+      return Error("'" + path + "' has validation shards only (" +
+                   std::to_string(data.validShards) +
+                   "); training shards are the ones whose names do not "
+                   "start with 'val' or contain '_val'");
+    if (data.validShards > 0) {
+      size_t window = static_cast<size_t>(seqLen) + 1;
+      data.split = {0, data.tokens.size(), data.tokens.size(),
+                    data.tokens.size() + valid.size()};
+      for (auto [part, count] : {std::pair{"training", data.tokens.size()},
+                                 std::pair{"validation", valid.size()}})
+        if (count < window)
+          return Error("the " + std::string(part) + " shards of '" + path +
+                       "' hold " + std::to_string(count) +
+                       " tokens, fewer than one sequence of " +
+                       std::to_string(seqLen) + " and its target");
+      data.tokens.insert(data.tokens.end(), valid.begin(), valid.end());
+      return data;
+    }
+  }
+  Expected<Split> split = splitTokens(data.tokens.size(), seqLen);
+  if (!split)
+    return split.takeError();
+  data.split = *split;
+  return data;
 }
 
 Expected<Split> splitTokens(size_t count, int64_t seqLen) {

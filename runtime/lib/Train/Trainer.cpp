@@ -9,6 +9,7 @@
 #include "kiln/Runtime/Train/Trainer.h"
 #include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/Executor.h"
+#include "kiln/Runtime/Support/AtomicFile.h"
 #include "kiln/Runtime/Support/Files.h"
 #include "kiln/Runtime/Trace.h"
 #include "kiln/Runtime/Train/Checkpoint.h"
@@ -16,6 +17,7 @@
 #include "kiln/Runtime/Train/LossPlot.h"
 #include "kiln/Runtime/Train/Signals.h"
 #include "kiln/Runtime/Train/Stages.h"
+#include "kiln/Runtime/Train/TensorBoard.h"
 
 #include <chrono>
 #include <cmath>
@@ -42,6 +44,28 @@ int fail(const std::string &message) {
 
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+/// What a step's throughput means per device: tokens/s, model TFLOP/s and
+/// MFU (when the model's FLOPs and the peak are known), peak memory.
+struct StepMetrics {
+  double tokensPerDevice = 0;
+  std::optional<double> tflops, mfu; // MFU in percent
+  double peakMemoryGib = 0;
+};
+
+StepMetrics stepMetrics(const TrainOptions &options, const Executor &exec,
+                        double tokensPerSecond) {
+  StepMetrics m;
+  m.tokensPerDevice = tokensPerSecond / static_cast<double>(exec.plan().ranks);
+  if (options.modelFlopsPerToken > 0) {
+    m.tflops = m.tokensPerDevice * options.modelFlopsPerToken / 1e12;
+    if (options.peakTflops > 0)
+      m.mfu = 100 * *m.tflops / options.peakTflops;
+  }
+  m.peakMemoryGib = static_cast<double>(exec.peakMemoryBytes()) /
+                    static_cast<double>(int64_t(1) << 30);
+  return m;
 }
 
 std::string formatDuration(double seconds) {
@@ -351,8 +375,17 @@ Error prepareOutputs(const Plan &plan, const TrainOptions &options) {
     // --overwrite: what an earlier run wrote here, and only that.
     for (const auto &[n, dir] : steps)
       fs::remove_all(dir, ec);
-    for (const char *file : {"metrics.jsonl", "loss.png"})
+    for (const char *file : {"metrics.jsonl", "loss.png", "config.toml"})
       fs::remove(options.outDir + "/" + file, ec);
+    // Kiln's own event files only: the folder may be shared.
+    if (!options.tensorBoardDir.empty())
+      for (const fs::directory_entry &e :
+           fs::directory_iterator(options.tensorBoardDir, ec)) {
+        std::string name = e.path().filename().string();
+        if (name.rfind("events.out.tfevents.", 0) == 0 && name.size() > 5 &&
+            name.compare(name.size() - 5, 5, ".kiln") == 0)
+          fs::remove(e.path(), ec);
+      }
   }
   // Writers killed mid-save leave NAME.tmp.PID beside the file.
   removeStaleTemporaries(options.outDir);
@@ -419,17 +452,11 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   int64_t batch = tokensValue->shape[0],
           seq = wholeShape(plan, tokensValue->shape, tokensValue->tp)[1];
 
-  Expected<std::vector<uint32_t>> tokens = loadTokens(t.data, plan.vocabSize);
-  if (!tokens)
-    return fail(tokens.error().message());
-  Expected<Split> split = splitTokens(tokens->size(), seq);
-  if (!split)
-    return fail(split.error().message());
-  if (split->trainEnd - split->trainBegin <= size_t(seq))
-    return fail("'" + t.data + "' is too short: the training part holds " +
-                std::to_string(split->trainEnd - split->trainBegin) +
-                " tokens, fewer than one sequence of " +
-                std::to_string(seq + 1));
+  Expected<Dataset> data = loadDataset(t.data, plan.vocabSize, seq);
+  if (!data)
+    return fail(data.error().message());
+  const std::vector<uint32_t> *tokens = &data->tokens;
+  const Split *split = &data->split;
 
   cpu::setCpuThreads(options.threads > 0 ? options.threads
                                          : defaultThreads(options.communicator));
@@ -488,6 +515,19 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   fs::create_directories(options.outDir, ec);
   if (ec)
     return fail("cannot create '" + options.outDir + "': " + ec.message());
+  // The run's model beside its metrics (kiln report shows it).
+  if (lead && !options.configText.empty()) {
+    AtomicFile config(options.outDir + "/config.toml");
+    Error failure = config.write([&](std::FILE *f) {
+      return std::fwrite(options.configText.data(), 1,
+                         options.configText.size(),
+                         f) == options.configText.size();
+    });
+    if (!failure)
+      failure = config.commit();
+    if (failure)
+      return fail(failure.message());
+  }
   // Rank 0 writes the metrics; the others write to nowhere.
   std::string metricsPath =
       lead ? options.outDir + "/metrics.jsonl" : std::string("/dev/null");
@@ -500,6 +540,14 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   // Losses and norms to float precision (9 significant digits), so that
   // runs can be compared to 1e-8 relative from their metrics.
   metrics.precision(9);
+  std::unique_ptr<TensorBoardWriter> board;
+  if (lead && !options.tensorBoardDir.empty()) {
+    Expected<std::unique_ptr<TensorBoardWriter>> created =
+        TensorBoardWriter::create(options.tensorBoardDir);
+    if (!created)
+      return fail(created.error().message());
+    board = std::move(*created);
+  }
 
   std::printf("%s%lld steps of %lldx%lld tokens, %zu tokens of data, %s, "
               "output in %s\n",
@@ -507,6 +555,17 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
               static_cast<long long>(batch), static_cast<long long>(seq),
               tokens->size(), exec->describe().c_str(),
               options.outDir.c_str());
+  if (options.modelFlopsPerToken > 0) {
+    if (options.peakTflops > 0)
+      std::printf("MFU against %s (%.1f TFLOP/s a device)",
+                  options.peakSource.c_str(), options.peakTflops);
+    else
+      std::printf("no MFU: no peak known for this device (set "
+                  "metrics.peak_tflops)");
+    std::printf("; model FLOPs %.4g a token\n", options.modelFlopsPerToken);
+  }
+  if (board)
+    std::printf("TensorBoard: %s\n", board->path().c_str());
   std::fflush(stdout);
 
   // From here a SIGINT or SIGTERM stops the loop at the next step or
@@ -561,10 +620,31 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     if (step == done + 1)
       if (std::string memory = exec->memoryReport(); !memory.empty())
         std::printf("%s\n", memory.c_str());
+    StepMetrics measured = stepMetrics(options, *exec, tokensPerSecond);
     metrics << "{\"step\": " << step << ", \"loss\": " << loss
             << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
-            << ", \"tokens_per_s\": " << tokensPerSecond << "}\n";
+            << ", \"tokens_per_s\": " << tokensPerSecond
+            << ", \"tokens_per_s_per_device\": " << measured.tokensPerDevice;
+    if (measured.tflops)
+      metrics << ", \"tflops\": " << *measured.tflops;
+    if (measured.mfu)
+      metrics << ", \"mfu\": " << *measured.mfu;
+    metrics << ", \"peak_memory_gib\": " << measured.peakMemoryGib << "}\n";
     metrics.flush(); // visible while a long validation runs
+    if (board) {
+      std::vector<std::pair<std::string, double>> scalars = {
+          {"loss_metrics/global_avg_loss", loss},
+          {"lr", lr},
+          {"grad_norm", norm},
+          {"throughput(tps)", measured.tokensPerDevice},
+          {"memory/max_reserved(GiB)", measured.peakMemoryGib}};
+      if (measured.tflops)
+        scalars.push_back({"tflops", *measured.tflops});
+      if (measured.mfu)
+        scalars.push_back({"mfu(%)", *measured.mfu});
+      if (Error failure = board->scalars(step, scalars))
+        return fail(failure.message());
+    }
 
     std::optional<double> valid;
     if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
@@ -584,6 +664,10 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
       }
       metrics << "{\"step\": " << step << ", \"val_loss\": " << *valid
               << "}\n";
+      if (board)
+        if (Error failure =
+                board->scalars(step, {{"loss_metrics/val_loss", *valid}}))
+          return fail(failure.message());
     }
     metrics.flush();
 

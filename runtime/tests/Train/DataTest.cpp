@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -123,4 +124,77 @@ TEST(Data, RowsOfABatchAreThoseOfTheWholeBatch) {
     EXPECT_EQ(part[i], all[2 * 8 + i]);
     EXPECT_EQ(partTg[i], allTg[2 * 8 + i]);
   }
+}
+
+namespace {
+/// A fresh folder under the test's temporary folder.
+std::string tempFolder(const std::string &name) {
+  std::string dir = ::testing::TempDir() + "/" + name;
+  std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
+  EXPECT_EQ(0, std::system(command.c_str()));
+  return dir;
+}
+
+std::vector<uint32_t> range(uint32_t from, uint32_t count) {
+  std::vector<uint32_t> out(count);
+  for (uint32_t i = 0; i < count; ++i)
+    out[i] = from + i;
+  return out;
+}
+} // namespace
+
+TEST(Data, ShardFolderSplitsTrainingFromValidation) {
+  // Shards in name order; val shards are the validation part, wherever
+  // they sort.
+  std::string dir = tempFolder("shards");
+  std::ofstream(dir + "/train_000001.bin") << tokenFile(1, 20, range(100, 20));
+  std::ofstream(dir + "/train_000000.bin") << tokenFile(2, 30, range(0, 30));
+  std::ofstream(dir + "/val_000000.bin") << tokenFile(1, 10, range(500, 10));
+  std::ofstream(dir + "/notes.txt") << "not a shard";
+  auto data = loadDataset(dir, 1000, 8);
+  ASSERT_TRUE(data) << data.error();
+  EXPECT_EQ(data->trainShards, 2u);
+  EXPECT_EQ(data->validShards, 1u);
+  ASSERT_EQ(data->tokens.size(), 60u);
+  EXPECT_EQ(data->tokens[0], 0u);
+  EXPECT_EQ(data->tokens[30], 100u);
+  EXPECT_EQ(data->tokens[50], 500u);
+  EXPECT_EQ(data->split.trainEnd, 50u);
+  EXPECT_EQ(data->split.validBegin, 50u);
+  EXPECT_EQ(data->split.validEnd, 60u);
+
+  // A glob of the training shards alone: split 90/10 like one file.
+  auto globbed = loadDataset(dir + "/train_*.bin", 1000, 4);
+  ASSERT_TRUE(globbed) << globbed.error();
+  EXPECT_EQ(globbed->tokens.size(), 50u);
+  EXPECT_EQ(globbed->split.trainEnd, 45u);
+  EXPECT_EQ(globbed->validShards, 0u);
+}
+
+TEST(Data, BadShardsAreOneLine) {
+  std::string dir = tempFolder("bad-shards");
+  EXPECT_EQ(loadDataset(dir, 1000, 8).error().message(),
+            "the data folder '" + dir + "' holds no token shards (*.bin)");
+  EXPECT_EQ(loadDataset(dir + "/x_*.bin", 1000, 8).error().message(),
+            "no token shards match '" + dir + "/x_*.bin'");
+  std::ofstream(dir + "/val_0.bin") << tokenFile(1, 10, range(0, 10));
+  EXPECT_NE(loadDataset(dir, 1000, 8)
+                .error()
+                .message()
+                .find("has validation shards only (1)"),
+            std::string::npos);
+  std::ofstream(dir + "/train_0.bin") << tokenFile(1, 20, range(0, 20));
+  // Validation holds 10 tokens: too few for 16 and a target.
+  EXPECT_EQ(loadDataset(dir, 1000, 16).error().message(),
+            "the validation shards of '" + dir +
+                "' hold 10 tokens, fewer than one sequence of 16 and its "
+                "target");
+  std::ofstream(dir + "/train_1.bin") << "plain text";
+  EXPECT_EQ(loadDataset(dir, 1000, 4).error().message(),
+            dir + "/train_1.bin: not a token shard (no llm.c header: magic "
+                  "20240520)");
+  std::ofstream(dir + "/train_1.bin") << tokenFile(1, 2, {1, 999});
+  EXPECT_EQ(loadDataset(dir, 999, 4).error().message(),
+            dir + "/train_1.bin: token 999 at position 1 is not below the "
+                  "vocab size 999");
 }

@@ -8,6 +8,7 @@
 #ifndef KILN_DRIVER_DRIVER_H
 #define KILN_DRIVER_DRIVER_H
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,8 +103,26 @@ struct SampleCommand {
   int64_t topK = 0;         // 0: every token
   uint64_t seed = 0;
   int threads = 0;          // 0: every core
+  std::string tokenizer;    // a tokenizer.json; empty: bytes (vocab 256)
 };
 int runSample(const SampleCommand &command);
+
+struct TokenizeCommand {
+  std::string tokenizer;                // a Hugging Face tokenizer.json
+  std::vector<std::string> inputs;      // text files and .jsonl files
+  std::string out;                      // the folder of shards
+  std::string field = "text";           // the document of a JSONL line
+  double valFraction = 0.01;            // of the pieces, to validation
+  int64_t shardTokens = 100000000;      // tokens per shard at most
+  std::optional<std::string> separator; // unset: the tokenizer's EOS-like
+};
+int runTokenize(const TokenizeCommand &command);
+
+struct ReportCommand {
+  std::string run; // a kiln train output folder
+  std::string out; // empty: RUN/report.html
+};
+int runReport(const ReportCommand &command);
 
 } // namespace kiln
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct Hardware {
   double nvlinkLatencyUs = 0, networkLatencyUs = 0;
   /// The host's time to launch one kernel, eagerly or inside a CUDA graph.
   double kernelLaunchUs = 0, graphKernelLaunchUs = 0;
+  /// The names CUDA gives the GPU (cudaDeviceProp::name), by which kiln
+  /// train finds its peak for MFU; optional (`gpu.cuda_names`).
+  std::vector<std::string> cudaNames;
 };
 
 /// What share of the hardware's peaks each kind of work reaches
@@ -64,6 +68,8 @@ runtime::Expected<Hardware> loadHardware(const std::string &nameOrPath);
 runtime::Expected<Efficiency> loadEfficiency(const std::string &nameOrPath);
 /// The built-in names, for messages and --help.
 std::vector<std::string> builtinHardware();
+/// The built-in hardware whose `gpu.cuda_names` holds `cudaName`, if any.
+std::optional<Hardware> hardwareOfCudaDevice(const std::string &cudaName);
 std::vector<std::string> builtinEfficiencies();
 
 // --- The closed forms -------------------------------------------------------

@@ -105,6 +105,12 @@ struct CommConfig {
   int64_t train_timeout_seconds = 100;
 };
 
+struct MetricsConfig {
+  bool enable_tensorboard = false;
+  std::string save_tb_folder = "tb";
+  double peak_tflops = 0.0; // 0: unset (the device's, when known)
+};
+
 struct Float8Config {
   bool enable = false;
   std::string recipe = "tensorwise";
@@ -147,6 +153,7 @@ struct Config {
   ActivationCheckpointConfig activation_checkpoint;
   Float8Config float8;
   CommConfig comm;
+  MetricsConfig metrics;
 
   /// The file (or preset name) the description came from.
   std::string sourceName;

@@ -81,6 +81,10 @@ public:
   /// After a run: the memory the backend predicted and measured, where it
   /// measures any ("" for the CPU backend).
   virtual std::string memoryReport() const { return ""; }
+  /// The most memory the run has held on its device so far: the CPU
+  /// backend's allocations (fixed by the plan), or on a GPU the most in
+  /// use on the device at any step (cudaMemGetInfo, CUDA's own included).
+  virtual int64_t peakMemoryBytes() const { return allocatedBytes(); }
 };
 
 struct ExecutorOptions {

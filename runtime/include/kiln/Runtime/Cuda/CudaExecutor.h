@@ -64,6 +64,7 @@ public:
   int64_t allocatedBytes() const override;
   std::string describe() const override;
   std::string memoryReport() const override;
+  int64_t peakMemoryBytes() const override;
 
   /// Replay entries as CUDA graphs after their first run (default on).
   void setGraphs(bool on);

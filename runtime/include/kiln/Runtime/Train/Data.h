@@ -32,6 +32,27 @@ struct Split {
 /// Fails if either part is shorter than one sequence plus its target.
 Expected<Split> splitTokens(size_t count, int64_t seqLen);
 
+/// Training data and its split into training and validation tokens.
+struct Dataset {
+  std::vector<uint32_t> tokens;
+  Split split;
+  /// Token shards read (0 for a single file or the fortunes).
+  size_t trainShards = 0, validShards = 0;
+};
+
+/// Loads `path` for a model of `vocab` tokens trained on `seqLen`-token
+/// sequences. `path` is what loadTokens reads (split by splitTokens), a
+/// folder of token shards (its `*.bin` files), or a glob pattern of token
+/// shards (`data/*_train_*.bin`). Shards are read in name order; those
+/// whose file name starts with `val` or contains `_val` are the validation
+/// part (as `kiln tokenize` and llm.c name them), the others train. Without
+/// a validation shard the shards' tokens are split by splitTokens. Fails on
+/// anything loadTokens refuses, a shard without llm.c's header, a pattern
+/// or folder with no shards, or a part shorter than one sequence plus its
+/// target.
+Expected<Dataset> loadDataset(const std::string &path, int64_t vocab,
+                              int64_t seqLen);
+
 /// Fills `inputs` and `targets` ([batch, seq] each) with windows of
 /// `tokens[begin, end)`: row b starts at a position drawn from (seed, draw,
 /// b) and targets are the inputs shifted by one. The same arguments give

@@ -70,6 +70,17 @@ struct TrainOptions {
   /// Write a Chrome trace of every step here (each rank of a multi-rank
   /// run its own file, `.rank<r>` before the extension); empty for none.
   std::string tracePath;
+  /// Model FLOPs of one trained token (forward and backward, attention
+  /// included, recomputation not), for the TFLOP/s and MFU of each step;
+  /// 0: neither is reported (kiln-run, which has no model description).
+  double modelFlopsPerToken = 0;
+  /// One device's peak TFLOP/s, the denominator of MFU, and where it comes
+  /// from ("metrics.peak_tflops", "h100-sxm dense BF16"); 0: no MFU.
+  double peakTflops = 0;
+  std::string peakSource;
+  /// Also write the step metrics as TensorBoard event files here; empty
+  /// for none.
+  std::string tensorBoardDir;
 };
 
 /// Trains; returns the process exit code (0 done, 1 an error already
