@@ -171,7 +171,8 @@ Error readMetrics(const std::string &path, Columns &columns) {
   Expected<std::string> text =
       readRegularFile(path, kMaxMetricsBytes, "metrics file");
   if (!text)
-    return text.takeError();
+    return Error(text.error().message() +
+                 " (kiln report reads a kiln train output folder)");
   std::istringstream lines(*text);
   std::string line;
   for (int64_t n = 1; std::getline(lines, line); ++n) {
@@ -232,15 +233,8 @@ int kiln::runReport(const ReportCommand &command) {
   while (run.size() > 1 && run.back() == '/')
     run.pop_back();
   Columns columns;
-  if (Error failure = readMetrics(run + "/metrics.jsonl", columns)) {
-    std::string message = failure.message();
-    if (message.find(": error: ") != std::string::npos) {
-      std::fprintf(stderr, "%s\n", message.c_str());
-      return 1;
-    }
-    return commandError(message + " (kiln report reads a kiln train output "
-                                  "folder)");
-  }
+  if (Error failure = readMetrics(run + "/metrics.jsonl", columns))
+    return commandError(failure.message());
   auto column = [&](const char *name) -> const std::vector<Point> & {
     static const std::vector<Point> none;
     auto found = columns.find(name);

@@ -29,7 +29,18 @@ using namespace mlir;
 using namespace kiln;
 
 int kiln::commandError(const llvm::Twine &message) {
-  llvm::errs() << "error: " << message << "\n";
+  std::string text = message.str();
+  // FILE:LINE:COL: error: ... names its place already.
+  size_t at = text.find(": error: ");
+  size_t col = at == std::string::npos ? at : text.rfind(':', at - 1);
+  size_t line = col == std::string::npos || col == 0 ? std::string::npos
+                                                     : text.rfind(':', col - 1);
+  auto digits = [&](size_t from, size_t to) {
+    return to > from && text.find_first_not_of("0123456789", from) == to;
+  };
+  bool located =
+      line != std::string::npos && digits(line + 1, col) && digits(col + 1, at);
+  llvm::errs() << (located ? "" : "error: ") << text << "\n";
   return 1;
 }
 

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <unistd.h>
 
 using namespace kiln;
@@ -61,9 +62,7 @@ public:
   Error flush() {
     if (tokens.empty())
       return Error::success();
-    char name[32];
-    std::snprintf(name, sizeof name, "%s_%06d.bin", prefix.c_str(), shards);
-    std::string path = dir + "/" + name, temporary = path + ".partial";
+    std::string path = pathOf(shards), temporary = path + ".partial";
     int32_t header[256] = {20240520, version,
                            static_cast<int32_t>(tokens.size())};
     std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
@@ -83,10 +82,19 @@ public:
     fs::rename(temporary, path, ec);
     if (ec)
       return Error("cannot rename '" + temporary + "': " + ec.message());
+    written.push_back(path);
     total += static_cast<int64_t>(tokens.size());
     ++shards;
     tokens.clear();
     return Error::success();
+  }
+
+  /// Removes the shards written (a run that failed leaves none).
+  void discard() {
+    std::error_code ec;
+    for (const std::string &path : written)
+      fs::remove(path, ec);
+    fs::remove(pathOf(shards) + ".partial", ec);
   }
 
   int shards = 0;
@@ -97,6 +105,13 @@ private:
   int version;
   int64_t limit;
   std::vector<uint32_t> tokens;
+  std::vector<std::string> written;
+
+  std::string pathOf(int index) const {
+    char name[32];
+    std::snprintf(name, sizeof name, "%s_%06d.bin", prefix.c_str(), index);
+    return dir + "/" + name;
+  }
 };
 
 struct Piece {
@@ -104,47 +119,90 @@ struct Piece {
   bool startsDocument;
 };
 
-/// Where text stops being UTF-8, as "line L, column C".
-std::string lineAndColumn(const std::string &text, size_t offset) {
-  size_t line = 1, start = 0;
-  for (size_t i = 0; i < offset; ++i)
+/// Why `text`, which starts at line `line` of `path`, is not UTF-8, as
+/// FILE:LINE:COL: error:, or success.
+Error checkUtf8(const std::string &path, const std::string &text,
+                int64_t line) {
+  std::optional<size_t> bad = firstInvalidUtf8(text);
+  if (!bad)
+    return Error::success();
+  size_t start = 0;
+  for (size_t i = 0; i < *bad; ++i)
     if (text[i] == '\n') {
       ++line;
       start = i + 1;
     }
-  return std::to_string(line) + ":" + std::to_string(offset - start + 1);
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02x",
+                static_cast<unsigned char>(text[*bad]));
+  return Error(path + ":" + std::to_string(line) + ":" +
+               std::to_string(*bad - start + 1) +
+               ": error: not UTF-8 text (byte " + byte + ")");
 }
 
-/// The pieces of a text file (one document).
-void cutText(const std::string &text, std::vector<Piece> &pieces) {
-  size_t begin = 0;
-  bool first = true;
-  while (begin < text.size()) {
-    size_t end = text.size();
-    for (size_t at = begin + kPieceBytes; at + 1 < text.size(); ++at)
-      if (text[at - 1] == '\n' &&
-          !std::isspace(static_cast<unsigned char>(text[at]))) {
-        end = at;
-        break;
+/// Where a piece of text may end at or after `from`: after a newline, before
+/// a character that is not whitespace; npos when `text` has no such place
+/// (yet).
+size_t cutAfter(const std::string &text, size_t from) {
+  for (size_t at = std::max<size_t>(from, 1); at < text.size(); ++at)
+    if (text[at - 1] == '\n' &&
+        !std::isspace(static_cast<unsigned char>(text[at])))
+      return at;
+  return std::string::npos;
+}
+
+using TakePiece = std::function<Error(Piece piece, int64_t bytesRead)>;
+
+/// A text file, read in blocks, as pieces of at least kPieceBytes (the
+/// last may be shorter) cut by cutAfter.
+Error readTextPieces(const std::string &path, std::ifstream &in,
+                     const TakePiece &take) {
+  std::string pending;
+  std::vector<char> block(size_t(1) << 20);
+  size_t scanned = kPieceBytes; // no cut before here in `pending`
+  int64_t line = 1;
+  bool first = true, atEnd = false;
+  while (!atEnd) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    atEnd = in.gcount() < static_cast<std::streamsize>(block.size());
+    if (in.bad())
+      return Error("cannot read '" + path + "'");
+    pending.append(block.data(), static_cast<size_t>(in.gcount()));
+    while (!pending.empty()) {
+      size_t end = pending.size() > kPieceBytes ? cutAfter(pending, scanned)
+                                                : std::string::npos;
+      if (end == std::string::npos) {
+        if (!atEnd) {
+          scanned = std::max(kPieceBytes, pending.size());
+          break;
+        }
+        end = pending.size();
       }
-    pieces.push_back({text.substr(begin, end - begin), first});
-    first = false;
-    begin = end;
+      Piece piece{pending.substr(0, end), first};
+      if (Error failure = checkUtf8(path, piece.text, line))
+        return failure;
+      line += std::count(piece.text.begin(), piece.text.end(), '\n');
+      pending.erase(0, end);
+      scanned = kPieceBytes;
+      first = false;
+      int64_t size = static_cast<int64_t>(piece.text.size());
+      if (Error failure = take(std::move(piece), size))
+        return failure;
+    }
   }
+  return Error::success();
 }
 
-/// The documents of a JSONL file: each non-empty line's `field`.
-Error cutJsonLines(const std::string &path, const std::string &text,
-                   const std::string &field, std::vector<Piece> &pieces) {
-  size_t begin = 0;
-  for (int64_t line = 1; begin < text.size(); ++line) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos)
-      end = text.size();
-    std::string row = text.substr(begin, end - begin);
-    begin = end + 1;
+/// A JSONL file, line by line: each non-empty line's `field` is a document.
+Error readJsonLines(const std::string &path, std::ifstream &in,
+                    const std::string &field, const TakePiece &take) {
+  std::string row;
+  for (int64_t line = 1; std::getline(in, row); ++line) {
+    int64_t size = static_cast<int64_t>(row.size()) + 1;
     if (row.find_first_not_of(" \t\r") == std::string::npos)
       continue;
+    if (Error failure = checkUtf8(path, row, line))
+      return failure;
     nlohmann::json object = nlohmann::json::parse(row, nullptr, false);
     std::string where = path + ":" + std::to_string(line) + ":1: error: ";
     if (object.is_discarded() || !object.is_object())
@@ -152,8 +210,11 @@ Error cutJsonLines(const std::string &path, const std::string &text,
     auto found = object.find(field);
     if (found == object.end() || !found->is_string())
       return Error(where + "no string field '" + field + "'");
-    pieces.push_back({found->get<std::string>(), true});
+    if (Error failure = take({found->get<std::string>(), true}, size))
+      return failure;
   }
+  if (in.bad())
+    return Error("cannot read '" + path + "'");
   return Error::success();
 }
 
@@ -218,6 +279,14 @@ int kiln::runTokenize(const TokenizeCommand &command) {
   ShardWriter train(command.out, "train", version, command.shardTokens);
   ShardWriter valid(command.out, "val", version, command.shardTokens);
   const bool bar = isatty(STDERR_FILENO);
+  // A failed run leaves no shards behind (the folder would refuse a rerun).
+  auto fail = [&](const std::string &message) {
+    if (bar)
+      std::fputc('\n', stderr);
+    train.discard();
+    valid.discard();
+    return commandError(message);
+  };
   auto began = std::chrono::steady_clock::now();
   int64_t doneBytes = 0, documents = 0, piecesSeen = 0;
   auto progress = [&](bool last) {
@@ -267,50 +336,37 @@ int kiln::runTokenize(const TokenizeCommand &command) {
 
   std::vector<Piece> batch;
   size_t batchBytes = 0;
+  // Bytes read but not yet encoded: what a JSONL line holds besides its
+  // document counts as done when the line is read.
+  TakePiece take = [&](Piece piece, int64_t bytesRead) -> Error {
+    doneBytes += bytesRead - static_cast<int64_t>(piece.text.size());
+    documents += piece.startsDocument;
+    batchBytes += piece.text.size();
+    batch.push_back(std::move(piece));
+    if (batchBytes < kBatchBytes)
+      return Error::success();
+    batchBytes = 0;
+    return encode(batch);
+  };
   for (const std::string &input : command.inputs) {
-    Expected<std::string> text =
-        readRegularFile(input, kMaxInputBytes, "input");
-    if (!text)
-      return commandError(text.error().message());
-    if (std::optional<size_t> bad = firstInvalidUtf8(*text)) {
-      std::fprintf(stderr, "%s:%s: error: not UTF-8 text (byte 0x%02x)\n",
-                   input.c_str(), lineAndColumn(*text, *bad).c_str(),
-                   static_cast<unsigned char>((*text)[*bad]));
-      return 1;
-    }
-    std::vector<Piece> pieces;
-    if (isJsonLines(input)) {
-      if (Error failure = cutJsonLines(input, *text, command.field, pieces)) {
-        std::fprintf(stderr, "%s\n", failure.message().c_str());
-        return 1;
-      }
-    } else {
-      cutText(*text, pieces);
-    }
-    // JSONL: the JSON around the documents counts as done with the file.
-    doneBytes += static_cast<int64_t>(text->size());
-    for (const Piece &p : pieces)
-      doneBytes -= static_cast<int64_t>(p.text.size());
-    for (Piece &p : pieces) {
-      documents += p.startsDocument;
-      batchBytes += p.text.size();
-      batch.push_back(std::move(p));
-      if (batchBytes >= kBatchBytes) {
-        if (Error failure = encode(batch))
-          return commandError(failure.message());
-        batchBytes = 0;
-      }
-    }
+    std::ifstream in(input, std::ios::binary);
+    if (!in)
+      return fail("cannot open '" + input + "'");
+    Error failure = isJsonLines(input)
+                        ? readJsonLines(input, in, command.field, take)
+                        : readTextPieces(input, in, take);
+    if (failure)
+      return fail(failure.message());
   }
   if (!batch.empty())
     if (Error failure = encode(batch))
-      return commandError(failure.message());
+      return fail(failure.message());
   for (ShardWriter *w : {&train, &valid})
     if (Error failure = w->flush())
-      return commandError(failure.message());
+      return fail(failure.message());
   progress(true);
   if (train.total == 0 || valid.total == 0)
-    return commandError(
+    return fail(
         "too little text for both parts: " + std::to_string(train.total) +
         " training and " + std::to_string(valid.total) +
         " validation tokens from " + std::to_string(piecesSeen) +

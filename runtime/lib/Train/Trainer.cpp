@@ -17,7 +17,7 @@
 #include "kiln/Runtime/Train/LossPlot.h"
 #include "kiln/Runtime/Train/Signals.h"
 #include "kiln/Runtime/Train/Stages.h"
-#include "kiln/Runtime/Train/TensorBoard.h"
+#include "kiln/Runtime/Train/StepLog.h"
 
 #include <chrono>
 #include <cmath>
@@ -44,28 +44,6 @@ int fail(const std::string &message) {
 
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-/// What a step's throughput means per device: tokens/s, model TFLOP/s and
-/// MFU (when the model's FLOPs and the peak are known), peak memory.
-struct StepMetrics {
-  double tokensPerDevice = 0;
-  std::optional<double> tflops, mfu; // MFU in percent
-  double peakMemoryGib = 0;
-};
-
-StepMetrics stepMetrics(const TrainOptions &options, const Executor &exec,
-                        double tokensPerSecond) {
-  StepMetrics m;
-  m.tokensPerDevice = tokensPerSecond / static_cast<double>(exec.plan().ranks);
-  if (options.modelFlopsPerToken > 0) {
-    m.tflops = m.tokensPerDevice * options.modelFlopsPerToken / 1e12;
-    if (options.peakTflops > 0)
-      m.mfu = 100 * *m.tflops / options.peakTflops;
-  }
-  m.peakMemoryGib = static_cast<double>(exec.peakMemoryBytes()) /
-                    static_cast<double>(int64_t(1) << 30);
-  return m;
 }
 
 std::string formatDuration(double seconds) {
@@ -294,23 +272,6 @@ Error Run::startFrom(const std::string &path) {
   return Error::success();
 }
 
-/// Keeps the metrics lines of steps <= `step` (a resumed run rewrites what
-/// came after its checkpoint).
-void truncateMetrics(const std::string &path, int64_t step) {
-  std::ifstream in(path);
-  if (!in)
-    return;
-  std::stringstream kept;
-  std::string line;
-  while (std::getline(in, line)) {
-    long long s = 0;
-    if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) == 1 && s <= step)
-      kept << line << "\n";
-  }
-  in.close();
-  (void)writeFileAtomically(path, kept.str());
-}
-
 /// The step-N subfolders of `dir` (a checkpoint folder), by N.
 std::map<int64_t, std::string> stepFolders(const std::string &dir) {
   std::map<int64_t, std::string> steps;
@@ -516,38 +477,17 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (ec)
     return fail("cannot create '" + options.outDir + "': " + ec.message());
   // The run's model beside its metrics (kiln report shows it).
-  if (lead && !options.configText.empty()) {
-    AtomicFile config(options.outDir + "/config.toml");
-    Error failure = config.write([&](std::FILE *f) {
-      return std::fwrite(options.configText.data(), 1,
-                         options.configText.size(),
-                         f) == options.configText.size();
-    });
-    if (!failure)
-      failure = config.commit();
-    if (failure)
+  if (lead && !options.configText.empty())
+    if (Error failure = writeFileAtomically(options.outDir + "/config.toml",
+                                            options.configText))
       return fail(failure.message());
-  }
   // Rank 0 writes the metrics; the others write to nowhere.
   std::string metricsPath =
       lead ? options.outDir + "/metrics.jsonl" : std::string("/dev/null");
-  if (done > 0 && lead)
-    truncateMetrics(metricsPath, done);
-  std::ofstream metrics(metricsPath, done > 0 ? std::ios::app
-                                              : std::ios::trunc);
-  if (!metrics)
-    return fail("cannot write '" + metricsPath + "'");
-  // Losses and norms to float precision (9 significant digits), so that
-  // runs can be compared to 1e-8 relative from their metrics.
-  metrics.precision(9);
-  std::unique_ptr<TensorBoardWriter> board;
-  if (lead && !options.tensorBoardDir.empty()) {
-    Expected<std::unique_ptr<TensorBoardWriter>> created =
-        TensorBoardWriter::create(options.tensorBoardDir);
-    if (!created)
-      return fail(created.error().message());
-    board = std::move(*created);
-  }
+  StepLog log;
+  if (Error failure = log.open(metricsPath, lead ? done : 0,
+                               lead ? options.tensorBoardDir : ""))
+    return fail(failure.message());
 
   std::printf("%s%lld steps of %lldx%lld tokens, %zu tokens of data, %s, "
               "output in %s\n",
@@ -564,8 +504,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                   "metrics.peak_tflops)");
     std::printf("; model FLOPs %.4g a token\n", options.modelFlopsPerToken);
   }
-  if (board)
-    std::printf("TensorBoard: %s\n", board->path().c_str());
+  if (log.board())
+    std::printf("TensorBoard: %s\n", log.board()->path().c_str());
   std::fflush(stdout);
 
   // From here a SIGINT or SIGTERM stops the loop at the next step or
@@ -620,31 +560,9 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     if (step == done + 1)
       if (std::string memory = exec->memoryReport(); !memory.empty())
         std::printf("%s\n", memory.c_str());
-    StepMetrics measured = stepMetrics(options, *exec, tokensPerSecond);
-    metrics << "{\"step\": " << step << ", \"loss\": " << loss
-            << ", \"lr\": " << lr << ", \"grad_norm\": " << norm
-            << ", \"tokens_per_s\": " << tokensPerSecond
-            << ", \"tokens_per_s_per_device\": " << measured.tokensPerDevice;
-    if (measured.tflops)
-      metrics << ", \"tflops\": " << *measured.tflops;
-    if (measured.mfu)
-      metrics << ", \"mfu\": " << *measured.mfu;
-    metrics << ", \"peak_memory_gib\": " << measured.peakMemoryGib << "}\n";
-    metrics.flush(); // visible while a long validation runs
-    if (board) {
-      std::vector<std::pair<std::string, double>> scalars = {
-          {"loss_metrics/global_avg_loss", loss},
-          {"lr", lr},
-          {"grad_norm", norm},
-          {"throughput(tps)", measured.tokensPerDevice},
-          {"memory/max_reserved(GiB)", measured.peakMemoryGib}};
-      if (measured.tflops)
-        scalars.push_back({"tflops", *measured.tflops});
-      if (measured.mfu)
-        scalars.push_back({"mfu(%)", *measured.mfu});
-      if (Error failure = board->scalars(step, scalars))
-        return fail(failure.message());
-    }
+    if (Error failure = log.step(
+            measureStep(options, *exec, step, loss, lr, norm, tokensPerSecond)))
+      return fail(failure.message());
 
     std::optional<double> valid;
     if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
@@ -657,19 +575,13 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
       valid = *measured;
       if (!valid) {
         // The step is done, its validation abandoned: save the step.
-        metrics.flush();
         stoppedIn = " (its validation abandoned)";
         ++step;
         break;
       }
-      metrics << "{\"step\": " << step << ", \"val_loss\": " << *valid
-              << "}\n";
-      if (board)
-        if (Error failure =
-                board->scalars(step, {{"loss_metrics/val_loss", *valid}}))
-          return fail(failure.message());
+      if (Error failure = log.validation(step, *valid))
+        return fail(failure.message());
     }
-    metrics.flush();
 
     bool checkpointNow =
         t.checkpointInterval > 0 && step % t.checkpointInterval == 0;
@@ -707,7 +619,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     }
     std::fflush(stdout);
   }
-  metrics.close();
+  log.close();
 
   int64_t last = step - 1;
   if (stopping) {

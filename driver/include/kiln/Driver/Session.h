@@ -21,7 +21,8 @@
 
 namespace kiln {
 
-/// Prints `error: <message>` to stderr and returns 1, the exit code of a
+/// Prints `error: <message>` to stderr (a message that starts with
+/// `FILE:LINE:COL: error: ` as it is) and returns 1, the exit code of a
 /// command that failed on bad input.
 int commandError(const llvm::Twine &message);
 
