@@ -19,7 +19,7 @@
 #   is an error saying the build has no writer.
 #
 # scripts/gpu-test's run on this machine forces all three off to stand in
-# for a GPU machine (KILN_GPU_TEST_CMAKE_ARGS there).
+# for a GPU machine (KILN_GPU_TEST_CMAKE_ARGS there), and protobuf with them.
 option(KILN_USE_OPENBLAS
   "CPU backend GEMMs on OpenBLAS when found (else Kiln's portable GEMM)" ON)
 option(KILN_USE_MPI "Build the MPI communicator when MPI is found" ON)
