@@ -91,13 +91,16 @@ int kiln::runSample(const SampleCommand &command) {
 
   std::vector<int32_t> prompt;
   if (tokenizer) {
+    if (firstInvalidUtf8(command.prompt))
+      return commandError("--prompt is not UTF-8 text");
     std::string name;
     Expected<std::optional<uint32_t>> separator =
         tokenizer->documentSeparator(std::nullopt, name);
+    if (!separator)
+      return commandError(command.tokenizer + ": " +
+                          separator.error().message());
     Expected<std::vector<std::vector<uint32_t>>> ids =
-        separator ? tokenizer->encode({command.prompt}, false)
-                  : Expected<std::vector<std::vector<uint32_t>>>(
-                        separator.takeError());
+        tokenizer->encode({command.prompt}, false);
     if (!ids)
       return commandError(command.tokenizer + ": " + ids.error().message());
     if (*separator)
