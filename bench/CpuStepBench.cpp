@@ -156,12 +156,12 @@ std::optional<Batches> makeBatches(const Config &config, int n) {
     std::fprintf(stderr, "error: %s\n", data.error().message().c_str());
     return std::nullopt;
   }
-  const Split *split = &data->split;
+  const Split &split = data->split;
   Batches b;
   for (int step = 1; step <= n; ++step) {
     std::vector<int32_t> in(t.global_batch_size * t.seq_len),
         tg(t.global_batch_size * t.seq_len);
-    fillBatch(data->tokens, split->trainBegin, split->trainEnd,
+    fillBatch(data->tokens, split.trainBegin, split.trainEnd,
               t.global_batch_size, t.seq_len, static_cast<uint64_t>(t.seed),
               step, in.data(), tg.data());
     b.tokens.push_back(std::move(in));

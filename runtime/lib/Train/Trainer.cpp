@@ -416,8 +416,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   Expected<Dataset> data = loadDataset(t.data, plan.vocabSize, seq);
   if (!data)
     return fail(data.error().message());
-  const std::vector<uint32_t> *tokens = &data->tokens;
-  const Split *split = &data->split;
+  const std::vector<uint32_t> &tokens = data->tokens;
+  const Split &split = data->split;
 
   cpu::setCpuThreads(options.threads > 0 ? options.threads
                                          : defaultThreads(options.communicator));
@@ -493,8 +493,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
               "output in %s\n",
               options.title.c_str(), static_cast<long long>(t.steps),
               static_cast<long long>(batch), static_cast<long long>(seq),
-              tokens->size(), exec->describe().c_str(),
-              options.outDir.c_str());
+              tokens.size(), exec->describe().c_str(), options.outDir.c_str());
   if (options.modelFlopsPerToken > 0) {
     if (options.peakTflops > 0)
       std::printf("MFU against %s (%.1f TFLOP/s a device)",
@@ -528,7 +527,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   // measures every cast's amax on the first step's batch (the step itself
   // then scales with them; a resumed run has them from its checkpoint).
   if (done == 0 && plan.entry("fp8_calibration")) {
-    rows.fill(*tokens, split->trainBegin, split->trainEnd, seed, 1);
+    rows.fill(tokens, split.trainBegin, split.trainEnd, seed, 1);
     if (Expected<EntryOutputs> out =
             exec->run("fp8_calibration", rows.in, rows.tg, 1);
         !out)
@@ -541,7 +540,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
                   ": the ranks' agreement to go on: " + failure.message());
     if (stopping)
       break;
-    rows.fill(*tokens, split->trainBegin, split->trainEnd, seed, step);
+    rows.fill(tokens, split.trainBegin, split.trainEnd, seed, step);
     auto t0 = Clock::now();
     Expected<EntryOutputs> result =
         exec->run("train_step", rows.in, rows.tg, step);
@@ -567,7 +566,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
     std::optional<double> valid;
     if (t.evalInterval > 0 && (step % t.evalInterval == 0 || step == t.steps)) {
       Expected<std::optional<double>> measured =
-          validationLoss(*exec, options.communicator, *tokens, *split, seed,
+          validationLoss(*exec, options.communicator, tokens, split, seed,
                          t.evalSteps, stopping);
       if (!measured)
         return fail("validation at step " + std::to_string(step) + ": " +

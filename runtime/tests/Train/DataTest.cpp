@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 using namespace kiln::runtime;
@@ -130,8 +130,8 @@ namespace {
 /// A fresh folder under the test's temporary folder.
 std::string tempFolder(const std::string &name) {
   std::string dir = ::testing::TempDir() + "/" + name;
-  std::string command = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  EXPECT_EQ(0, std::system(command.c_str()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   return dir;
 }
 
