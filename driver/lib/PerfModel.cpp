@@ -278,14 +278,21 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
   for (double free : streamFree)
     now = std::max(now, free);
   e.stepSeconds = now;
-  e.stateBytes = plan.stateBytes;
-  e.arenaBytes = entry.arenaBytes;
-  e.liveBytes = entry.liveAtPeak.parameterCopies + entry.liveAtPeak.gradients +
-                entry.liveAtPeak.activations;
+  setMemory(e, plan.stateBytes, entry.arenaBytes,
+            entry.liveAtPeak.parameterCopies + entry.liveAtPeak.gradients +
+                entry.liveAtPeak.activations,
+            eff);
+  return e;
+}
+
+void setMemory(StepEstimate &e, int64_t stateBytes, int64_t arenaBytes,
+               int64_t liveBytes, const Efficiency &eff) {
+  e.stateBytes = stateBytes;
+  e.arenaBytes = arenaBytes;
+  e.liveBytes = liveBytes;
   e.reservedBytes =
       static_cast<int64_t>(eff.reservedGiB * double(int64_t(1) << 30));
   e.peakBytes = e.stateBytes + e.arenaBytes + e.reservedBytes;
-  return e;
 }
 
 } // namespace kiln::perf

@@ -28,6 +28,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <limits>
@@ -150,6 +151,7 @@ public:
     options.useCache = false;
     options.quiet = true;
     options.stepOnly = true;
+    options.verifyEachPass = false;
   }
 
   /// The candidate's predicted step, extrapolated from small compiles (or
@@ -233,26 +235,16 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     probed.push_back(1);
   if (c.pp > 1)
     probed.push_back(c.pp - 1);
-  std::vector<PositionCost> all(c.pp);
-  for (int64_t from : probed) {
-    PositionCost probe[2];
-    for (int k = 0; k < 2; ++k) {
-      std::optional<Config> loaded;
-      ++compiles;
-      std::optional<std::vector<PositionCost>> costs =
-          positionCosts(command.model,
-                        overridesOf(c, command.overrides, (k + kProbe) * stages,
-                                    probeBatch, seq),
-                        command.gpus, {from}, hw, eff, options, loaded, error);
-      if (!costs)
-        return std::nullopt;
-      probe[k] = costs->front();
-      // Memory only grows with the layers and the microbatches in flight:
-      // a probe that does not fit says the configuration does not either.
-      if (double(probe[k].peakBytes) > hbm)
-        return tooBig(probe[k].peakBytes);
-    }
-    int64_t largest = 0;
+  // The probes compiled, and what fits decided from their memory alone;
+  // only then are they timed (writing and reading a plan is two thirds of
+  // a compile), and most configurations do not fit.
+  std::vector<std::array<CompiledPosition, 2>> compiled(probed.size());
+  // Each position of the probe `i`'s kind, its cost from the probe's two
+  // (`time`: with the time, else the bytes only).
+  auto positionsOf = [&](size_t i, bool time,
+                         const std::array<PositionCost, 2> &probe) {
+    int64_t from = probed[i];
+    std::vector<std::pair<int64_t, PositionCost>> out;
     for (int64_t p = 0; p < c.pp; ++p) {
       if ((p == 0) != (from == 0) || (p == c.pp - 1) != (from == c.pp - 1))
         continue;
@@ -273,17 +265,51 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
           moved[s - from + p] = v;
         byStage = std::move(moved);
       };
-      for (int phase = 0; phase < kPhases; ++phase) {
+      for (int phase = 0; time && phase < kPhases; ++phase) {
         shift(e.forward[phase]);
         shift(e.backward[phase]);
       }
-      all[p] = std::move(e);
-      largest = std::max(largest, all[p].peakBytes);
+      out.emplace_back(p, std::move(e));
     }
+    return out;
+  };
+  for (size_t i = 0; i < probed.size(); ++i) {
+    for (int k = 0; k < 2; ++k) {
+      ++compiles;
+      std::optional<CompiledPosition> probe = compilePosition(
+          command.model,
+          overridesOf(c, command.overrides, (k + kProbe) * stages, probeBatch,
+                      seq),
+          command.gpus, config.runMesh(), probed[i], eff, options, error);
+      if (!probe)
+        return std::nullopt;
+      // Memory only grows with the layers and the microbatches in flight:
+      // a probe that does not fit says the configuration does not either.
+      if (double(probe->memory.peakBytes) > hbm)
+        return tooBig(probe->memory.peakBytes);
+      compiled[i][k] = *std::move(probe);
+    }
+    int64_t largest = 0;
+    for (const auto &[p, e] :
+         positionsOf(i, false, {compiled[i][0].memory, compiled[i][1].memory}))
+      largest = std::max(largest, e.peakBytes);
     // Past the margin --exact recompiles within: no other position changes
     // the verdict.
     if (double(largest) > hbm * (1 + kMemoryMargin))
       return tooBig(largest);
+  }
+  std::vector<PositionCost> all(c.pp);
+  for (size_t i = 0; i < probed.size(); ++i) {
+    std::array<PositionCost, 2> probe;
+    for (int k = 0; k < 2; ++k) {
+      std::optional<PositionCost> timed =
+          timePosition(compiled[i][k], hw, eff, options, error);
+      if (!timed)
+        return std::nullopt;
+      probe[k] = *std::move(timed);
+    }
+    for (auto &[p, e] : positionsOf(i, true, probe))
+      all[p] = std::move(e);
   }
   return combine(config, all, hw, error);
 }

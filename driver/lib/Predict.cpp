@@ -3,6 +3,7 @@
 #include "kiln/Driver/Predict.h"
 #include "kiln/Driver/Session.h"
 #include "kiln/Frontend/ModelImporter.h"
+#include "kiln/Plan/PlanEmitter.h"
 #include "kiln/Transforms/PipelineOrder.h"
 
 #include <algorithm>
@@ -217,6 +218,66 @@ kiln::combine(const Config &config, const std::vector<PositionCost> &positions,
   return total;
 }
 
+std::optional<CompiledPosition>
+kiln::compilePosition(const std::string &model,
+                      const std::vector<std::string> &overrides,
+                      int64_t worldSize, const MeshShape &mesh, int64_t p,
+                      const perf::Efficiency &eff,
+                      const PredictOptions &options, std::string &error) {
+  CompiledPosition out;
+  out.session = std::make_unique<ModelSession>();
+  ModelSession &stage = *out.session;
+  stage.quiet = options.quiet;
+  stage.stepOnly = options.stepOnly;
+  stage.verifyEachPass = options.verifyEachPass;
+  if (stage.loadPipelinePosition(model, overrides, worldSize, mesh, p))
+    out.module = stage.compileThrough("plan", options.fuse);
+  mlir::FailureOr<PlanFootprint> footprint = mlir::failure();
+  if (out.module)
+    footprint = planFootprint(*out.module, "train_step");
+  if (mlir::failed(footprint)) {
+    error = stage.firstError;
+    return std::nullopt;
+  }
+  perf::StepEstimate e;
+  perf::setMemory(e, footprint->stateBytes, footprint->arenaBytes,
+                  footprint->liveBytes, eff);
+  out.memory = positionCost(e, stage.config->microbatches());
+  return out;
+}
+
+namespace {
+/// `plan`'s train_step timed, as a position's cost.
+PositionCost timePlan(const runtime::Plan &plan, int64_t microbatches,
+                      const perf::Hardware &hw, const perf::Efficiency &eff,
+                      const PredictOptions &options) {
+  perf::StepEstimate e = perf::estimateEntry(plan, *plan.entry("train_step"),
+                                             hw, eff, options.cudaGraphs);
+  return positionCost(e, microbatches);
+}
+} // namespace
+
+std::optional<PositionCost> kiln::timePosition(CompiledPosition &compiled,
+                                               const perf::Hardware &hw,
+                                               const perf::Efficiency &eff,
+                                               const PredictOptions &options,
+                                               std::string &error) {
+  mlir::FailureOr<std::string> text = emitPlan(*compiled.module);
+  compiled.module = nullptr;
+  if (mlir::failed(text)) {
+    error = compiled.session->firstError;
+    return std::nullopt;
+  }
+  runtime::Expected<runtime::Plan> plan = runtime::parsePlan(*text);
+  if (!plan) {
+    error =
+        "internal: the compiled plan does not load: " + plan.error().message();
+    return std::nullopt;
+  }
+  return timePlan(*plan, compiled.session->config->microbatches(), hw, eff,
+                  options);
+}
+
 std::optional<std::vector<PositionCost>>
 kiln::positionCosts(const std::string &model,
                     const std::vector<std::string> &overrides,
@@ -237,35 +298,29 @@ kiln::positionCosts(const std::string &model,
     for (int64_t p = 0; p < mesh.pp; ++p)
       all.push_back(p);
   for (int64_t p : all) {
-    ModelSession stage;
-    stage.quiet = options.quiet;
-    stage.stepOnly = options.stepOnly;
-    auto failed = [&]() -> std::optional<std::vector<PositionCost>> {
-      error = stage.firstError;
-      return std::nullopt;
-    };
-    if (!stage.loadPipelinePosition(model, overrides, worldSize, mesh, p))
-      return failed();
-    // The fused plan from the cache, or compiled afresh.
-    std::optional<runtime::Plan> plan;
+    std::optional<PositionCost> cost;
     if (options.useCache && options.fuse) {
+      // The fused plan from the cache, or compiled and stored there.
+      ModelSession stage;
+      stage.quiet = options.quiet;
       bool hit = false;
-      plan = stage.cachedRuntimePlan(overrides, hit);
-    } else if (std::optional<std::string> text =
-                   stage.compilePlan(options.fuse)) {
-      runtime::Expected<runtime::Plan> parsed = runtime::parsePlan(*text);
-      if (!parsed) {
-        error = "internal: the compiled plan does not load: " +
-                parsed.error().message();
+      std::optional<runtime::Plan> plan;
+      if (stage.loadPipelinePosition(model, overrides, worldSize, mesh, p))
+        plan = stage.cachedRuntimePlan(overrides, hit);
+      if (!plan) {
+        error = stage.firstError;
         return std::nullopt;
       }
-      plan = *std::move(parsed);
+      cost = timePlan(*plan, stage.config->microbatches(), hw, eff, options);
+    } else {
+      std::optional<CompiledPosition> compiled = compilePosition(
+          model, overrides, worldSize, mesh, p, eff, options, error);
+      if (compiled)
+        cost = timePosition(*compiled, hw, eff, options, error);
     }
-    if (!plan)
-      return failed();
-    perf::StepEstimate e = perf::estimateEntry(
-        *plan, *plan->entry("train_step"), hw, eff, options.cudaGraphs);
-    out.push_back(positionCost(e, stage.config->microbatches()));
+    if (!cost)
+      return std::nullopt;
+    out.push_back(*std::move(cost));
   }
   config = *whole.config;
   return out;

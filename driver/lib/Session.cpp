@@ -146,11 +146,15 @@ OwningOpRef<ModuleOp> ModelSession::compileThrough(llvm::StringRef phase,
           f.erase();
     return success();
   };
-  auto configure = [](PassManager &) { return success(); };
+  auto configure = [&](PassManager &pm) {
+    pm.enableVerifier(verifyEachPass);
+    return success();
+  };
   auto skip = [&](const PhaseInfo &p) {
     return !fuse && llvm::StringRef(p.name) == "fuse";
   };
-  if (failed(runPipeline(*module, *findPhase(phase), none, configure, skip)))
+  if (failed(runPipeline(*module, *findPhase(phase), none, configure, skip)) ||
+      (!verifyEachPass && failed(verify(*module))))
     return nullptr;
   return module;
 }

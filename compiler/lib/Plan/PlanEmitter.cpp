@@ -195,9 +195,14 @@ struct EntryPoint {
 class PlanBuilder {
 public:
   LogicalResult addFunction(func::FuncOp func, StringRef entry);
+  /// Every entry point of `module` (@train_step and @forward_loss, which
+  /// every plan has, and those of the functions it holds besides).
+  LogicalResult addEntries(ModuleOp module);
   /// `ppIndex`: the plan's position on the mesh's pp axis.
   LogicalResult write(json::OStream &j, int64_t vocab, MeshAttr mesh,
                       int64_t ppIndex, json::Object training);
+  /// The footprint of entry point `name` (added), or nothing.
+  std::optional<PlanFootprint> footprint(StringRef name) const;
 
 private:
   int64_t addValue(ValueRow row) {
@@ -578,12 +583,57 @@ LogicalResult PlanBuilder::write(json::OStream &j, int64_t vocab, MeshAttr mesh,
   return success(ok);
 }
 
-LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
-                             unsigned indent) {
+LogicalResult PlanBuilder::addEntries(ModuleOp module) {
   auto train = module.lookupSymbol<func::FuncOp>(kTrainStepFunc);
   auto eval = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
-  auto grads = module.lookupSymbol<func::FuncOp>(kLossAndGradsFunc);
   if (!train || !eval)
+    return module.emitError("the plan needs @train_step and @forward_loss");
+  if (failed(addFunction(train, "train_step")) ||
+      failed(addFunction(eval, "eval_loss")))
+    return failure();
+  // The entry points a plan may hold besides, by their functions.
+  std::pair<StringRef, StringRef> optional[] = {
+      {kLossAndGradsFunc, "loss_and_grads"},
+      {kForwardLogitsFunc, "logits"},
+      {kFp8CalibrationFunc, "fp8_calibration"}};
+  for (auto [func, name] : optional)
+    if (auto f = module.lookupSymbol<func::FuncOp>(func))
+      if (failed(addFunction(f, name)))
+        return failure();
+  return success();
+}
+
+std::optional<PlanFootprint> PlanBuilder::footprint(StringRef name) const {
+  for (const auto &entry : entries) {
+    if (entry->name != name)
+      continue;
+    PlanFootprint out;
+    out.stateBytes = stateBytes;
+    out.arenaBytes = entry->arenaBytes;
+    // kiln.live_at_peak's byte counts (all but the step's index).
+    if (entry->liveAtPeak)
+      for (const auto &[key, bytes] : *entry->liveAtPeak)
+        if (key != "peak_step")
+          out.liveBytes += *bytes.getAsInteger();
+    return out;
+  }
+  return std::nullopt;
+}
+
+FailureOr<PlanFootprint> kiln::planFootprint(ModuleOp module, StringRef entry) {
+  PlanBuilder builder;
+  if (failed(builder.addEntries(module)))
+    return failure();
+  std::optional<PlanFootprint> out = builder.footprint(entry);
+  if (!out)
+    return module.emitError("the plan has no entry point '") << entry << "'";
+  return *out;
+}
+
+LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
+                             unsigned indent) {
+  auto eval = module.lookupSymbol<func::FuncOp>(kForwardLossFunc);
+  if (!eval)
     return module.emitError("the plan needs @train_step and @forward_loss");
   int64_t vocab = 0;
   eval.walk([&](EmbeddingOp op) {
@@ -609,16 +659,8 @@ LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
              << attr.getName().getValue() << "' is not an integer or string";
   }
   PlanBuilder builder;
-  if (failed(builder.addFunction(train, "train_step")) ||
-      failed(builder.addFunction(eval, "eval_loss")) ||
-      (grads && failed(builder.addFunction(grads, "loss_and_grads"))))
+  if (failed(builder.addEntries(module)))
     return failure();
-  if (auto logits = module.lookupSymbol<func::FuncOp>(kForwardLogitsFunc))
-    if (failed(builder.addFunction(logits, "logits")))
-      return failure();
-  if (auto calib = module.lookupSymbol<func::FuncOp>(kFp8CalibrationFunc))
-    if (failed(builder.addFunction(calib, "fp8_calibration")))
-      return failure();
   // Pipeline parallel: the stages' position on the pp axis (kiln.pp).
   int64_t ppIndex = 0;
   if (auto pp = module->getAttrOfType<DictionaryAttr>(KilnDialect::kPpAttrName))

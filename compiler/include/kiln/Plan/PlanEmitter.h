@@ -29,6 +29,20 @@ mlir::LogicalResult emitPlan(mlir::ModuleOp module, llvm::raw_ostream &os,
 mlir::FailureOr<std::string> emitPlan(mlir::ModuleOp module,
                                       unsigned indent = 0);
 
+/// What a plan holds in memory (docs/plan.md): its persistent state, and
+/// one entry point's arena and the bytes live at the arena's fullest step
+/// (kiln-assign-buffers' `kiln.live_at_peak`, its step index left out).
+struct PlanFootprint {
+  int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0;
+};
+
+/// The footprint of the plan emitPlan would write for `module`, at entry
+/// point `entry` ("train_step"), without writing it: the same value table
+/// and arena, read off the module (kiln plan decides what fits from it
+/// before timing a plan). Fails as emitPlan does.
+mlir::FailureOr<PlanFootprint> planFootprint(mlir::ModuleOp module,
+                                             llvm::StringRef entry);
+
 } // namespace kiln
 
 #endif // KILN_PLAN_PLANEMITTER_H

@@ -154,6 +154,11 @@ StepEstimate estimateEntry(const runtime::Plan &plan,
                            const runtime::PlanEntry &entry, const Hardware &hw,
                            const Efficiency &eff, bool cudaGraphs);
 
+/// A step's memory (StepEstimate's bytes): the plan's state, the entry's
+/// arena and the bytes live at its fullest step, and the profile's reserve.
+void setMemory(StepEstimate &estimate, int64_t stateBytes, int64_t arenaBytes,
+               int64_t liveBytes, const Efficiency &eff);
+
 } // namespace kiln::perf
 
 #endif // KILN_DRIVER_PERFMODEL_H

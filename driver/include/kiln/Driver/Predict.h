@@ -12,9 +12,11 @@
 #define KILN_DRIVER_PREDICT_H
 
 #include "kiln/Driver/PerfModel.h"
+#include "kiln/Driver/Session.h"
 #include "kiln/Frontend/Config.h"
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,7 +87,33 @@ struct PredictOptions {
   bool useCache = true; // the on-disk plan cache (explain), or not (plan)
   bool quiet = false;   // a configuration's error into `error`, not stderr
   bool stepOnly = false; // compile train_step (and eval_loss) only
+  bool verifyEachPass = true; // false: the module verified once, at the end
 };
+
+/// One pp position compiled but not yet timed: its module, and the memory
+/// its plan needs (PositionCost's bytes only, from planFootprint). Timing
+/// it writes the plan and reads it back as the runtime would, which costs
+/// twice the passes: kiln plan times only what fits.
+struct CompiledPosition {
+  std::unique_ptr<ModelSession> session;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  PositionCost memory;
+};
+
+/// Position `p` of `model` with `overrides` on `worldSize` ranks, compiled
+/// afresh (never the cache). Nothing and `error` when it does not compile.
+std::optional<CompiledPosition>
+compilePosition(const std::string &model,
+                const std::vector<std::string> &overrides, int64_t worldSize,
+                const MeshShape &mesh, int64_t p, const perf::Efficiency &eff,
+                const PredictOptions &options, std::string &error);
+
+/// `compiled`'s plan, written and loaded, timed (its module is consumed).
+std::optional<PositionCost> timePosition(CompiledPosition &compiled,
+                                         const perf::Hardware &hw,
+                                         const perf::Efficiency &eff,
+                                         const PredictOptions &options,
+                                         std::string &error);
 
 /// The costs of pp positions `positions` (empty: all) of `model` with `overrides` on
 /// `worldSize` ranks (`config`: the loaded configuration). Nothing after

@@ -40,6 +40,10 @@ struct ModelSession {
   std::string firstError;
   /// Set before compiling: the plan holds train_step and eval_loss only.
   bool stepOnly = false;
+  /// Cleared before compiling: the module is verified once, after the last
+  /// pass, instead of after every pass (a fifth of a compile; kiln plan's
+  /// probes).
+  bool verifyEachPass = true;
 
   /// Loads and validates; prints what went wrong and returns false if not.
   /// With the run's `worldSize`, also decides the mesh for it

@@ -1,0 +1,84 @@
+//===- PlanFootprintTest.cpp - kiln plan's memory before the plan ---------===//
+//
+// kiln plan decides what fits from a compiled module's footprint
+// (planFootprint) and writes and reads the plan only for what does: the
+// bytes must be those the loaded plan gives the cost model, byte for byte,
+// for every kind of plan (pp positions, tp, FP8, checkpointing).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Driver/Predict.h"
+
+#include <gtest/gtest.h>
+
+using namespace kiln;
+
+namespace {
+
+perf::Efficiency profile() {
+  perf::Efficiency eff;
+  eff.gemm = {{0, 0.5, 0.5}};
+  eff.attention = eff.memory = eff.collective = 0.5;
+  eff.reservedGiB = 1.5;
+  return eff;
+}
+
+/// Every pp position of `overrides` on `gpus` ranks: the bytes compiled
+/// and the bytes timed agree.
+void expectSameBytes(const std::vector<std::string> &overrides, int64_t gpus) {
+  perf::Hardware hw;
+  hw.bf16Tflops = hw.fp8Tflops = 1000;
+  hw.hbmGBs = hw.nvlinkGBs = hw.networkGBs = 1000;
+  hw.gpusPerNode = 8;
+  perf::Efficiency eff = profile();
+  PredictOptions options;
+  options.useCache = false;
+  options.quiet = true;
+  options.stepOnly = true;
+  options.verifyEachPass = false;
+  ModelSession whole;
+  ASSERT_TRUE(whole.load("llama3-debug", overrides, gpus));
+  MeshShape mesh = whole.config->runMesh();
+  for (int64_t p = 0; p < mesh.pp; ++p) {
+    std::string error;
+    std::optional<CompiledPosition> compiled = compilePosition(
+        "llama3-debug", overrides, gpus, mesh, p, eff, options, error);
+    ASSERT_TRUE(compiled) << error;
+    PositionCost memory = compiled->memory;
+    std::optional<PositionCost> timed =
+        timePosition(*compiled, hw, eff, options, error);
+    ASSERT_TRUE(timed) << error;
+    SCOPED_TRACE("pp position " + std::to_string(p));
+    EXPECT_GT(timed->step, 0);
+    EXPECT_GT(memory.arenaBytes, 0);
+    EXPECT_GT(memory.liveBytes, 0);
+    EXPECT_EQ(memory.stateBytes, timed->stateBytes);
+    EXPECT_EQ(memory.arenaBytes, timed->arenaBytes);
+    EXPECT_EQ(memory.liveBytes, timed->liveBytes);
+    EXPECT_EQ(memory.reservedBytes, timed->reservedBytes);
+    EXPECT_EQ(memory.peakBytes, timed->peakBytes);
+  }
+}
+
+TEST(PlanFootprint, FsdpWithCheckpointing) {
+  expectSameBytes({"training.global_batch_size=4",
+                   "activation_checkpoint.mode=\"selective\""},
+                  2);
+}
+
+TEST(PlanFootprint, TensorParallelFp8) {
+  expectSameBytes({"training.global_batch_size=2",
+                   "parallelism.tensor_parallel_degree=2", "float8.enable=true",
+                   "float8.enable_fsdp_float8_all_gather=true"},
+                  4);
+}
+
+TEST(PlanFootprint, InterleavedPipelineEveryPosition) {
+  expectSameBytes({"training.global_batch_size=8",
+                   "parallelism.pipeline_parallel_degree=2",
+                   "parallelism.pipeline_parallel_schedule=\"Interleaved1F1B\"",
+                   "activation_checkpoint.mode=\"full\""},
+                  4);
+}
+
+} // namespace
