@@ -56,6 +56,66 @@ func.func @no_prefetch_of_computed_shard(%s0: tensor<8xbf16>, %s1: tensor<8xbf16
 
 // -----
 
+// A shard computed before the previous gather's wait (the FP8 all-gather
+// quantizes every layer's shard at the step's start) does not hold its
+// gather back: the gather moves alone, right after that wait.
+// CHECK-LABEL: func.func @prefetch_of_early_shard(
+// CHECK: %[[Q1:.+]] = kiln.silu
+// CHECK-NEXT: %[[G0:.+]] = kiln.all_gather_start {{.*}}group = "a"
+// CHECK-NEXT: %[[F0:.+]] = kiln.wait %[[G0]]
+// CHECK-NEXT: kiln.all_gather_start %[[Q1]] over dp_shard {group = "b"
+// CHECK-NEXT: kiln.unflatten %[[F0]][0]
+// CHECK-NEXT: kiln.linear wq
+// CHECK-NEXT: kiln.wait
+func.func @prefetch_of_early_shard(%s0: tensor<8xbf16>, %s1: tensor<8xbf16>, %x: tensor<4x4xbf16>) -> tensor<4x4xbf16> {
+  %q1 = kiln.silu %s1 : tensor<8xbf16>
+  %g0 = kiln.all_gather_start %s0 over dp_shard {group = "a", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %f0 = kiln.wait %g0 : tensor<16xbf16>
+  %w0 = kiln.unflatten %f0[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %y0 = kiln.linear wq %x, %w0 param("a.q") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
+  %g1 = kiln.all_gather_start %q1 over dp_shard {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %f1 = kiln.wait %g1 : tensor<16xbf16>
+  %w1 = kiln.unflatten %f1[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %y1 = kiln.linear wk %y0, %w1 param("b.k") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
+  return %y1 : tensor<4x4xbf16>
+}
+
+// -----
+
+// Each gather is to overlap compute. Layer 1's norm weight ("n1", read with
+// layer 0's last output) is waited for at the end of layer 0; starting
+// layer 1's weights ("b") after that wait would leave no GEMM to hide them,
+// so "b" starts where "n1" starts instead, after "a"'s wait: both are in
+// flight during layer 0's linear.
+// CHECK-LABEL: func.func @prefetch_overlaps_compute(
+// CHECK: %[[G0:.+]] = kiln.all_gather_start {{.*}}group = "a"
+// CHECK-NEXT: %[[F0:.+]] = kiln.wait %[[G0]]
+// CHECK-NEXT: %[[N1:.+]] = kiln.all_gather_start {{.*}}group = "n1"
+// CHECK-NEXT: %[[G1:.+]] = kiln.all_gather_start {{.*}}group = "b"
+// CHECK-NEXT: kiln.unflatten %[[F0]][0]
+// CHECK-NEXT: kiln.linear wq
+// CHECK-NEXT: kiln.wait %[[N1]]
+// CHECK-NEXT: kiln.unflatten
+// CHECK-NEXT: kiln.mul
+// CHECK-NEXT: kiln.wait %[[G1]]
+func.func @prefetch_overlaps_compute(%s0: tensor<8xbf16>, %n1: tensor<8xbf16>, %s1: tensor<8xbf16>, %x: tensor<4x4xbf16>) -> tensor<4x4xbf16> {
+  %g0 = kiln.all_gather_start %s0 over dp_shard {group = "a", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %f0 = kiln.wait %g0 : tensor<16xbf16>
+  %w0 = kiln.unflatten %f0[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %y0 = kiln.linear wq %x, %w0 param("a.q") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
+  %gn = kiln.all_gather_start %n1 over dp_shard {group = "n1", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %fn = kiln.wait %gn : tensor<16xbf16>
+  %wn = kiln.unflatten %fn[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %z0 = kiln.mul %y0, %wn : tensor<4x4xbf16>
+  %g1 = kiln.all_gather_start %s1 over dp_shard {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %f1 = kiln.wait %g1 : tensor<16xbf16>
+  %w1 = kiln.unflatten %f1[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %y1 = kiln.linear wk %z0, %w1 param("b.k") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
+  return %y1 : tensor<4x4xbf16>
+}
+
+// -----
+
 // A wait written right after its start goes down to just before the first
 // op that reads it: the compute in between overlaps the all-reduce.
 // CHECK-LABEL: func.func @wait_late(
@@ -105,14 +165,14 @@ func.func @reduce_scatter_early(%a: tensor<4x4xbf16>, %b: tensor<4x4xf32>, %x: t
 
 // -----
 
-// Two gradient buffers: the first one's reduce-scatter is waited for
-// before the second buffer is packed, so no more than two unsharded
+// Two layers' gradient buffers: the first one's reduce-scatter is waited
+// for before the second buffer is packed, so no more than two unsharded
 // gradient buffers are ever live; the second wait goes last.
 // CHECK-LABEL: func.func @two_gradient_buffers(
 // CHECK: %[[G1:.+]] = kiln.add
 // CHECK-NEXT: %[[F1:.+]] = kiln.flatten %[[G1]] [0]
 // CHECK-NEXT: %[[R1:.+]] = kiln.reduce_scatter_start %[[F1]] over dp_shard {group = "g1"
-// CHECK-NEXT: %[[G2:.+]] = kiln.add
+// CHECK-NEXT: %[[G2:.+]] = kiln.linear
 // CHECK-NEXT: %[[S1:.+]] = kiln.wait %[[R1]]
 // CHECK-NEXT: %[[F2:.+]] = kiln.flatten %[[G2]] [0]
 // CHECK-NEXT: %[[R2:.+]] = kiln.reduce_scatter_start %[[F2]] over dp_shard {group = "g2"
@@ -122,10 +182,43 @@ func.func @two_gradient_buffers(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>, %c: te
   %g1 = kiln.add %a, %b : tensor<4x4xf32>
   %f1 = kiln.flatten %g1 [0] : tensor<4x4xf32> -> tensor<16xf32>
   %r1 = kiln.reduce_scatter_start %f1 over dp_shard {group = "g1", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
-  %g2 = kiln.add %c, %d : tensor<4x4xf32>
+  %g2 = kiln.linear wq %c, %d param("b") : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
   %f2 = kiln.flatten %g2 [0] : tensor<4x4xf32> -> tensor<16xf32>
   %r2 = kiln.reduce_scatter_start %f2 over dp_shard {group = "g2", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
   %s1 = kiln.wait %r1 : tensor<8xf32>
   %s2 = kiln.wait %r2 : tensor<8xf32>
   return %s1, %s2 : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// One layer's gradients in two buffers (the FP8 all-gather's weights and
+// the norms), packed with no compute between: both reduce-scatters stay in
+// flight together (waiting for the first before packing the second would
+// expose it whole), and both are waited for before the next layer's
+// buffer is packed.
+// CHECK-LABEL: func.func @one_layer_two_buffers(
+// CHECK: %[[RA:.+]] = kiln.reduce_scatter_start {{.*}}group = "g1.fp8"
+// CHECK-NEXT: kiln.silu
+// CHECK-NEXT: %[[FB:.+]] = kiln.flatten
+// CHECK-NEXT: %[[RB:.+]] = kiln.reduce_scatter_start %[[FB]] over dp_shard {group = "g1"
+// CHECK-NEXT: %[[G2:.+]] = kiln.linear
+// CHECK-NEXT: %[[SA:.+]] = kiln.wait %[[RA]]
+// CHECK-NEXT: %[[SB:.+]] = kiln.wait %[[RB]]
+// CHECK-NEXT: %[[F2:.+]] = kiln.flatten %[[G2]] [0]
+// CHECK-NEXT: %[[R2:.+]] = kiln.reduce_scatter_start %[[F2]] over dp_shard {group = "g2"
+func.func @one_layer_two_buffers(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>, %c: tensor<4x4xf32>, %d: tensor<4x4xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %pa = kiln.silu %a : tensor<4x4xf32>
+  %fa = kiln.flatten %pa [0] : tensor<4x4xf32> -> tensor<16xf32>
+  %ra = kiln.reduce_scatter_start %fa over dp_shard {group = "g1.fp8", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
+  %pb = kiln.silu %b : tensor<4x4xf32>
+  %fb = kiln.flatten %pb [0] : tensor<4x4xf32> -> tensor<16xf32>
+  %rb = kiln.reduce_scatter_start %fb over dp_shard {group = "g1", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
+  %g2 = kiln.linear wq %c, %d param("b") : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  %f2 = kiln.flatten %g2 [0] : tensor<4x4xf32> -> tensor<16xf32>
+  %r2 = kiln.reduce_scatter_start %f2 over dp_shard {group = "g2", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
+  %sa = kiln.wait %ra : tensor<8xf32>
+  %sb = kiln.wait %rb : tensor<8xf32>
+  %s2 = kiln.wait %r2 : tensor<8xf32>
+  return %sa, %sb, %s2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }

@@ -156,9 +156,25 @@ void waitLate(BlockOrder &order, WaitOp wait) {
     order.moveBefore(wait, first);
 }
 
-/// At most two gradient buffers at a time: `previous`'s reduce-scatter is
-/// waited for before `next`'s buffer is packed (a buffer lives until its
-/// collective's wait), so unsharded gradients do not pile up.
+/// The model's compute, which collectives are to overlap.
+bool isCompute(Operation *op) {
+  return isa<LinearOp, LinearGradInputOp, LinearGradWeightOp, ScaledMatmulOp,
+             AttentionOp, AttentionGradOp, EmbeddingOp, EmbeddingGradOp>(op);
+}
+
+/// Whether compute lies between `from` and `to` (`from` first).
+bool computeBetween(Operation *from, Operation *to) {
+  for (Operation *op = from->getNextNode(); op && op != to;
+       op = op->getNextNode())
+    if (isCompute(op))
+      return true;
+  return false;
+}
+
+/// At most two layers' gradient buffers at a time: `previous`'s
+/// reduce-scatter is waited for before `next`'s buffer is packed (a buffer
+/// lives until its collective's wait), so unsharded gradients do not pile
+/// up.
 void boundReduceScatters(BlockOrder &order, ReduceScatterStartOp previous,
                          ReduceScatterStartOp next) {
   Operation *wait = *previous.getResult().getUsers().begin();
@@ -174,22 +190,54 @@ void boundReduceScatters(BlockOrder &order, ReduceScatterStartOp previous,
                           << packed->getLoc() << "\n");
 }
 
-/// Gather `next` (and the cast of its shard) right after `previous`'s wait.
+/// boundReduceScatters over a block's reduce-scatters in order, a layer at
+/// a time: those packed with no compute between them (one layer's
+/// gradients in two buffers, as the FP8 all-gather groups them) are one
+/// layer's and stay in flight together; each is waited for before the
+/// first buffer packed after compute.
+void boundAllReduceScatters(BlockOrder &order,
+                            ArrayRef<ReduceScatterStartOp> scatters) {
+  SmallVector<ReduceScatterStartOp> layer;
+  for (ReduceScatterStartOp next : scatters) {
+    auto flat = next.getInput().getDefiningOp<FlattenOp>();
+    Operation *packed = flat ? flat.getOperation() : next.getOperation();
+    if (!layer.empty() && order.isBefore(layer.back(), packed) &&
+        computeBetween(layer.back(), packed)) {
+      for (ReduceScatterStartOp previous : layer)
+        boundReduceScatters(order, previous, next);
+      layer.clear();
+    }
+    layer.push_back(next);
+  }
+}
+
+/// Gather `next` right after `previous`'s wait, so that it runs during the
+/// compute that reads `previous`. Where that wait leaves no compute before
+/// `next`'s own (a norm weight gathered apart and read with the layer
+/// before's output, then the layer's FP8 codes), `next` starts where
+/// `previous` starts instead: both are in flight during the compute before.
+/// Its shard moves with it when that is a cast of a block argument, and
+/// stays where it is when it is defined before the new place (the FP8
+/// all-gather quantizes every layer's shard at the step's start).
 void prefetch(BlockOrder &order, AllGatherStartOp previous,
               AllGatherStartOp next) {
-  Operation *wait = *previous.getResult().getUsers().begin();
-  Operation *cast = next.getShard().getDefiningOp();
-  if (cast && (!isa<CastOp>(cast) || !cast->hasOneUse() ||
-               lastDefinition(order, *cast->getBlock(), cast->getOperands())))
+  Operation *anchor = *previous.getResult().getUsers().begin();
+  Operation *nextWait = *next.getResult().getUsers().begin();
+  if (order.isBefore(anchor, nextWait) && !computeBetween(anchor, nextWait))
+    anchor = previous;
+  Operation *shard = next.getShard().getDefiningOp();
+  bool withShard = shard && !order.isBefore(shard, anchor);
+  if (withShard &&
+      (!isa<CastOp>(shard) || !shard->hasOneUse() ||
+       lastDefinition(order, *shard->getBlock(), shard->getOperands())))
     return; // only a cast of a block argument moves with it
-  if (!order.isBefore(wait, next))
+  if (!order.isBefore(anchor, next))
     return;
-  order.moveAfter(next, wait);
-  if (cast)
-    order.moveBefore(cast, next);
+  order.moveAfter(next, anchor);
+  if (withShard)
+    order.moveBefore(shard, next);
   LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": the all-gather at " << next.getLoc()
-                          << " prefetched after the wait at " << wait->getLoc()
-                          << "\n");
+                          << " prefetched after " << anchor->getLoc() << "\n");
 }
 
 struct ScheduleCollectivesPass
@@ -201,10 +249,8 @@ struct ScheduleCollectivesPass
         reduceScatterEarly(order, block, start);
       for (auto wait : llvm::to_vector(block.getOps<WaitOp>()))
         waitLate(order, wait);
-      SmallVector<ReduceScatterStartOp> scatters =
-          llvm::to_vector(block.getOps<ReduceScatterStartOp>());
-      for (size_t i = 1; i < scatters.size(); ++i)
-        boundReduceScatters(order, scatters[i - 1], scatters[i]);
+      boundAllReduceScatters(
+          order, llvm::to_vector(block.getOps<ReduceScatterStartOp>()));
       SmallVector<AllGatherStartOp> gathers =
           llvm::to_vector(block.getOps<AllGatherStartOp>());
       for (size_t i = 1; i < gathers.size(); ++i)
