@@ -50,9 +50,14 @@ constexpr int64_t kMaxPipeline = 8;
 /// the arena's peak from 3 on (measured, docs/perf-model.md).
 constexpr int64_t kProbe = 3;
 /// How far above the whole compile's the extrapolated peak memory came out
-/// (12.2% at most over 8B's finalists, docs/perf-model.md), rounded up:
+/// (12.3% at most over 8B's finalists, docs/perf-model.md), rounded up:
 /// --exact also compiles whole what it predicts within this of the memory.
 constexpr double kMemoryMargin = 0.15;
+/// How far below the whole compile's the extrapolated peak memory came out
+/// (4.0% under pipeline parallel, docs/perf-model.md), rounded up: an
+/// extrapolated configuration predicted within this of the memory may not
+/// fit, and is listed as such.
+constexpr double kMemoryLow = 0.05;
 
 struct Candidate {
   int64_t order = 0; // in the search, for ties
@@ -85,6 +90,11 @@ struct Evaluated {
   std::vector<std::string> overrides;
   /// With --exact, what the extrapolation had predicted.
   std::optional<StepPrediction> extrapolated;
+
+  /// Extrapolated within the extrapolation's error below `hbmGiB`.
+  bool mayNotFit(double hbmGiB) const {
+    return !exact && p.peakGiB() > hbmGiB * (1 - kMemoryLow);
+  }
 };
 
 /// TorchTitan's split points for `layers` over `stages`: the layers that do
@@ -575,23 +585,23 @@ int kiln::runPlan(const PlanCommand &command) {
   if (command.json) {
     llvm::json::Array top;
     for (const Evaluated &e : fit) {
-      llvm::json::Object row{
-          {"mesh", llvm::json::Object{{"pp", e.c.pp},
-                                      {"dp_shard", e.c.dp},
-                                      {"tp", e.c.tp}}},
-          {"schedule", e.c.schedule},
-          {"microbatch_size", e.c.microbatch},
-          {"activation_checkpoint", e.c.ac},
-          {"float8", e.c.fp8},
-          {"fp8_all_gather", e.c.fp8AllGather},
-          {"step_time_s", e.p.step},
-          {"tokens_per_s_per_gpu", e.p.tokensPerGpu},
-          {"mfu", e.p.mfu},
-          {"peak_memory_gib", e.p.peakGiB()},
-          {"exposed_comm_s", e.p.exposed},
-          {"bubble", e.p.bubble},
-          {"exact", e.exact},
-          {"overrides", llvm::json::Array(e.overrides)}};
+      llvm::json::Object row{{"mesh", llvm::json::Object{{"pp", e.c.pp},
+                                                         {"dp_shard", e.c.dp},
+                                                         {"tp", e.c.tp}}},
+                             {"schedule", e.c.schedule},
+                             {"microbatch_size", e.c.microbatch},
+                             {"activation_checkpoint", e.c.ac},
+                             {"float8", e.c.fp8},
+                             {"fp8_all_gather", e.c.fp8AllGather},
+                             {"step_time_s", e.p.step},
+                             {"tokens_per_s_per_gpu", e.p.tokensPerGpu},
+                             {"mfu", e.p.mfu},
+                             {"peak_memory_gib", e.p.peakGiB()},
+                             {"exposed_comm_s", e.p.exposed},
+                             {"bubble", e.p.bubble},
+                             {"exact", e.exact},
+                             {"may_not_fit", e.mayNotFit(hw->hbmGiB)},
+                             {"overrides", llvm::json::Array(e.overrides)}};
       if (e.extrapolated)
         row["extrapolated"] = llvm::json::Object{
             {"step_time_s", e.extrapolated->step},
@@ -647,6 +657,10 @@ int kiln::runPlan(const PlanCommand &command) {
                        e.c.fp8Text().c_str(), e.p.tokensPerGpu, 100 * e.p.mfu,
                        e.p.peakGiB(), e.p.exposed, 100 * e.p.bubble,
                        e.exact ? "" : "  (extrapolated)");
+    if (e.mayNotFit(hw->hbmGiB))
+      os << llvm::format("     may not fit: within %.0f%% of the memory, the "
+                         "extrapolation's error; --exact compiles it whole\n",
+                         100 * kMemoryLow);
     os << llvm::format("     why: %.1f GiB of HBM to spare; communication "
                        "exposed %.1f%% of the step; ",
                        hw->hbmGiB - e.p.peakGiB(),
