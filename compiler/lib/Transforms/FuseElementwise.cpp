@@ -66,9 +66,7 @@ bool Grouping::canJoin(Group &group, Operation *op) {
   // ops between (casts, scales, FSDP's collectives and views) are passed.
   for (Operation *between = group.ops.back()->getNextNode(); between != op;
        between = between->getNextNode())
-    if (isa<LinearOp, LinearGradInputOp, LinearGradWeightOp, ScaledMatmulOp,
-            AttentionOp, AttentionGradOp, EmbeddingOp, EmbeddingGradOp>(
-            between))
+    if (isModelCompute(between))
       return false;
   for (Operation *member : group.ops)
     for (Operation *user : member->getUsers())

@@ -156,17 +156,11 @@ void waitLate(BlockOrder &order, WaitOp wait) {
     order.moveBefore(wait, first);
 }
 
-/// The model's compute, which collectives are to overlap.
-bool isCompute(Operation *op) {
-  return isa<LinearOp, LinearGradInputOp, LinearGradWeightOp, ScaledMatmulOp,
-             AttentionOp, AttentionGradOp, EmbeddingOp, EmbeddingGradOp>(op);
-}
-
 /// Whether compute lies between `from` and `to` (`from` first).
 bool computeBetween(Operation *from, Operation *to) {
   for (Operation *op = from->getNextNode(); op && op != to;
        op = op->getNextNode())
-    if (isCompute(op))
+    if (isModelCompute(op))
       return true;
   return false;
 }

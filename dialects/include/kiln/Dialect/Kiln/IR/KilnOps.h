@@ -31,6 +31,15 @@ std::optional<std::pair<int64_t, int64_t>> fusionSpace(mlir::Operation *op);
 /// Not a sum over rows (rms_norm_grad's weight gradient) nor a transposed
 /// result: both exist only once the whole group has run.
 bool readableInGroup(mlir::OpResult result);
+
+/// The model's compute: a GEMM, an attention or an embedding (and their
+/// gradients). Fused groups never grow across it, and collectives are
+/// scheduled to overlap it.
+inline bool isModelCompute(mlir::Operation *op) {
+  return llvm::isa<LinearOp, LinearGradInputOp, LinearGradWeightOp,
+                   ScaledMatmulOp, AttentionOp, AttentionGradOp, EmbeddingOp,
+                   EmbeddingGradOp>(op);
+}
 } // namespace kiln
 
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_H
