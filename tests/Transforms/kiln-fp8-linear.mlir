@@ -140,6 +140,66 @@ module attributes {kiln.float8 = #kiln.float8<recipe = tensorwise>} {
 
 // -----
 
+// Selective activation checkpointing (or full, for a linear whose
+// recomputed forward the backward does not run: the down projection): the
+// backward recomputes the linear's input (a clone) for its grad-weight GEMM. Its codes are made there, from
+// the clone with the forward's amax (the same bits: the same codes and
+// scale), and transposed; the forward's codes are not transposed, so
+// nothing FP8 lives from forward to backward.
+// CHECK-LABEL: func.func @selective(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<16x64xbf16>, %[[W:[^:]+]]: tensor<32x64xbf16>, %[[DY:[^:]+]]: tensor<16x32xbf16>
+// CHECK: %[[S:.+]] = kiln.silu %[[X]] :
+// CHECK-NEXT: %[[AS:.+]] = kiln.amax %[[S]]
+// CHECK-NEXT: %[[XQ:.+]], %[[XS:.+]] = kiln.quantize %[[S]], %[[AS]]
+// CHECK-NOT: kiln.transpose
+// CHECK: kiln.scaled_matmul "output" wq %[[XQ]], %[[XS]]
+// CHECK-NEXT: %[[R:.+]] = kiln.silu %[[X]] {kiln.recomputed}
+// CHECK-NEXT: %[[RQ:.+]], %[[RS:.+]] = kiln.quantize %[[R]], %[[AS]]
+// CHECK-NEXT: %[[RT:.+]] = kiln.transpose %[[RQ]] [1, 0] : tensor<16x64xf8E4M3FN> -> tensor<64x16xf8E4M3FN>
+// CHECK-NOT: kiln.amax
+// CHECK: kiln.scaled_matmul "grad_weight" wq %{{.+}}, %{{.+}}, %[[RT]], %[[RS]]
+module attributes {kiln.float8 = #kiln.float8<recipe = tensorwise>} {
+  func.func @selective(%x: tensor<16x64xbf16>, %w: tensor<32x64xbf16>, %dy: tensor<16x32xbf16>)
+      -> (tensor<16x32xbf16>, tensor<32x64xbf16>) {
+    %s = kiln.silu %x : tensor<16x64xbf16>
+    %y = kiln.linear wq %s, %w param("q") {fp8 = #kiln.fp8_choice<fp8>} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
+    %s2 = kiln.silu %x {kiln.recomputed} : tensor<16x64xbf16>
+    %dw = kiln.linear_grad_weight wq %dy, %s2 param("q") : tensor<16x32xbf16>, tensor<16x64xbf16> -> tensor<32x64xbf16>
+    return %y, %dw : tensor<16x32xbf16>, tensor<32x64xbf16>
+  }
+}
+
+// -----
+
+// Under tensor parallel, a recomputed sequence-parallel gather is not
+// gathered again for the backward's codes: the grad-weight GEMM multiplies
+// the forward's transposed codes, and the recomputed gather goes.
+// CHECK-LABEL: func.func @gathered(
+// CHECK: %[[G:.+]] = kiln.all_gather_start
+// CHECK-NEXT: %[[GW:.+]] = kiln.wait %[[G]]
+// CHECK-NEXT: %[[X:.+]] = kiln.reshape %[[GW]]
+// CHECK-NEXT: %[[AX:.+]] = kiln.amax %[[X]]
+// CHECK-NEXT: %[[XQ:.+]], %[[XS:.+]] = kiln.quantize %[[X]], %[[AX]]
+// CHECK-NEXT: %[[XT:.+]] = kiln.transpose %[[XQ]] [1, 0]
+// CHECK-NOT: kiln.all_gather_start
+// CHECK: kiln.scaled_matmul "grad_weight" wq %{{.+}}, %{{.+}}, %[[XT]], %[[XS]]
+module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>, kiln.float8 = #kiln.float8<recipe = tensorwise>} {
+  func.func @gathered(%xs: tensor<512xbf16>, %w: tensor<32x64xbf16>, %dy: tensor<16x32xbf16>)
+      -> (tensor<16x32xbf16>, tensor<32x64xbf16>) {
+    %g = kiln.all_gather_start %xs over tp {group = "q", ranks = 2 : i64} : tensor<512xbf16> -> tensor<1024xbf16>
+    %gw = kiln.wait %g : tensor<1024xbf16>
+    %x = kiln.reshape %gw : tensor<1024xbf16> -> tensor<16x64xbf16>
+    %y = kiln.linear wq %x, %w param("q") {fp8 = #kiln.fp8_choice<fp8>} : tensor<16x64xbf16>, tensor<32x64xbf16> -> tensor<16x32xbf16>
+    %g2 = kiln.all_gather_start %xs over tp {group = "q", ranks = 2 : i64, kiln.recomputed} : tensor<512xbf16> -> tensor<1024xbf16>
+    %gw2 = kiln.wait %g2 {kiln.recomputed} : tensor<1024xbf16>
+    %x2 = kiln.reshape %gw2 {kiln.recomputed} : tensor<1024xbf16> -> tensor<16x64xbf16>
+    %dw = kiln.linear_grad_weight wq %dy, %x2 param("q") : tensor<16x32xbf16>, tensor<16x64xbf16> -> tensor<32x64xbf16>
+    return %y, %dw : tensor<16x32xbf16>, tensor<32x64xbf16>
+  }
+}
+
+// -----
+
 // Without a policy the pass does nothing, marks or not.
 // CHECK-LABEL: func.func @off
 // CHECK-NEXT: kiln.linear wq

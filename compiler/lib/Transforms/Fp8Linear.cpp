@@ -9,15 +9,20 @@
 // goes decides what is saved between forward and backward:
 //
 // - tensorwise: right after the value's definition, with the transposed
-//   codes the backward reads; the backward multiplies the codes and scales
-//   of the last forward copy of the activation: the forward's, or under
-//   full activation checkpointing the recomputed one's (the same bits, so
-//   the same amax and codes; the delayed recipe scales both from one
-//   history), so no FP8 activation is kept between forward and backward
-//   that the bf16 plan would not keep. Weights are quantized from the copy each
-//   op reads: under FSDP with resharding the backward gathers the weight again
-//   and its codes are made from that copy (the same bits), so no full weight is
-//   kept alive between forward and backward;
+//   codes the backward reads. The grad-weight GEMM multiplies the codes of
+//   the copy of the activation the bf16 backward reads, where that copy is
+//   made in the backward: under full activation checkpointing the
+//   recomputed linear's codes, under selective checkpointing codes of the
+//   recomputed input made with the forward's amax (the same bits, so the
+//   same codes and scale; the delayed recipe scales both from one history).
+//   So no FP8 activation is kept between forward and backward that the
+//   bf16 plan would not keep. Otherwise the forward's transposed codes are
+//   kept (1 byte an element where the bf16 plan keeps 2): without
+//   checkpointing, and for a sequence-parallel gather under tp, which the
+//   backward would otherwise gather again. Weights are quantized from the
+//   copy each op reads: under FSDP with resharding the backward gathers the
+//   weight again and its codes are made from that copy (the same bits), so
+//   no full weight is kept alive between forward and backward;
 // - rowwise: the forward's right after its definition too; the backward's
 //   (transposed bf16 operands quantized along the token axis) just before
 //   the first backward op of the linear, so nothing extra is saved.
@@ -95,8 +100,10 @@ private:
   /// insertion point the first time. `history` names the delayed recipe's
   /// amax history of this operand ("input.<param>", "weight.<param>",
   /// "grad_output.<param>"); another value with the same history (a weight
-  /// gathered again) is scaled with the same amax.
-  Quantized quantize(Value v, Type type, const std::string &history);
+  /// gathered again) is scaled with the same amax. A given tensorwise `amax`
+  /// (of the same bits, made earlier) is used instead of taking one.
+  Quantized quantize(Value v, Type type, const std::string &history,
+                     Value amax = {});
   /// The amax a delayed cast of `v` scales with, and its history.
   Value delayedAmax(Value v, const std::string &history);
   /// Each history's new value (this step's amax in front, all-reduced over
@@ -120,6 +127,9 @@ private:
   void replaceWith(Operation *op, Value v2d);
 
   void rewriteForward(const MarkedLinear &d);
+  /// The tensorwise grad-weight GEMM's transposed input codes (see the file
+  /// header).
+  Quantized backwardInput(const MarkedLinear &d, LinearGradWeightOp gw);
   /// `first`: whichever of `gi` and `gw` comes first.
   void rewriteBackward(const MarkedLinear &d, LinearGradInputOp gi,
                        LinearGradWeightOp gw, Operation *first);
@@ -271,7 +281,7 @@ void Fp8Rewriter::addHistoryArguments() {
 }
 
 Quantized Fp8Rewriter::quantize(Value v, Type type,
-                                const std::string &history) {
+                                const std::string &history, Value amax) {
   auto key = std::make_pair(v, type);
   if (auto it = quantized.find(key); it != quantized.end())
     return it->second;
@@ -285,10 +295,9 @@ Quantized Fp8Rewriter::quantize(Value v, Type type,
                            RankedTensorType::get({t.getDimSize(0)}, f32), v,
                            Value(), /*pow2_scale=*/true);
   } else {
-    Value amax;
-    if (delayed) {
+    if (!amax && delayed)
       amax = delayedAmax(v, history);
-    } else {
+    if (!amax) {
       amax =
           AmaxOp::create(b, loc, RankedTensorType::get({}, f32), v).getResult();
       if (tp > 1 && !isTpReplicated(v))
@@ -358,6 +367,23 @@ void Fp8Rewriter::rewriteForward(const MarkedLinear &d) {
                                    linear.getLoc()));
 }
 
+Quantized Fp8Rewriter::backwardInput(const MarkedLinear &d,
+                                     LinearGradWeightOp gw) {
+  Quantized xq = forwardInputs.lookup(d.param);
+  Value x = gw.getInput();
+  Operation *def = x.getDefiningOp();
+  if (def && def->hasAttr(kRecomputedAttr) && !isTpReplicated(x)) {
+    // The backward's own copy, made in the backward: its codes with the
+    // forward's amax (the same bits, so the same codes and scale). Under
+    // full checkpointing the recomputed linear has quantized it already.
+    Value x2 = flat(x);
+    afterDefinition(x2);
+    xq = quantize(x2, e4m3, "input." + d.param,
+                  xq.codes.getDefiningOp<QuantizeOp>().getAmax());
+  }
+  return {transposed(xq.codes), xq.scale};
+}
+
 void Fp8Rewriter::rewriteBackward(const MarkedLinear &d, LinearGradInputOp gi,
                                   LinearGradWeightOp gw, Operation *first) {
   Quantized xq = forwardInputs.lookup(d.param);
@@ -396,7 +422,7 @@ void Fp8Rewriter::rewriteBackward(const MarkedLinear &d, LinearGradInputOp gi,
     }
     if (gw) {
       dyt = {transposed(dq.codes), dq.scale};
-      xt = {transposed(xq.codes), xq.scale};
+      xt = backwardInput(d, gw);
     }
   }
   if (gi) {
@@ -500,9 +526,9 @@ LogicalResult Fp8Rewriter::run() {
   });
   for (const Backward &bw : backwards)
     rewriteBackward(*bw.d, bw.gi, bw.gw, bw.first);
-  // What was recomputed for a bf16 GEMM the backward no longer runs (under
-  // selective checkpointing the grad-weight GEMM multiplies the forward's
-  // codes, not the recomputed input) goes: left in, it would be a
+  // What was recomputed for a bf16 GEMM the backward no longer runs (a
+  // sequence-parallel gather under selective checkpointing: the grad-weight
+  // GEMM multiplies the forward's codes) goes: left in, it would be a
   // microbatch's value that nothing reads, which kiln-grad-accum refuses.
   // A recomputed tp collective goes with its wait (every tp rank drops the
   // same one).
