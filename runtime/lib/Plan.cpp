@@ -340,6 +340,21 @@ Expected<PlanValue> parseValue(const json &jv, const Plan &plan) {
       return offset.takeError();
     v.offset = *offset;
   }
+  if (v.kind == PlanValue::Arena && jv.contains("view_of")) {
+    // An earlier arena buffer (not itself a view) of the same bytes.
+    Expected<int64_t> of = integerMember(jv, "view_of", 0, v.id - 1, what);
+    if (!of)
+      return of.takeError();
+    const PlanValue &base = plan.values[*of];
+    if (base.kind != PlanValue::Arena || base.viewOf >= 0)
+      return fail(what, "is a view of value " + std::to_string(*of) +
+                            ", which is not an arena buffer of its own");
+    if (base.offset != v.offset || base.dtype != v.dtype ||
+        base.numElements() != v.numElements())
+      return fail(what, "is a view of value " + std::to_string(*of) +
+                            " but not of its offset, dtype and size");
+    v.viewOf = *of;
+  }
   return v;
 }
 

@@ -292,6 +292,10 @@ Error checkResults(const Plan &plan, const PlanStep &s,
     const PlanValue &v = plan.values[s.results[r]];
     std::string what = "result " + std::to_string(r) + " (value " +
                        std::to_string(v.id) + ")";
+    if (v.viewOf >= 0)
+      return fail(where, what + " is a view of value " +
+                             std::to_string(v.viewOf) +
+                             ", which no step writes");
     if (v.kind == PlanValue::Input || v.kind == PlanValue::Const ||
         (v.kind == PlanValue::State && !updatesState))
       return fail(where, what + " is " +
@@ -378,7 +382,8 @@ Error checkEntry(const Plan &plan, const std::string &name,
                                s.op);
       if (!isArena(id))
         continue;
-      auto it = live.find(id);
+      // A view is read where its buffer is.
+      auto it = live.find(v.storage());
       if (it == live.end())
         return fail(where, "operand " + std::to_string(o) + " (value " +
                                std::to_string(id) +
@@ -411,8 +416,9 @@ Error checkEntry(const Plan &plan, const std::string &name,
     }
     // A receive (pipe_recv_start) has no operand: its buffer is its result.
     if (plan::category(s.kind) == plan::Category::Collective)
-      inFlight[s.results[0]] = {i, s.operands.empty() ? s.results[0]
-                                                      : s.operands[0]};
+      inFlight[s.results[0]] = {
+          i, s.operands.empty() ? s.results[0]
+                                : plan.values[s.operands[0]].storage()};
   }
   if (!inFlight.empty())
     return fail(stepName(name, inFlight.begin()->second.first,
@@ -421,7 +427,7 @@ Error checkEntry(const Plan &plan, const std::string &name,
   for (const auto &[out, id] : entry.outputs) {
     if (!isArena(id))
       continue;
-    auto it = live.find(id);
+    auto it = live.find(plan.values[id].storage());
     if (it == live.end())
       return fail(name + " output '" + out + "'",
                   "value " + std::to_string(id) + " is never written by " +

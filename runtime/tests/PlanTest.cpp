@@ -13,7 +13,7 @@ namespace {
 // AdamW, and a fused cast whose result nobody reads. Arena: x [0, 512),
 // loss 512, g [576, 1600), norm 1600, lr 1664, xb [1728, 1984).
 const char *kValid = R"({
-  "format": "kiln-plan", "version": 6, "vocab_size": 16,
+  "format": "kiln-plan", "version": 7, "vocab_size": 16,
   "mesh": {"dp_shard": 1, "tp": 1},
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",
@@ -179,9 +179,9 @@ TEST(Plan, ChecksTpSlices) {
 }
 
 TEST(Plan, RejectsAnotherVersion) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 6", "\"version\": 5")),
-            "plan version 5 is not supported by this runtime (it reads "
-            "version 6); compile the model again with this build's kiln "
+  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 7", "\"version\": 6")),
+            "plan version 6 is not supported by this runtime (it reads "
+            "version 7); compile the model again with this build's kiln "
             "(kiln compile MODEL -o PLAN)");
 }
 
@@ -426,6 +426,45 @@ TEST(Plan, RejectsOverlappingLiveBuffers) {
                 .error()
                 .message(),
             "");
+}
+
+// A view (version 7): an earlier arena buffer's bytes under another
+// shape, written by no step; reading it reads its buffer. Here the
+// gradient norm reads g (value 9) as a flat view.
+TEST(Plan, ReadsViewsAsTheirBuffers) {
+  std::string view = replace(
+      replace(kValid, R"("offset": 1728})",
+              R"("offset": 1728},
+    {"id": 13, "kind": "arena", "shape": [256], "dtype": "f32",
+     "offset": 576, "view_of": 9})"),
+      "\"operands\": [9], \"results\": [10]",
+      "\"operands\": [13], \"results\": [10]");
+  Expected<Plan> plan = parsePlan(view);
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->values[13].storage(), 9);
+  // Its buffer not written first.
+  EXPECT_EQ(errorOf(replace(view,
+                            "{\"op\": \"embedding_grad\", \"operands\": "
+                            "[7, 0], \"results\": [9],\n       \"attrs\": "
+                            "{\"param\": \"w\"}},",
+                            "")),
+            "train_step step 3 (grad_norm): operand 0 (value 13) is read "
+            "before any step of train_step writes it");
+  // A step writing it.
+  EXPECT_EQ(errorOf(replace(view, "\"operands\": [13], \"results\": [10]",
+                            "\"operands\": [9], \"results\": [13]")),
+            "train_step step 4 (grad_norm): result 0 (value 13) is a view of "
+            "value 9, which no step writes");
+  // Not its buffer's bytes, or a view of what is no arena buffer.
+  EXPECT_EQ(errorOf(replace(view, R"("offset": 576, "view_of")",
+                            R"("offset": 640, "view_of")")),
+            "value 13 is a view of value 9 but not of its offset, dtype and "
+            "size");
+  EXPECT_EQ(errorOf(replace(view, R"("view_of": 9)", R"("view_of": 4)")),
+            "value 13 is a view of value 4, which is not an arena buffer of "
+            "its own");
+  EXPECT_EQ(errorOf(replace(view, R"("view_of": 9)", R"("view_of": 13)")),
+            "value 13 view_of is 13, outside [0, 12]");
 }
 
 TEST(Plan, RejectsAVocabularyTheEmbeddingDisagreesWith) {

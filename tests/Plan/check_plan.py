@@ -1,6 +1,8 @@
 """Checks structural properties of a Kiln plan and prints them as lines for
 FileCheck: state and input inventory, in-place AdamW, that buffers live at
-the same time never overlap in the arena, and def-before-use order."""
+the same time never overlap in the arena, and def-before-use order. A view
+(`view_of`, plan version 7) is its buffer's bytes: reading it reads the
+buffer, and no step writes it."""
 import json
 import sys
 
@@ -38,23 +40,31 @@ for name in ["train_step", "eval_loss"]:
     else:
         print("eval_loss: " + ("no optimizer step" if "adamw" not in ops else "HAS adamw"))
 
-overlap = False
+def storage(i):
+    return values[i].get("view_of", i)
+
+
+views = [v for v in values if "view_of" in v]
+overlap = any(values[v["view_of"]]["offset"] != v["offset"] or
+              nbytes(values[v["view_of"]]) != nbytes(v) for v in views)
 ordered = True
 for name, entry in plan["entries"].items():
     steps = entry["steps"]
     defined = {v["id"] for v in values if v["kind"] != "arena"}
     live = {}  # id -> (first, last)
     for i, s in enumerate(steps):
-        for o in s["operands"]:
+        for o in map(storage, s["operands"]):
             if o not in defined:
                 ordered = False
             if o in live:
                 live[o] = (live[o][0], i)
         for r in s["results"]:
+            if storage(r) != r:
+                ordered = False
             defined.add(r)
             if values[r]["kind"] == "arena":
                 live[r] = (i, i)
-    for o in entry["outputs"].values():
+    for o in map(storage, entry["outputs"].values()):
         if o in live:
             live[o] = (live[o][0], len(steps))
     ids = sorted(live)

@@ -70,6 +70,24 @@ elif case == "mesh-product":
     plan["mesh"]["tp"] = 2
 elif case == "mesh-missing":
     del plan["mesh"]
+elif case == "view-written":
+    # A step writing a view (version 7): its bytes are another value's.
+    view, step = next((v, s) for v in values if "view_of" in v
+                      for s in train if s["results"] and
+                      values[s["results"][0]]["shape"] == v["shape"] and
+                      values[s["results"][0]]["dtype"] == v["dtype"])
+    step["results"][0] = view["id"]
+elif case == "view-offset":
+    # A view away from its buffer's bytes.
+    view = next(v for v in values if "view_of" in v)
+    view["offset"] += 64
+elif case == "view-forward":
+    # A view of a later value.
+    view = next(v for v in values if "view_of" in v)
+    view["view_of"] = view["id"] + 1
+elif case == "view-of-state":
+    view = next(v for v in values if "view_of" in v)
+    view["view_of"] = next(v["id"] for v in values if v["kind"] == "state")
 elif case == "truncated":
     text = json.dumps(plan)[:1000]
 else:

@@ -95,3 +95,36 @@ func.func @categories(%p: tensor<16xf32>, %m: tensor<16xf32>, %v: tensor<16xf32>
   %p2, %m2, %v2 = kiln.adamw %p, %g, %m, %v, %n, %lr, %step {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, max_norm = 1.0 : f64, weight_decay = 0.1 : f64} : tensor<16xf32>
   return %p2, %m2, %v2 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// A reshape of an arena value is a view: no buffer of its own (no offset),
+// and its operand's buffer lives until the view's last reader. %a is read
+// through %v after its own last direct reader, so nothing takes %a's bytes
+// before %d. A reshape of an argument is a copy with a buffer of its own
+// (%b's bytes, free after %c), and a view of a wait's result (%u, returned)
+// keeps the collective's buffer live to the end.
+// CHECK-LABEL: func.func @views(
+// CHECK-SAME: attributes {kiln.arena_bytes = 1280 : i64
+// CHECK-NEXT: %[[A:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[V:.+]] = kiln.reshape %[[A]] : tensor<64xf32> -> tensor<8x8xf32>
+// CHECK-NEXT: %[[B:.+]] = kiln.silu %[[A]] {kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[C:.+]] = kiln.silu %[[B]] {kiln.arena_offsets = array<i64: 512>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[R:.+]] = kiln.reshape %{{.+}} {kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 256>} : tensor<64xf32> -> tensor<8x8xf32>
+// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[C]] over dp_shard {group = "g", kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 512>, ranks = 2 : i64}
+// CHECK-NEXT: %[[F:.+]] = kiln.wait %[[G]] : tensor<128xf32>
+// CHECK-NEXT: %[[U:.+]] = kiln.reshape %[[F]] : tensor<128xf32> -> tensor<16x8xf32>
+// CHECK-NEXT: %[[D:.+]] = kiln.silu %[[V]] {kiln.arena_offsets = array<i64: 512>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: return %[[D]], %[[R]], %[[U]]
+func.func @views(%x: tensor<64xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<16x8xf32>) {
+  %a = kiln.silu %x : tensor<64xf32>
+  %v = kiln.reshape %a : tensor<64xf32> -> tensor<8x8xf32>
+  %b = kiln.silu %a : tensor<64xf32>
+  %c = kiln.silu %b : tensor<64xf32>
+  %r = kiln.reshape %x : tensor<64xf32> -> tensor<8x8xf32>
+  %g = kiln.all_gather_start %c over dp_shard {group = "g", ranks = 2 : i64} : tensor<64xf32> -> tensor<128xf32>
+  %f = kiln.wait %g : tensor<128xf32>
+  %u = kiln.reshape %f : tensor<128xf32> -> tensor<16x8xf32>
+  %d = kiln.silu %v : tensor<8x8xf32>
+  return %d, %r, %u : tensor<8x8xf32>, tensor<8x8xf32>, tensor<16x8xf32>
+}

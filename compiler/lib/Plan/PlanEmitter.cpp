@@ -15,6 +15,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Plan/GroupLowering.h"
+#include "kiln/Transforms/ArenaStorage.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -175,6 +176,7 @@ struct ValueRow {
   TpShardAttr tpShard; // a tensor-parallel slice's place in its whole
   double value = 0;    // a constant's
   int64_t offset = -1; // an arena buffer's
+  int64_t viewOf = -1; // a view's buffer (ArenaStorage.h)
 };
 
 /// One entry point: its function (none for `init`), the value id of every
@@ -287,6 +289,8 @@ json::Object PlanBuilder::valueJson(int64_t id) const {
     entry["value"] = row.value;
   if (row.offset >= 0)
     entry["offset"] = row.offset;
+  if (row.viewOf >= 0)
+    entry["view_of"] = row.viewOf;
   return entry;
 }
 
@@ -366,6 +370,21 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
     auto adamw = dyn_cast<AdamWOp>(op);
     if (auto wait = dyn_cast<WaitOp>(op)) {
       ids[wait.getResult()] = ids.lookup(wait.getPending());
+      continue;
+    }
+    if (isArenaView(&op)) {
+      // Its operand's bytes under its own shape; no step writes it.
+      Value result = op.getResult(0);
+      int64_t of = ids.lookup(arenaStorage(result));
+      FailureOr<StringRef> dtype = dtypeName(&op, result.getType());
+      if (failed(dtype))
+        return failure();
+      ValueRow row{"arena", "",
+                   cast<RankedTensorType>(result.getType()).getShape(),
+                   *dtype};
+      row.offset = values[of].offset;
+      row.viewOf = of;
+      ids[result] = addValue(std::move(row));
       continue;
     }
     for (OpResult r : op.getResults()) {
@@ -522,7 +541,7 @@ LogicalResult PlanBuilder::writeEntry(json::OStream &j,
       for (Operation &op : func.getBody().front().without_terminator()) {
         if (!ok)
           return;
-        if (isa<arith::ConstantOp>(op))
+        if (isa<arith::ConstantOp>(op) || isArenaView(&op))
           continue;
         FailureOr<json::Object> s = step(entry, op);
         if (failed(s)) {

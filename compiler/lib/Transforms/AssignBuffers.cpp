@@ -1,12 +1,13 @@
 //===- AssignBuffers.cpp - Arena offsets from liveness --------------------===//
 //
-// Every result of a kiln op that is a buffer of its own (not a constant, not
-// a wait's result, which is its start's buffer, not a state AdamW or
-// amax_history_update writes in place) lives from its op to its last reader
-// in one arena per function; BufferPlanner places the buffers, first fit.
-// A collective's operands stay live until its wait, and its result until
-// the wait result's last reader: the runtime may still be reading or
-// writing them while later steps run.
+// Every result of a kiln op that is a buffer of its own (ArenaStorage.h: not
+// a constant, not a wait's result, which is its start's buffer, not a view,
+// which is its operand's, not a state AdamW or amax_history_update writes
+// in place) lives from its op to its last reader, or its views' last
+// reader, in one arena per function; BufferPlanner places the buffers,
+// first fit. A collective's operands stay live until its wait, and its
+// result until the wait result's last reader: the runtime may still be
+// reading or writing them while later steps run.
 //
 // The pass also sums, at the step where the most bytes are live, what those
 // bytes are (parameter copies, gradients, activations): `kiln explain
@@ -16,6 +17,7 @@
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Transforms/ArenaStorage.h"
 #include "kiln/Transforms/BufferPlanner.h"
 #include "kiln/Transforms/Passes.h"
 
@@ -58,16 +60,6 @@ bool packsGradients(FlattenOp flat) {
   });
 }
 
-/// Whether result `r` of `op` is a buffer of its own. A wait's result is
-/// its start's buffer; AdamW's results are the states it reads, and
-/// amax_history_update's the history it reads (the plan emitter checks
-/// that they may be written in place).
-bool ownsBuffer(Operation &op) {
-  return op.getDialect() &&
-         op.getDialect()->getNamespace() == KilnDialect::getDialectNamespace() &&
-         !isa<WaitOp, AdamWOp, AmaxHistoryUpdateOp>(op);
-}
-
 /// What a buffer holds, for the memory breakdown.
 enum Category { ParameterCopy = 0, Gradient = 1, Activation = 2 };
 
@@ -102,12 +94,20 @@ void AssignBuffersPass::runOnOperation() {
       if (start)
         for (Value operand : start->getOperands()) {
           // An operand that is another collective's result (a ring step
-          // passing on what it received) is that collective's buffer.
-          while (auto prior = operand.getDefiningOp<WaitOp>())
-            operand = prior.getPending();
+          // passing on what it received), or a view, is that buffer.
+          if (Value storage = arenaStorage(operand))
+            operand = storage;
           liveUntil[operand] =
               std::max(liveUntil.lookup(operand), index.lookup(&op));
         }
+    }
+  // A view's readers read its buffer's owner.
+  for (Operation &op : body)
+    if (isArenaView(&op)) {
+      Value storage = arenaStorage(op.getResult(0));
+      int64_t &last = liveUntil[storage];
+      for (Operation *user : op.getResult(0).getUsers())
+        last = std::max(last, index.lookup(user));
     }
 
   // A compute copy of parameters (a cast of one, or gathered), a gradient
@@ -144,7 +144,7 @@ void AssignBuffersPass::runOnOperation() {
   std::vector<Category> categories;
   SmallVector<Operation *> owners;
   for (Operation &op : body.without_terminator()) {
-    if (!ownsBuffer(op))
+    if (!ownsBuffer(&op))
       continue;
     owners.push_back(&op);
     for (OpResult r : op.getResults()) {

@@ -157,8 +157,11 @@ struct FuseElementwisePass
       Grouping grouping;
       for (Operation &op : block)
         grouping.add(&op);
+      // Reshapes alone stay ops: views of their operand's buffer
+      // (ArenaStorage.h), where a group would copy.
       for (auto &group : grouping.groups)
-        if (group->ops.size() > 1)
+        if (group->ops.size() > 1 &&
+            !llvm::all_of(group->ops, llvm::IsaPred<ReshapeOp>))
           materialize(*group);
     }
   }

@@ -58,6 +58,9 @@ struct PlanValue {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
   int64_t offset = 0;      // Arena: byte offset
+  /// Arena: a view of that earlier arena value (its bytes under this
+  /// value's shape; no step writes it), or -1.
+  int64_t viewOf = -1;
   double constValue = 0;   // Const
   InitSpec init;           // State
   /// A state that is rank r's shard of a flat buffer of ranks x numel
@@ -68,6 +71,8 @@ struct PlanValue {
   std::optional<TpSlice> tp;
 
   int64_t numElements() const;
+  /// The value whose buffer this is: `viewOf`, or the value itself.
+  int64_t storage() const { return viewOf >= 0 ? viewOf : id; }
   int64_t bytes() const { return numElements() * dtypeBytes(dtype); }
 };
 
