@@ -249,6 +249,7 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   // only then are they timed (writing and reading a plan is two thirds of
   // a compile), and most configurations do not fit.
   std::vector<std::array<CompiledPosition, 2>> compiled(probed.size());
+  int64_t peak = 0; // the largest extrapolated peak of any position
   // Each position of the probe `i`'s kind, its cost from the probe's two
   // (`time`: with the time, else the bytes only).
   auto positionsOf = [&](size_t i, bool time,
@@ -307,7 +308,13 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     // the verdict.
     if (double(largest) > hbm * (1 + kMemoryMargin))
       return tooBig(largest);
+    peak = std::max(peak, largest);
   }
+  // Without --exact, what does not fit is only counted: its time is not
+  // needed (with --exact, one within the margin may be compiled whole, in
+  // the order of its predicted time).
+  if (!command.exact && double(peak) > hbm)
+    return tooBig(peak);
   std::vector<PositionCost> all(c.pp);
   for (size_t i = 0; i < probed.size(); ++i) {
     std::array<PositionCost, 2> probe;
