@@ -416,9 +416,9 @@ Error checkEntry(const Plan &plan, const std::string &name,
     }
     // A receive (pipe_recv_start) has no operand: its buffer is its result.
     if (plan::category(s.kind) == plan::Category::Collective)
-      inFlight[s.results[0]] = {
-          i, s.operands.empty() ? s.results[0]
-                                : plan.values[s.operands[0]].storage()};
+      inFlight[s.results[0]] = {i, s.operands.empty()
+                                       ? s.results[0]
+                                       : plan.values[s.operands[0]].storage()};
   }
   if (!inFlight.empty())
     return fail(stepName(name, inFlight.begin()->second.first,

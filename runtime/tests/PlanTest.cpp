@@ -432,13 +432,12 @@ TEST(Plan, RejectsOverlappingLiveBuffers) {
 // shape, written by no step; reading it reads its buffer. Here the
 // gradient norm reads g (value 9) as a flat view.
 TEST(Plan, ReadsViewsAsTheirBuffers) {
-  std::string view = replace(
-      replace(kValid, R"("offset": 1728})",
-              R"("offset": 1728},
+  std::string view = replace(replace(kValid, R"("offset": 1728})",
+                                     R"("offset": 1728},
     {"id": 13, "kind": "arena", "shape": [256], "dtype": "f32",
      "offset": 576, "view_of": 9})"),
-      "\"operands\": [9], \"results\": [10]",
-      "\"operands\": [13], \"results\": [10]");
+                             "\"operands\": [9], \"results\": [10]",
+                             "\"operands\": [13], \"results\": [10]");
   Expected<Plan> plan = parsePlan(view);
   ASSERT_TRUE(plan) << plan.error().message();
   EXPECT_EQ(plan->values[13].storage(), 9);

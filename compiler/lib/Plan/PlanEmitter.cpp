@@ -380,8 +380,7 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
       if (failed(dtype))
         return failure();
       ValueRow row{"arena", "",
-                   cast<RankedTensorType>(result.getType()).getShape(),
-                   *dtype};
+                   cast<RankedTensorType>(result.getType()).getShape(), *dtype};
       row.offset = values[of].offset;
       row.viewOf = of;
       ids[result] = addValue(std::move(row));

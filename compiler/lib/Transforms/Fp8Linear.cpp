@@ -280,8 +280,8 @@ void Fp8Rewriter::addHistoryArguments() {
   func.setAllArgAttrs(attrs);
 }
 
-Quantized Fp8Rewriter::quantize(Value v, Type type,
-                                const std::string &history, Value amax) {
+Quantized Fp8Rewriter::quantize(Value v, Type type, const std::string &history,
+                                Value amax) {
   auto key = std::make_pair(v, type);
   if (auto it = quantized.find(key); it != quantized.end())
     return it->second;

@@ -1,4 +1,4 @@
-//===- ArenaStorage.h - Which values are arena buffers of their own -*- C++ -*-===//
+//===- ArenaStorage.h - Which values own an arena buffer --------*- C++ -*-===//
 //
 // The one place that says which SSA values of a function get an arena
 // buffer, and which share another's: kiln-assign-buffers places the
