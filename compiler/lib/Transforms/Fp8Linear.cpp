@@ -386,7 +386,6 @@ Quantized Fp8Rewriter::backwardInput(const MarkedLinear &d,
 
 void Fp8Rewriter::rewriteBackward(const MarkedLinear &d, LinearGradInputOp gi,
                                   LinearGradWeightOp gw, Operation *first) {
-  Quantized xq = forwardInputs.lookup(d.param);
   Value dy = gi ? gi.getGrad() : gw.getGrad();
   Value dy2 = flat(dy);
   // Tensorwise: the gradient in e5m2 (range over precision), quantized
