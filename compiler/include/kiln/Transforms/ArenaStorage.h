@@ -14,36 +14,34 @@
 
 namespace kiln {
 
-bool isArenaView(mlir::Operation *op);
-
-/// Whether `op`'s results are buffers of their own. A wait's result is its
-/// start's buffer, a view (below) its operand's; AdamW's results are the
-/// states it reads, and amax_history_update's the history it reads (the
-/// plan emitter checks that they may be written in place).
-inline bool ownsBuffer(mlir::Operation *op) {
-  return op->getDialect() &&
-         op->getDialect()->getNamespace() ==
-             KilnDialect::getDialectNamespace() &&
-         !llvm::isa<WaitOp, AdamWOp, AmaxHistoryUpdateOp>(op) &&
-         !isArenaView(op);
-}
-
 /// The value whose arena buffer holds `v`: itself, or through views and
 /// waits the buffer's owner; null where `v` is not in the arena (a block
-/// argument, a constant, a state written in place).
+/// argument, a constant, a state written in place). One walk down the
+/// reshapes and waits: a reshape is a view when what it reads is in the
+/// arena, and otherwise (the one nearest that root) a copy that owns.
 inline mlir::Value arenaStorage(mlir::Value v) {
+  mlir::Value copy; // the reshape nearest the root, seen so far
   while (mlir::Operation *def = v.getDefiningOp()) {
     if (auto wait = llvm::dyn_cast<WaitOp>(def)) {
-      v = wait.getPending();
+      v = wait.getPending(); // a wait's result is its start's buffer
       continue;
     }
-    if (isArenaView(def)) {
+    if (llvm::isa<ReshapeOp>(def)) {
+      copy = v;
       v = def->getOperand(0);
       continue;
     }
-    return ownsBuffer(def) ? v : mlir::Value();
+    // AdamW's results are the states it reads, and amax_history_update's
+    // the history it reads (the plan emitter checks that they may be
+    // written in place); ops of other dialects are constants.
+    if (def->getDialect() &&
+        def->getDialect()->getNamespace() ==
+            KilnDialect::getDialectNamespace() &&
+        !llvm::isa<AdamWOp, AmaxHistoryUpdateOp>(def))
+      return v;
+    break;
   }
-  return {};
+  return copy;
 }
 
 /// A view: a reshape of a value in the arena. Tensors are row-major and
@@ -52,6 +50,13 @@ inline mlir::Value arenaStorage(mlir::Value v) {
 /// input stays a copy.)
 inline bool isArenaView(mlir::Operation *op) {
   return llvm::isa<ReshapeOp>(op) && arenaStorage(op->getOperand(0));
+}
+
+/// Whether `op`'s results are buffers of their own: not a wait (its start's
+/// buffer), a view (its operand's), a state written in place or a constant.
+inline bool ownsBuffer(mlir::Operation *op) {
+  return op->getNumResults() > 0 && arenaStorage(op->getResult(0)) ==
+                                        op->getResult(0);
 }
 
 } // namespace kiln
