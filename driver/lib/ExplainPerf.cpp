@@ -48,6 +48,12 @@ int kiln::explainPerf(const ExplainCommand &command) {
     top.push_back({s, op});
   std::sort(top.rbegin(), top.rend());
   top.resize(std::min<size_t>(top.size(), 10));
+  // The collectives the compute waits for, the longest first.
+  std::vector<std::pair<double, std::string>> exposedBy;
+  for (const auto &[what, s] : total.exposedBy)
+    if (s > 0)
+      exposedBy.push_back({s, what});
+  std::sort(exposedBy.rbegin(), exposedBy.rend());
 
   llvm::raw_ostream &os = llvm::outs();
   if (command.json) {
@@ -57,6 +63,9 @@ int kiln::explainPerf(const ExplainCommand &command) {
     llvm::json::Object kinds;
     for (const auto &[kind, s] : total.byKind)
       kinds[kind] = s;
+    llvm::json::Object waitedFor;
+    for (const auto &[s, what] : exposedBy)
+      waitedFor[what] = s;
     llvm::json::Object out{
         {"model", config.sourceName},
         {"hardware", hw->name},
@@ -73,6 +82,7 @@ int kiln::explainPerf(const ExplainCommand &command) {
         {"peak_memory_gib", peakGiB},
         {"fits", peakGiB <= hw->hbmGiB},
         {"exposed_comm_s", total.exposed},
+        {"exposed_comm_by_collective_s", std::move(waitedFor)},
         {"compute_s", total.compute},
         {"launch_s", total.launch},
         {"compute_by_kind_s", std::move(kinds)},
@@ -100,6 +110,8 @@ int kiln::explainPerf(const ExplainCommand &command) {
   }
   os << ")\n";
   os << llvm::format("  exposed communication%10.4f s\n", total.exposed);
+  for (const auto &[s, what] : exposedBy)
+    os << llvm::format("    %10.5f  ", s) << what << "\n";
   os << llvm::format("  launch overhead      %10.4f s\n", total.launch);
   if (mesh.pp > 1)
     os << llvm::format("  pipeline bubble      %10.3f\n", total.bubble);

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Driver/PerfModel.h"
+#include "kiln/Runtime/Plan/Format.h"
 #include "kiln/Runtime/Support/Files.h"
 
 #include <toml++/toml.h>
@@ -216,6 +217,20 @@ Expected<Efficiency> loadEfficiency(const std::string &nameOrPath) {
       return r.fail(at + ".min_dim",
                     "must start at 0 and increase from class to class");
     eff.gemm.push_back(g);
+  }
+  if (const toml::node *eager = root->get("eager")) {
+    const toml::table *ops = eager->as_table();
+    if (!ops)
+      return r.fail("eager", "must be a table of plan op = bytes per element");
+    for (const auto &[op, node] : *ops) {
+      std::string key(op.str());
+      if (!plan::findOp(key))
+        return r.fail("eager." + key, "names no plan op");
+      std::optional<double> perElement = node.value<double>();
+      if (!perElement || !(*perElement > 0) || *perElement > 1e4)
+        return r.fail("eager." + key, "must be a number in (0, 10000]");
+      eff.eagerBytesPerElement[key] = *perElement;
+    }
   }
   return eff;
 }

@@ -51,6 +51,15 @@ double memorySeconds(int64_t bytes, const Hardware &hw, const Efficiency &eff) {
   return eff.memory > 0 ? double(bytes) / (hw.hbmGBs * kGiga * eff.memory) : 0;
 }
 
+int64_t eagerOpBytes(const std::string &op, int64_t elements, int64_t planBytes,
+                     const Efficiency &eff) {
+  auto it = eff.eagerBytesPerElement.find(op);
+  if (it == eff.eagerBytesPerElement.end())
+    return planBytes;
+  return std::max(planBytes,
+                  static_cast<int64_t>(it->second * double(elements)));
+}
+
 double attentionFlops(int64_t batch, int64_t heads, int64_t seq,
                       int64_t headDim, bool causal, bool backward) {
   double flops = 4.0 * double(batch) * double(heads) * double(seq) *
@@ -98,10 +107,19 @@ double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks,
 
 namespace {
 
+/// The op eager PyTorch would run for step `s` of an unfused plan: a group
+/// of one op is that op; a group of several has none.
+std::string eagerOpOf(const PlanStep &s) {
+  if (s.kind != plan::Op::Fused)
+    return s.op;
+  std::string ops = s.str("ops");
+  return ops.find(',') == std::string::npos ? ops : "";
+}
+
 /// One step's device time, and its kind (StepEstimate::byKind);
 /// collectives and waits are timed by the caller.
 double stepSeconds(const Plan &plan, const PlanStep &s, const Hardware &hw,
-                   const Efficiency &eff, std::string &kind) {
+                   const Efficiency &eff, bool eagerOps, std::string &kind) {
   auto value = [&](int64_t id) -> const PlanValue & { return plan.values[id]; };
   using plan::Op;
   // A reshape or unflatten whose result the buffer assignment placed on
@@ -130,6 +148,13 @@ double stepSeconds(const Plan &plan, const PlanStep &s, const Hardware &hw,
   else
     for (int64_t id : s.operands)
       bytes += value(id).bytes();
+  if (eagerOps) {
+    int64_t largest = 0;
+    for (const std::vector<int64_t> *ids : {&s.operands, &s.results})
+      for (int64_t id : *ids)
+        largest = std::max(largest, value(id).numElements());
+    bytes = eagerOpBytes(eagerOpOf(s), largest, bytes, eff);
+  }
   auto gemm = [&](DType dtype) {
     kind = dtype == DType::F8E4M3 || dtype == DType::F8E5M2 ? "gemm_fp8"
                                                             : "gemm_bf16";
@@ -197,13 +222,15 @@ std::string describe(const PlanStep &s) {
     return "fused (" + s.str("ops") + ")";
   if (s.attrs.count("axis"))
     return s.op + " over " + s.str("axis");
+  if (s.kind == plan::Op::PipeSendStart || s.kind == plan::Op::PipeRecvStart)
+    return s.op + " over pp";
   return s.op;
 }
 } // namespace
 
 StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
                            const Hardware &hw, const Efficiency &eff,
-                           bool cudaGraphs) {
+                           const Execution &how) {
   StepEstimate e;
   const runtime::PlanMesh &mesh = plan.mesh;
   // Each axis's link and stream (pp's transfers too).
@@ -214,10 +241,11 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
     return axisLink(mesh.axisSize(axis), stride, hw);
   };
   double launch =
-      (cudaGraphs ? hw.graphKernelLaunchUs : hw.kernelLaunchUs) * kMicro;
+      (how.cudaGraphs ? hw.graphKernelLaunchUs : hw.kernelLaunchUs) * kMicro;
   double now = 0;
   double streamFree[3] = {0, 0, 0};
   std::map<int64_t, double> finishes; // a collective's result -> its end
+  std::map<int64_t, std::string> startOf; // ... -> its start's description
   std::string lastUnit;
   auto charge = [&](const PlanStep &s, double seconds) {
     if (!s.attrs.count("kiln.unit")) {
@@ -234,6 +262,7 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
       double end = finishes[s.operands[0]];
       if (end > now) {
         e.exposedCommSeconds += end - now;
+        e.exposedBy[startOf[s.operands[0]]] += end - now;
         charge(s, end - now);
         now = end;
       }
@@ -255,6 +284,7 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
       double begin = std::max(now, free);
       free = begin + seconds;
       finishes[s.results[0]] = free;
+      startOf[s.results[0]] = describe(s);
       e.byOp[describe(s)] += seconds;
       now += launch;
       e.launchSeconds += launch;
@@ -262,7 +292,7 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
       continue;
     }
     std::string kind;
-    double seconds = stepSeconds(plan, s, hw, eff, kind);
+    double seconds = stepSeconds(plan, s, hw, eff, how.eagerOps, kind);
     e.byKind[kind] += seconds;
     // The host launches each kernel; a kernel shorter than a launch leaves
     // the GPU waiting for the next.

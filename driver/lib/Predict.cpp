@@ -33,6 +33,7 @@ PositionCost kiln::positionCost(const perf::StepEstimate &e,
   c.reservedBytes = e.reservedBytes;
   c.byOp = e.byOp;
   c.byKind = e.byKind;
+  c.exposedBy = e.exposedBy;
   // Every microbatch between the first and the last runs the same ops:
   // their mean is each one's. `add(phase, seconds)` for each phase that
   // microbatch `m` is (one microbatch is the first and the last).
@@ -112,16 +113,21 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
     return std::max(0.0, lerp(double(x), double(y), t));
   };
   double live = bytes(a.liveBytes, b.liveBytes);
+  if (a.lossLiveBytes > 0 && b.lossLiveBytes > 0)
+    live = std::max(live, bytes(a.lossLiveBytes, b.lossLiveBytes));
   double arena = b.liveBytes > 0
                      ? live * double(b.arenaBytes) / double(b.liveBytes)
                      : bytes(a.arenaBytes, b.arenaBytes);
   c.stateBytes = static_cast<int64_t>(bytes(a.stateBytes, b.stateBytes));
   c.liveBytes = static_cast<int64_t>(live);
+  c.lossLiveBytes =
+      static_cast<int64_t>(bytes(a.lossLiveBytes, b.lossLiveBytes));
   c.arenaBytes = static_cast<int64_t>(arena);
   c.reservedBytes = b.reservedBytes;
   c.peakBytes = c.stateBytes + c.arenaBytes + c.reservedBytes;
   c.byOp = lerpMap<std::string>(a.byOp, b.byOp, whole);
   c.byKind = lerpMap<std::string>(a.byKind, b.byKind, whole);
+  c.exposedBy = lerpMap<std::string>(a.exposedBy, b.exposedBy, whole);
   return c;
 }
 
@@ -184,6 +190,8 @@ kiln::combine(const Config &config, const std::vector<PositionCost> &positions,
       total.byOp[op] = std::max(total.byOp[op], s);
     for (const auto &[kind, s] : c.byKind)
       total.byKind[kind] = std::max(total.byKind[kind], s);
+    for (const auto &[what, s] : c.exposedBy)
+      total.exposedBy[what] = std::max(total.exposedBy[what], s);
     outside = std::max(outside, c.outsideOf(shape.microbatches));
     total.step = std::max(total.step, c.step);
     for (int phase = 0; phase < kPhases; ++phase) {
@@ -243,6 +251,7 @@ kiln::compilePosition(const std::string &model,
   perf::setMemory(e, footprint->stateBytes, footprint->arenaBytes,
                   footprint->liveBytes, eff);
   out.memory = positionCost(e, stage.config->microbatches());
+  out.memory.lossLiveBytes = footprint->lossLiveBytes;
   return out;
 }
 
@@ -251,8 +260,9 @@ namespace {
 PositionCost timePlan(const runtime::Plan &plan, int64_t microbatches,
                       const perf::Hardware &hw, const perf::Efficiency &eff,
                       const PredictOptions &options) {
-  perf::StepEstimate e = perf::estimateEntry(plan, *plan.entry("train_step"),
-                                             hw, eff, options.cudaGraphs);
+  perf::StepEstimate e =
+      perf::estimateEntry(plan, *plan.entry("train_step"), hw, eff,
+                          {options.cudaGraphs, /*eagerOps=*/!options.fuse});
   return positionCost(e, microbatches);
 }
 } // namespace
@@ -274,8 +284,11 @@ std::optional<PositionCost> kiln::timePosition(CompiledPosition &compiled,
         "internal: the compiled plan does not load: " + plan.error().message();
     return std::nullopt;
   }
-  return timePlan(*plan, compiled.session->config->microbatches(), hw, eff,
-                  options);
+  PositionCost cost = timePlan(*plan, compiled.session->config->microbatches(),
+                               hw, eff, options);
+  // The plan does not carry it; the compile's footprint does.
+  cost.lossLiveBytes = compiled.memory.lossLiveBytes;
+  return cost;
 }
 
 std::optional<std::vector<PositionCost>>

@@ -1,7 +1,8 @@
 """Checks `kiln explain --perf --json` field by field, independently of
 Kiln: every field the issue names is there with its type, and the derived
 ones follow from the others (tokens/s per GPU from the step time and the
-batch, MFU from the model TFLOP/s and the peak, fits from the memory).
+batch, MFU from the model TFLOP/s and the peak, fits from the memory, the
+exposed communication from its parts).
 
 usage: check_perf_json.py JSON GLOBAL_BATCH SEQ GPUS PEAK_TFLOPS HBM_GIB"""
 import json
@@ -23,6 +24,14 @@ assert abs(out["tokens_per_s_per_gpu"] / tokens - 1) < 1e-9
 assert abs(out["mfu"] - out["model_tflops_per_gpu"] / peak) < 1e-9
 assert out["fits"] == (out["peak_memory_gib"] <= hbm)
 assert out["step_time_s"] >= out["compute_s"] + out["exposed_comm_s"] - 1e-12
+# The exposed communication by the collective waited for: each part of
+# the whole, and with one pp position (one plan) the whole.
+waited = out["exposed_comm_by_collective_s"]
+for what, s in waited.items():
+    assert " over " in what and 0 < s <= out["exposed_comm_s"] + 1e-12, what
+if out["mesh"]["pp"] == 1:
+    total = sum(waited.values())
+    assert abs(total - out["exposed_comm_s"]) <= 1e-9 * max(total, 1e-9)
 kinds = out["compute_by_kind_s"]
 assert abs(sum(kinds.values()) - out["compute_s"]) < 1e-9 * out["compute_s"]
 assert 1 <= len(out["top_ops"]) <= 10

@@ -222,3 +222,53 @@ func.func @one_layer_two_buffers(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>, %c: t
   %s2 = kiln.wait %r2 : tensor<8xf32>
   return %sa, %sb, %s2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// An axis's collectives run in issue order, so a gather started after a
+// reduce-scatter with no GEMM between them would wait for the whole
+// reduce-scatter, although the next GEMMs read the gather and only the
+// layer after reads the scatter. The gather goes first, with the cast of
+// its shard: here "n1" (a layer's norm weight in the FP8 all-gather's
+// backward, read a few GEMMs later) ahead of the layer before's gradient
+// buffer "g2", across the elementwise silu. The tp reduce-scatter runs on
+// its own stream and keeps its place; "b", with a GEMM between it and the
+// reduce-scatters, is not moved across them.
+// CHECK-LABEL: func.func @gather_before_scatter(
+// CHECK: kiln.linear wk
+// CHECK-NEXT: %[[C1:.+]] = kiln.cast
+// CHECK-NEXT: %[[N1:.+]] = kiln.all_gather_start %[[C1]] over dp_shard {group = "n1"
+// CHECK-NEXT: kiln.reduce_scatter_start {{.*}} over dp_shard {group = "g2"
+// CHECK-NEXT: kiln.silu
+// CHECK-NEXT: kiln.reduce_scatter_start {{.*}} over tp {group = "t"
+// CHECK-NEXT: kiln.wait
+// CHECK-NEXT: kiln.unflatten
+// CHECK-NEXT: kiln.linear wq
+// CHECK-NEXT: kiln.wait %[[N1]]
+// CHECK-NEXT: kiln.all_gather_start {{.*}}group = "b"
+// CHECK-NEXT: kiln.unflatten
+// CHECK-NEXT: kiln.mul
+// CHECK-NEXT: kiln.linear wo
+func.func @gather_before_scatter(%s0: tensor<8xbf16>, %n1: tensor<8xf32>, %s1: tensor<8xbf16>, %g: tensor<16xf32>, %t: tensor<16xf32>, %x: tensor<4x4xbf16>) -> (tensor<4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<4x4xbf16>) {
+  %g0 = kiln.all_gather_start %s0 over dp_shard {group = "a", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %x1 = kiln.linear wk %x, %x param("p.k") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
+  %r2 = kiln.reduce_scatter_start %g over dp_shard {group = "g2", ranks = 2 : i64, reduction = "mean"} : tensor<16xf32> -> tensor<8xf32>
+  %x2 = kiln.silu %x1 : tensor<4x4xbf16>
+  %rt = kiln.reduce_scatter_start %t over tp {group = "t", ranks = 2 : i64, reduction = "sum"} : tensor<16xf32> -> tensor<8xf32>
+  %f0 = kiln.wait %g0 : tensor<16xbf16>
+  %w0 = kiln.unflatten %f0[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %c1 = kiln.cast %n1 : tensor<8xf32> -> tensor<8xbf16>
+  %gn = kiln.all_gather_start %c1 over dp_shard {group = "n1", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %y0 = kiln.linear wq %x1, %w0 param("a.q") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
+  %fn = kiln.wait %gn : tensor<16xbf16>
+  %wn = kiln.unflatten %fn[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %z0 = kiln.mul %y0, %wn : tensor<4x4xbf16>
+  %s2 = kiln.wait %r2 : tensor<8xf32>
+  %g1 = kiln.all_gather_start %s1 over dp_shard {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %z1 = kiln.linear wo %z0, %z0 param("b.o") : tensor<4x4xbf16>, tensor<4x4xbf16> -> tensor<4x4xbf16>
+  %f1 = kiln.wait %g1 : tensor<16xbf16>
+  %w1 = kiln.unflatten %f1[0] : tensor<16xbf16> -> tensor<4x4xbf16>
+  %z2 = kiln.mul %z1, %w1 : tensor<4x4xbf16>
+  %st = kiln.wait %rt : tensor<8xf32>
+  return %z2, %s2, %st, %x2 : tensor<4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<4x4xbf16>
+}

@@ -111,6 +111,28 @@ TEST(PerfModel, CollectivesFollowNcclsRingAndTree) {
   EXPECT_EQ(collectiveSeconds(Collective::AllGather, 1 << 30, 1, one, eff), 0);
 }
 
+TEST(PerfModel, EagerOpsMoveWhatTheProfileSays) {
+  Efficiency eff = testProfile();
+  eff.eagerBytesPerElement = {{"rms_norm", 36}, {"rope", 20}};
+  // 1024 x 4096 elements at 36 bytes each, against the fused kernel's 4.
+  EXPECT_EQ(eagerOpBytes("rms_norm", 1024 * 4096, 4 * 1024 * 4096, eff),
+            36 * 1024 * 4096);
+  // An op the table does not list, and one whose kernel already moves
+  // more, keep the plan's bytes.
+  EXPECT_EQ(eagerOpBytes("silu", 1024, 4096, eff), 4096);
+  EXPECT_EQ(eagerOpBytes("rope", 10, 500, eff), 500);
+}
+
+TEST(PerfModel, TheTorchTitanProfileCountsEagerPyTorch) {
+  runtime::Expected<Efficiency> eff = loadEfficiency("torchtitan-h100-2024");
+  ASSERT_TRUE(eff) << eff.error().message();
+  // docs/perf-model.md, "Eager PyTorch": counted from TorchTitan's code.
+  std::map<std::string, double> counted = {
+      {"rms_norm", 36},  {"rms_norm_grad", 92}, {"rope", 20},
+      {"rope_grad", 20}, {"cross_entropy", 14}, {"cross_entropy_grad", 22}};
+  EXPECT_EQ(eff->eagerBytesPerElement, counted);
+}
+
 TEST(PerfModel, BuiltInHardwareIsItsDatasheet) {
   runtime::Expected<Hardware> h100 = loadHardware("h100-sxm");
   ASSERT_TRUE(h100) << h100.error().message();

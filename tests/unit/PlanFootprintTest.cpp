@@ -57,7 +57,37 @@ void expectSameBytes(const std::vector<std::string> &overrides, int64_t gpus) {
     EXPECT_EQ(memory.liveBytes, timed->liveBytes);
     EXPECT_EQ(memory.reservedBytes, timed->reservedBytes);
     EXPECT_EQ(memory.peakBytes, timed->peakBytes);
+    // The loss's gradient is on the last position only; what is live at
+    // its step is at most what is live at the fullest one.
+    EXPECT_EQ(memory.lossLiveBytes, timed->lossLiveBytes);
+    if (p == mesh.pp - 1) {
+      EXPECT_GT(memory.lossLiveBytes, 0);
+      EXPECT_LE(memory.lossLiveBytes, memory.liveBytes);
+    } else {
+      EXPECT_EQ(memory.lossLiveBytes, 0);
+    }
   }
+}
+
+TEST(PlanFootprint, ExtrapolatesTheLargerOfThePeakAndTheLoss) {
+  // Two probes whose fullest step is the loss's temporaries (100 bytes at
+  // both layer counts) while the bytes live at the loss's gradient grow by
+  // 20 a layer: 4 layers past the first probe, the step's peak is the
+  // loss's 60 + 4 x 20, and the arena keeps the second probe's slack
+  // (150 / 100).
+  PositionCost a, b;
+  a.liveBytes = b.liveBytes = 100;
+  a.lossLiveBytes = 60;
+  b.lossLiveBytes = 80;
+  a.arenaBytes = 140;
+  b.arenaBytes = 150;
+  PositionCost c = extrapolate(a, b, 4, {});
+  EXPECT_EQ(c.liveBytes, 140);
+  EXPECT_EQ(c.lossLiveBytes, 140);
+  EXPECT_EQ(c.arenaBytes, 210);
+  // Without a loss (an earlier pp position), the fullest step alone.
+  a.lossLiveBytes = b.lossLiveBytes = 0;
+  EXPECT_EQ(extrapolate(a, b, 4, {}).liveBytes, 100);
 }
 
 TEST(PlanFootprint, FsdpWithCheckpointing) {

@@ -188,6 +188,7 @@ struct EntryPoint {
   json::Object outputs;
   std::optional<json::Object> liveAtPeak;
   int64_t arenaBytes = 0;
+  int64_t liveAtLoss = 0; // kiln.live_at_loss, 0 without a loss gradient
 };
 
 /// The plan in two passes: addFunction gives every value its id and every
@@ -351,6 +352,8 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
   }
   entry.liveAtPeak = std::move(liveAtPeak);
   entry.arenaBytes = arena.getInt();
+  if (auto atLoss = func->getAttrOfType<IntegerAttr>(kLiveAtLossAttr))
+    entry.liveAtLoss = atLoss.getInt();
   arenaBytes = std::max(arenaBytes, entry.arenaBytes);
 
   for (Operation &op : body.without_terminator()) {
@@ -633,6 +636,7 @@ std::optional<PlanFootprint> PlanBuilder::footprint(StringRef name) const {
       for (const auto &[key, bytes] : *entry->liveAtPeak)
         if (key != "peak_step")
           out.liveBytes += *bytes.getAsInteger();
+    out.lossLiveBytes = entry->liveAtLoss;
     return out;
   }
   return std::nullopt;

@@ -198,6 +198,16 @@ void AssignBuffersPass::runOnOperation() {
                          b.getI64IntegerAttr(atPeak[Activation])),
       }));
 
+  // Where the loss's gradient starts the backward, every activation the
+  // forward saved is live: with more layers that can outgrow a peak the
+  // loss's own temporaries make.
+  for (Operation &op : func.getBody().front())
+    if (isa<CrossEntropyGradOp, VocabParallelStatsGradOp>(op)) {
+      func->setAttr(kLiveAtLossAttr,
+                    b.getI64IntegerAttr(live[index.lookup(&op)]));
+      break;
+    }
+
   LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": @" << func.getSymName() << ": "
                           << requests.size() << " buffers, arena " << peak
                           << " bytes, peak at step " << peakStep << " ("

@@ -234,6 +234,39 @@ void prefetch(BlockOrder &order, AllGatherStartOp previous,
                           << " prefetched after " << anchor->getLoc() << "\n");
 }
 
+/// `gather` ahead of the reduce-scatters started on its axis since the last
+/// compute (GEMM, attention, embedding). An axis's collectives run in issue
+/// order, and the next compute reads a gather while only the layer after
+/// reads a reduce-scatter: queued behind one, a gather waits for all of it
+/// (in the FP8 all-gather's backward, a layer's norm gather waited for the
+/// whole reduce-scatter of the layer before). Its shard, if defined in
+/// between, moves with it when it is a cast of a block argument, as in
+/// prefetch; otherwise the gather stops below it.
+void gatherBeforeScatters(BlockOrder &order, AllGatherStartOp gather) {
+  Operation *shard = gather.getShard().getDefiningOp();
+  bool movable =
+      shard && isa<CastOp>(shard) && shard->hasOneUse() &&
+      !lastDefinition(order, *shard->getBlock(), shard->getOperands());
+  Operation *first = nullptr;
+  for (Operation *op = gather->getPrevNode(); op && !isModelCompute(op);
+       op = op->getPrevNode()) {
+    if (op == shard && !movable)
+      break;
+    if (auto scatter = dyn_cast<ReduceScatterStartOp>(op);
+        scatter && scatter.getAxis() == gather.getAxis())
+      first = op;
+  }
+  if (!first)
+    return;
+  bool withShard = shard && order.isBefore(first, shard);
+  order.moveBefore(gather, first);
+  if (withShard)
+    order.moveBefore(shard, gather);
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": the all-gather at "
+                          << gather.getLoc() << " moved before the "
+                          << "reduce-scatter at " << first->getLoc() << "\n");
+}
+
 struct ScheduleCollectivesPass
     : kiln::impl::KilnScheduleCollectivesBase<ScheduleCollectivesPass> {
   void runOnOperation() override {
@@ -249,6 +282,8 @@ struct ScheduleCollectivesPass
           llvm::to_vector(block.getOps<AllGatherStartOp>());
       for (size_t i = 1; i < gathers.size(); ++i)
         prefetch(order, gathers[i - 1], gathers[i]);
+      for (AllGatherStartOp gather : gathers)
+        gatherBeforeScatters(order, gather);
     }
   }
 };

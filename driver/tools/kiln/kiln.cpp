@@ -165,8 +165,10 @@ int main(int argc, char **argv) {
   explainCmd->add_flag("--json", explain.json,
                        "--perf: one JSON object instead of text");
   explainCmd->add_flag("!--no-fuse", explain.fuse,
-                       "--perf: of the plan without the fuse phase, every "
-                       "elementwise op its own kernel (as eager PyTorch)");
+                       "--perf: as eager PyTorch: the plan without the fuse "
+                       "phase, every elementwise op its own kernel, and the "
+                       "ops PyTorch decomposes moving what the profile's "
+                       "[eager] says");
   explainCmd
       ->add_option("--world-size,--gpus", explain.worldSize,
                    "Ranks of the run, the mesh pp x dp_shard x tp "

@@ -34,6 +34,11 @@ mlir::FailureOr<std::string> emitPlan(mlir::ModuleOp module,
 /// (kiln-assign-buffers' `kiln.live_at_peak`, its step index left out).
 struct PlanFootprint {
   int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0;
+  /// The bytes live where the loss's gradient starts the backward
+  /// (kiln.live_at_loss; 0 without one): every saved activation is then
+  /// live, so it grows with the layers even where the fullest step of a
+  /// small compile is the loss's own temporaries.
+  int64_t lossLiveBytes = 0;
 };
 
 /// The footprint of the plan emitPlan would write for `module`, at entry

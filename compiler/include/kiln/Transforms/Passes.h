@@ -40,6 +40,10 @@ inline constexpr llvm::StringLiteral kArenaSizesAttr = "kiln.arena_sizes";
 /// most bytes are ({peak_step, parameter_copies, gradients, activations}).
 inline constexpr llvm::StringLiteral kArenaBytesAttr = "kiln.arena_bytes";
 inline constexpr llvm::StringLiteral kLiveAtPeakAttr = "kiln.live_at_peak";
+/// On a function with a loss gradient: the bytes live at its step, where
+/// every activation the forward saved still is (not in the plan; `kiln
+/// plan` extrapolates it with the layers, see PlanFootprint).
+inline constexpr llvm::StringLiteral kLiveAtLossAttr = "kiln.live_at_loss";
 
 } // namespace kiln
 

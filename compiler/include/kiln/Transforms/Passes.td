@@ -411,7 +411,11 @@ def KilnScheduleCollectives : Pass<"kiln-schedule-collectives", "mlir::func::Fun
     - each group's `all_gather_start` (with the cast of its shard) up to
       just after the previous gather's `wait`: the next block's parameters
       arrive while the current block computes, and at most two gathered
-      groups are alive at once.
+      groups are alive at once;
+    - then each `all_gather_start` ahead of the `reduce_scatter_start`s
+      over its axis issued since the last GEMM, attention or embedding: an
+      axis runs its collectives in issue order, and the gather is read
+      first.
 
     ```mlir
     %g0 = kiln.all_gather_start %s0 ... ; %w0 = kiln.wait %g0

@@ -60,6 +60,20 @@ struct Efficiency {
   /// Bytes a rank holds besides the plan's state and arena (CUDA context,
   /// cuBLAS workspaces, NCCL buffers, the allocator's slack), GiB.
   double reservedGiB = 0;
+  /// How eager PyTorch runs the ops Kiln runs as one kernel even unfused
+  /// (`[eager]`, optional): the bytes its decomposition moves per element
+  /// of the op's largest operand or result, by plan op name (rms_norm,
+  /// rope, cross_entropy and their grads). Only an unfused plan timed as
+  /// eager PyTorch (Execution::eagerOps) uses them.
+  std::map<std::string, double> eagerBytesPerElement;
+};
+
+/// How a step runs: its kernels launched one by one or replayed as a CUDA
+/// graph, and whether its ops move what eager PyTorch's decompositions of
+/// them move (the profile's `[eager]`; the plan is then the unfused one).
+struct Execution {
+  bool cudaGraphs = true;
+  bool eagerOps = false;
 };
 
 /// The built-in description `name` (perf/hardware/*.toml, compiled in), or
@@ -83,6 +97,13 @@ double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
 
 /// A memory-bound kernel moving `bytes`.
 double memorySeconds(int64_t bytes, const Hardware &hw, const Efficiency &eff);
+
+/// What plan op `op` moves, `planBytes` as Kiln's kernel for it, when eager
+/// PyTorch runs it: the profile's bytes per element times `elements` (of
+/// the op's largest operand or result), or `planBytes` for an op the
+/// profile does not list; never less than `planBytes`.
+int64_t eagerOpBytes(const std::string &op, int64_t elements, int64_t planBytes,
+                     const Efficiency &eff);
 
 /// Attention's FLOPs: 4 B H S^2 D for Q K^T and P V, half of them under a
 /// causal mask; its backward 2.5 times that.
@@ -138,6 +159,9 @@ struct StepEstimate {
   /// Compute time by kind: "gemm_bf16" (f32 and f16 too), "gemm_fp8",
   /// "attention", "memory" (everything memory-bound).
   std::map<std::string, double> byKind;
+  /// The exposed communication by the collective waited for (its start
+  /// step's description: "reduce_scatter_start over tp").
+  std::map<std::string, double> exposedBy;
   /// State + the arena + the profile's reserve.
   int64_t peakBytes = 0;
   /// Its parts: the plan's state, the entry's arena, the bytes live at the
@@ -146,13 +170,13 @@ struct StepEstimate {
   int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0, reservedBytes = 0;
 };
 
-/// `entry` of `plan` on `hw` reaching `eff`, launched eagerly or as a CUDA
-/// graph. Compute runs in the plan's order on one stream; each collective
-/// runs on its mesh axis's own stream in issue order, from its start, and
-/// its wait holds the compute until it has finished.
+/// `entry` of `plan` on `hw` reaching `eff`, run as `how` says. Compute
+/// runs in the plan's order on one stream; each collective runs on its
+/// mesh axis's own stream in issue order, from its start, and its wait
+/// holds the compute until it has finished.
 StepEstimate estimateEntry(const runtime::Plan &plan,
                            const runtime::PlanEntry &entry, const Hardware &hw,
-                           const Efficiency &eff, bool cudaGraphs);
+                           const Efficiency &eff, const Execution &how);
 
 /// A step's memory (StepEstimate's bytes): the plan's state, the entry's
 /// arena and the bytes live at its fullest step, and the profile's reserve.

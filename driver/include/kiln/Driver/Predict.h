@@ -45,7 +45,10 @@ struct PositionCost {
   int64_t peakBytes = 0;
   /// peakBytes' parts (StepEstimate's).
   int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0, reservedBytes = 0;
-  std::map<std::string, double> byOp, byKind;
+  /// The bytes live where the loss's gradient starts (PlanFootprint's; 0
+  /// without one).
+  int64_t lossLiveBytes = 0;
+  std::map<std::string, double> byOp, byKind, exposedBy;
 };
 
 /// `estimate` of a plan with `microbatches` microbatches, as a PositionCost.
@@ -57,9 +60,12 @@ PositionCost positionCost(const perf::StepEstimate &estimate,
 /// two layer counts, at a third. `stageT` gives each stage's own t (stages
 /// may hold different numbers of layers); `t` is for the position's
 /// totals. The peak is the state and the bytes live at the arena's fullest
-/// step so extrapolated, the live bytes scaled by b's arena over b's live
-/// bytes (first-fit placement's slack, which does not grow by the same
-/// bytes with every layer), and the reserve.
+/// step so extrapolated (or, when more, those live where the loss's
+/// gradient starts, so extrapolated: every saved activation is live there,
+/// and with more layers they can outgrow what made a small compile's
+/// fullest step), the live bytes scaled by b's arena over b's live bytes
+/// (first-fit placement's slack, which does not grow by the same bytes
+/// with every layer), and the reserve.
 PositionCost extrapolate(const PositionCost &a, const PositionCost &b,
                          double t, const std::map<int64_t, double> &stageT);
 
@@ -67,7 +73,7 @@ struct StepPrediction {
   MeshShape mesh;
   double step = 0, exposed = 0, compute = 0, launch = 0, bubble = 0;
   int64_t peakBytes = 0;
-  std::map<std::string, double> byOp, byKind;
+  std::map<std::string, double> byOp, byKind, exposedBy;
   double tokensPerGpu = 0, modelTflops = 0, mfu = 0;
   double peakGiB() const { return double(peakBytes) / double(int64_t(1) << 30); }
 };
@@ -83,7 +89,9 @@ std::optional<StepPrediction> combine(const Config &config,
 
 struct PredictOptions {
   bool cudaGraphs = true;
-  bool fuse = true;     // false: the plan without the fuse phase
+  /// false: the plan without the fuse phase, each op timed as eager
+  /// PyTorch runs it (the profile's `[eager]`)
+  bool fuse = true;
   bool useCache = true; // the on-disk plan cache (explain), or not (plan)
   bool quiet = false;   // a configuration's error into `error`, not stderr
   bool stepOnly = false; // compile train_step (and eval_loss) only
