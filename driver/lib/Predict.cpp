@@ -113,15 +113,15 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
     return std::max(0.0, lerp(double(x), double(y), t));
   };
   double live = bytes(a.liveBytes, b.liveBytes);
+  double atLoss = bytes(a.lossLiveBytes, b.lossLiveBytes);
   if (a.lossLiveBytes > 0 && b.lossLiveBytes > 0)
-    live = std::max(live, bytes(a.lossLiveBytes, b.lossLiveBytes));
+    live = std::max(live, atLoss);
   double arena = b.liveBytes > 0
                      ? live * double(b.arenaBytes) / double(b.liveBytes)
                      : bytes(a.arenaBytes, b.arenaBytes);
   c.stateBytes = static_cast<int64_t>(bytes(a.stateBytes, b.stateBytes));
   c.liveBytes = static_cast<int64_t>(live);
-  c.lossLiveBytes =
-      static_cast<int64_t>(bytes(a.lossLiveBytes, b.lossLiveBytes));
+  c.lossLiveBytes = static_cast<int64_t>(atLoss);
   c.arenaBytes = static_cast<int64_t>(arena);
   c.reservedBytes = b.reservedBytes;
   c.peakBytes = c.stateBytes + c.arenaBytes + c.reservedBytes;

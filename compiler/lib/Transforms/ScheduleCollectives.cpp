@@ -205,6 +205,13 @@ void boundAllReduceScatters(BlockOrder &order,
   }
 }
 
+/// Whether `shard` may move with its gather: a cast of a block argument,
+/// read by nothing else.
+bool movesWithGather(const BlockOrder &order, Operation *shard) {
+  return isa<CastOp>(shard) && shard->hasOneUse() &&
+         !lastDefinition(order, *shard->getBlock(), shard->getOperands());
+}
+
 /// Gather `next` right after `previous`'s wait, so that it runs during the
 /// compute that reads `previous`. Where that wait leaves no compute before
 /// `next`'s own (a norm weight gathered apart and read with the layer
@@ -221,10 +228,8 @@ void prefetch(BlockOrder &order, AllGatherStartOp previous,
     anchor = previous;
   Operation *shard = next.getShard().getDefiningOp();
   bool withShard = shard && !order.isBefore(shard, anchor);
-  if (withShard &&
-      (!isa<CastOp>(shard) || !shard->hasOneUse() ||
-       lastDefinition(order, *shard->getBlock(), shard->getOperands())))
-    return; // only a cast of a block argument moves with it
+  if (withShard && !movesWithGather(order, shard))
+    return;
   if (!order.isBefore(anchor, next))
     return;
   order.moveAfter(next, anchor);
@@ -240,17 +245,14 @@ void prefetch(BlockOrder &order, AllGatherStartOp previous,
 /// reads a reduce-scatter: queued behind one, a gather waits for all of it
 /// (in the FP8 all-gather's backward, a layer's norm gather waited for the
 /// whole reduce-scatter of the layer before). Its shard, if defined in
-/// between, moves with it when it is a cast of a block argument, as in
-/// prefetch; otherwise the gather stops below it.
+/// between, moves with it when movesWithGather, as in prefetch; otherwise
+/// the gather stops below it.
 void gatherBeforeScatters(BlockOrder &order, AllGatherStartOp gather) {
   Operation *shard = gather.getShard().getDefiningOp();
-  bool movable =
-      shard && isa<CastOp>(shard) && shard->hasOneUse() &&
-      !lastDefinition(order, *shard->getBlock(), shard->getOperands());
   Operation *first = nullptr;
   for (Operation *op = gather->getPrevNode(); op && !isModelCompute(op);
        op = op->getPrevNode()) {
-    if (op == shard && !movable)
+    if (op == shard && !movesWithGather(order, shard))
       break;
     if (auto scatter = dyn_cast<ReduceScatterStartOp>(op);
         scatter && scatter.getAxis() == gather.getAxis())
