@@ -30,6 +30,7 @@ int kiln::explainPerf(const ExplainCommand &command) {
   PredictOptions options;
   options.cudaGraphs = command.cudaGraphs;
   options.fuse = command.fuse;
+  options.eagerLoss = command.eagerLoss;
   std::optional<Config> loaded;
   std::string error;
   std::optional<StepPrediction> predicted =
@@ -91,10 +92,11 @@ int kiln::explainPerf(const ExplainCommand &command) {
     os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";
     return 0;
   }
-  os << "kiln explain --perf: " << config.sourceName << " on " << world
-     << " x " << hw->name << " (mesh pp " << mesh.pp << " x dp_shard "
-     << mesh.dpShard << " x tp " << mesh.tp << "), efficiency " << eff->name
-     << ", " << (command.cudaGraphs ? "CUDA graphs" : "eager launches") << "\n";
+  os << "kiln explain --perf: " << config.sourceName << " on " << world << " x "
+     << hw->name << " (mesh pp " << mesh.pp << " x dp_shard " << mesh.dpShard
+     << " x tp " << mesh.tp << "), efficiency " << eff->name << ", "
+     << (command.cudaGraphs ? "CUDA graphs" : "eager launches")
+     << (command.eagerLoss && command.fuse ? ", eager loss" : "") << "\n";
   os << llvm::format("  step time            %10.4f s\n", total.step);
   os << llvm::format("  tokens/s per GPU     %10.1f\n", perGpu);
   os << llvm::format("  model TFLOP/s per GPU%10.1f  (MFU %.1f%% of %.1f "

@@ -218,18 +218,24 @@ Expected<Efficiency> loadEfficiency(const std::string &nameOrPath) {
                     "must start at 0 and increase from class to class");
     eff.gemm.push_back(g);
   }
-  if (const toml::node *eager = root->get("eager")) {
-    const toml::table *ops = eager->as_table();
+  for (auto [section, table] :
+       {std::pair{"eager", &eff.eagerBytesPerElement},
+        std::pair{"eager_held", &eff.eagerHeldPerElement}}) {
+    const toml::node *node = root->get(section);
+    if (!node)
+      continue;
+    const toml::table *ops = node->as_table();
+    std::string name(section);
     if (!ops)
-      return r.fail("eager", "must be a table of plan op = bytes per element");
-    for (const auto &[op, node] : *ops) {
+      return r.fail(name, "must be a table of plan op = bytes per element");
+    for (const auto &[op, value] : *ops) {
       std::string key(op.str());
       if (!plan::findOp(key))
-        return r.fail("eager." + key, "names no plan op");
-      std::optional<double> perElement = node.value<double>();
+        return r.fail(name + "." + key, "names no plan op");
+      std::optional<double> perElement = value.value<double>();
       if (!perElement || !(*perElement > 0) || *perElement > 1e4)
-        return r.fail("eager." + key, "must be a number in (0, 10000]");
-      eff.eagerBytesPerElement[key] = *perElement;
+        return r.fail(name + "." + key, "must be a number in (0, 10000]");
+      (*table)[key] = *perElement;
     }
   }
   return eff;

@@ -60,6 +60,20 @@ int64_t eagerOpBytes(const std::string &op, int64_t elements, int64_t planBytes,
                   static_cast<int64_t>(it->second * double(elements)));
 }
 
+int64_t eagerHeldExtraBytes(const std::string &op, int64_t elements,
+                            int64_t planBytes, const Efficiency &eff) {
+  auto it = eff.eagerHeldPerElement.find(op);
+  if (it == eff.eagerHeldPerElement.end())
+    return 0;
+  double held = it->second * double(elements);
+  return std::max<int64_t>(0, static_cast<int64_t>(held) - planBytes);
+}
+
+bool isLossOp(const std::string &op) {
+  return op.rfind("cross_entropy", 0) == 0 ||
+         op.rfind("vocab_parallel_", 0) == 0;
+}
+
 double attentionFlops(int64_t batch, int64_t heads, int64_t seq,
                       int64_t headDim, bool causal, bool backward) {
   double flops = 4.0 * double(batch) * double(heads) * double(seq) *
@@ -116,6 +130,28 @@ std::string eagerOpOf(const PlanStep &s) {
   return ops.find(',') == std::string::npos ? ops : "";
 }
 
+/// The element count of step `s`'s largest operand or result.
+int64_t largestElements(const Plan &plan, const PlanStep &s) {
+  int64_t largest = 0;
+  for (const std::vector<int64_t> *ids : {&s.operands, &s.results})
+    for (int64_t id : *ids)
+      largest = std::max(largest, plan.values[id].numElements());
+  return largest;
+}
+
+/// What eager PyTorch holds while step `s` runs beyond what the plan
+/// holds for it: the plan's bytes are those of its operands and results
+/// of the largest element count (the logits and their gradient).
+int64_t eagerLossHeld(const Plan &plan, const PlanStep &s,
+                      const Efficiency &eff) {
+  int64_t largest = largestElements(plan, s), bytes = 0;
+  for (const std::vector<int64_t> *ids : {&s.operands, &s.results})
+    for (int64_t id : *ids)
+      if (plan.values[id].numElements() == largest)
+        bytes += plan.values[id].bytes();
+  return eagerHeldExtraBytes(eagerOpOf(s), largest, bytes, eff);
+}
+
 /// One step's device time, and its kind (StepEstimate::byKind);
 /// collectives and waits are timed by the caller.
 double stepSeconds(const Plan &plan, const PlanStep &s, const Hardware &hw,
@@ -148,13 +184,8 @@ double stepSeconds(const Plan &plan, const PlanStep &s, const Hardware &hw,
   else
     for (int64_t id : s.operands)
       bytes += value(id).bytes();
-  if (eagerOps) {
-    int64_t largest = 0;
-    for (const std::vector<int64_t> *ids : {&s.operands, &s.results})
-      for (int64_t id : *ids)
-        largest = std::max(largest, value(id).numElements());
-    bytes = eagerOpBytes(eagerOpOf(s), largest, bytes, eff);
-  }
+  if (eagerOps)
+    bytes = eagerOpBytes(eagerOpOf(s), largestElements(plan, s), bytes, eff);
   auto gemm = [&](DType dtype) {
     kind = dtype == DType::F8E4M3 || dtype == DType::F8E5M2 ? "gemm_fp8"
                                                             : "gemm_bf16";
@@ -292,7 +323,10 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
       continue;
     }
     std::string kind;
-    double seconds = stepSeconds(plan, s, hw, eff, how.eagerOps, kind);
+    bool eager = how.eagerOps || (how.eagerLoss && isLossOp(eagerOpOf(s)));
+    double seconds = stepSeconds(plan, s, hw, eff, eager, kind);
+    if (eager)
+      e.eagerLossBytes += eagerLossHeld(plan, s, eff);
     e.byKind[kind] += seconds;
     // The host launches each kernel; a kernel shorter than a launch leaves
     // the GPU waiting for the next.

@@ -31,6 +31,7 @@ PositionCost kiln::positionCost(const perf::StepEstimate &e,
   c.arenaBytes = e.arenaBytes;
   c.liveBytes = e.liveBytes;
   c.reservedBytes = e.reservedBytes;
+  c.eagerLossBytes = e.eagerLossBytes;
   c.byOp = e.byOp;
   c.byKind = e.byKind;
   c.exposedBy = e.exposedBy;
@@ -260,9 +261,9 @@ namespace {
 PositionCost timePlan(const runtime::Plan &plan, int64_t microbatches,
                       const perf::Hardware &hw, const perf::Efficiency &eff,
                       const PredictOptions &options) {
-  perf::StepEstimate e =
-      perf::estimateEntry(plan, *plan.entry("train_step"), hw, eff,
-                          {options.cudaGraphs, /*eagerOps=*/!options.fuse});
+  perf::StepEstimate e = perf::estimateEntry(
+      plan, *plan.entry("train_step"), hw, eff,
+      {options.cudaGraphs, /*eagerOps=*/!options.fuse, options.eagerLoss});
   return positionCost(e, microbatches);
 }
 } // namespace
@@ -288,6 +289,12 @@ std::optional<PositionCost> kiln::timePosition(CompiledPosition &compiled,
                                hw, eff, options);
   // The plan does not carry it; the compile's footprint does.
   cost.lossLiveBytes = compiled.memory.lossLiveBytes;
+  // Eager PyTorch's loss holds its f32 tensors on top of every byte live
+  // at the loss's gradient (no arena: PyTorch's allocator places them).
+  if (cost.eagerLossBytes > 0 && cost.lossLiveBytes > 0)
+    cost.peakBytes =
+        std::max(cost.peakBytes, cost.stateBytes + cost.lossLiveBytes +
+                                     cost.eagerLossBytes + cost.reservedBytes);
   return cost;
 }
 
@@ -312,8 +319,9 @@ kiln::positionCosts(const std::string &model,
       all.push_back(p);
   for (int64_t p : all) {
     std::optional<PositionCost> cost;
-    if (options.useCache && options.fuse) {
-      // The fused plan from the cache, or compiled and stored there.
+    if (options.useCache && options.fuse && !options.eagerLoss) {
+      // The fused plan from the cache, or compiled and stored there (the
+      // eager loss needs the compile's footprint, which it does not keep).
       ModelSession stage;
       stage.quiet = options.quiet;
       bool hit = false;

@@ -6,7 +6,12 @@ result, less what the plan's own kernel moves), at the hardware's
 bandwidth and the profile's memory share, are the difference between the
 memory-bound time priced with the table and without it.
 
-usage: check_eager_bytes.py PLAN PROFILE EAGER_JSON PLAIN_JSON HBM_GB_PER_S"""
+With `loss` after the bandwidth, only the loss's steps (cross entropy,
+unsharded or vocab-parallel, and its gradient) are priced so: what
+`--eager-loss` adds to a fused plan.
+
+usage: check_eager_bytes.py PLAN PROFILE EAGER_JSON PLAIN_JSON HBM_GB_PER_S
+       [loss]"""
 import json
 import sys
 import tomllib
@@ -16,6 +21,7 @@ profile = tomllib.load(open(sys.argv[2], "rb"))
 eager, plain = (json.load(open(f)) for f in sys.argv[3:5])
 bandwidth = float(sys.argv[5]) * 1e9 * profile["memory"]
 table = profile["eager"]
+loss_only = sys.argv[6:] == ["loss"]
 size = {"bf16": 2, "f32": 4, "i32": 4, "f8e4m3": 1, "f8e5m2": 1}
 values = {v["id"]: v for v in plan["values"]}
 
@@ -33,6 +39,8 @@ for step in plan["entries"]["train_step"]["steps"]:
     if op == "fused":
         op = step["attrs"]["ops"] if "," not in step["attrs"]["ops"] else ""
     if op not in table:
+        continue
+    if loss_only and not op.startswith(("cross_entropy", "vocab_parallel_")):
         continue
     ids = step["operands"] + step["results"]
     moved = sum(elements(i) * size[values[i]["dtype"]] for i in ids)

@@ -1,6 +1,9 @@
-// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint=mode=selective | FileCheck %s --check-prefix=SEL
+// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint="mode=selective selective=gemm" | FileCheck %s --check-prefix=SEL
 // RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint=mode=full | FileCheck %s --check-prefix=FULL
 // RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint=mode=none | FileCheck %s --check-prefix=NONE
+// selective's policies: TorchTitan's op policy, and its layer policy.
+// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint="mode=selective selective=op" | FileCheck %s --check-prefix=OP
+// RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint="mode=selective selective=2" | FileCheck %s --check-prefix=EVERY2
 // Without the option, the module's kiln.activation_checkpoint decides.
 // RUN: kiln-opt %s -split-input-file -kiln-activation-checkpoint -verify-diagnostics | FileCheck %s --check-prefix=ATTR
 
@@ -118,6 +121,74 @@ module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>} {
 
 // -----
 
+// selective's `op` policy (TorchTitan's): of a block's GEMMs, counted by
+// weight in forward order, every second one is recomputed; attention is
+// kept. Two GEMMs on one weight (async TP's chunks) count once. Here the
+// second weight's GEMM (%b) is recomputed from a recomputed %s, and the
+// first's (%a, %a2) and the third's (%c) are kept.
+// OP-LABEL: func.func @op_policy(
+// OP: %[[A:.+]] = kiln.linear wq %{{.+}}, %{{.+}} param("a")
+// OP-NEXT: %[[A2:.+]] = kiln.linear wq %{{.+}}, %{{.+}} param("a")
+// OP: %[[C:.+]] = kiln.linear wv
+// OP-NEXT: %[[G:.+]] = kiln.cross_entropy_grad
+// OP-NEXT: %[[SR:.+]] = kiln.add %[[A]], %[[A2]] {kiln.recomputed}
+// OP-NEXT: %[[BR:.+]] = kiln.linear wk %[[SR]], %{{.+}} param("b") {kiln.recomputed}
+// OP-NEXT: %[[DB:.+]] = kiln.silu_grad %[[G]], %[[BR]]
+// OP-NEXT: kiln.linear_grad_weight wk %[[DB]], %[[SR]]
+// OP-NEXT: kiln.silu_grad %[[DB]], %[[A2]]
+// OP-NOT: kiln.recomputed
+// OP: return
+// The `gemm` policy (the default) keeps every GEMM: only %s is recomputed.
+// SEL-LABEL: func.func @op_policy(
+// SEL: kiln.cross_entropy_grad
+// SEL: kiln.add {{.*}}kiln.recomputed
+// SEL-NOT: kiln.recomputed
+// SEL: return
+func.func @op_policy(%x: tensor<1x4x8xf32>, %wa: tensor<8x8xf32>, %wb: tensor<8x8xf32>, %wc: tensor<8x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f32>) -> (tensor<8x8xf32>, tensor<1x4x8xf32>) {
+  %a = kiln.linear wq %x, %wa param("a") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.self_attn.q_proj")
+  %a2 = kiln.linear wq %x, %wa param("a") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.self_attn.q_proj")
+  %s = kiln.add %a, %a2 : tensor<1x4x8xf32> loc("model.layers.0.self_attn")
+  %b = kiln.linear wk %s, %wb param("b") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.self_attn.k_proj")
+  %c = kiln.linear wv %b, %wc param("c") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.self_attn.v_proj")
+  %g = kiln.cross_entropy_grad %one, %c, %t : tensor<1x4x8xf32>, tensor<1x4xi32> loc("loss")
+  %db = kiln.silu_grad %g, %b : tensor<1x4x8xf32> loc("model.layers.0.self_attn")
+  %dw = kiln.linear_grad_weight wk %db, %s param("b") : tensor<1x4x8xf32>, tensor<1x4x8xf32> -> tensor<8x8xf32> loc("model.layers.0.self_attn.k_proj")
+  %da = kiln.silu_grad %db, %a2 : tensor<1x4x8xf32> loc("model.layers.0.self_attn")
+  return %dw, %da : tensor<8x8xf32>, tensor<1x4x8xf32>
+}
+
+// -----
+
+// selective's layer policy (TorchTitan's `selective_ac_option = "2"`): every
+// second block (blocks 1, 3, ...) is recomputed whole, as `full` would, and
+// the others not at all.
+// EVERY2-LABEL: func.func @every_other(
+// EVERY2: %[[H0:.+]] = kiln.linear w1 %{{.+}}, %{{.+}} param("w1.0")
+// EVERY2: %[[G:.+]] = kiln.cross_entropy_grad
+// EVERY2-NEXT: %[[D2:.+]] = kiln.silu_grad %[[G]], %{{.+}}
+// EVERY2-NEXT: %[[H1R:.+]] = kiln.linear w1 %[[H0]], %{{.+}} param("w1.1") {kiln.recomputed}
+// EVERY2-NEXT: %[[D1:.+]] = kiln.silu_grad %[[D2]], %[[H1R]]
+// EVERY2-NEXT: kiln.silu_grad %[[D1]], %[[H0]]
+// EVERY2-NEXT: return
+// Under full each block's clone reads the block before's value as saved:
+// that block's own clone comes later, before its own backward.
+// FULL-LABEL: func.func @every_other(
+// FULL: %[[H1:.+]] = kiln.linear w1 %{{.+}}, %{{.+}} param("w1.1")
+// FULL: kiln.cross_entropy_grad
+// FULL-NEXT: kiln.linear w1 %[[H1]], %{{.+}} param("w1.2") {kiln.recomputed}
+func.func @every_other(%x: tensor<1x4x8xf32>, %w: tensor<8x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f32>) -> tensor<1x4x8xf32> {
+  %h0 = kiln.linear w1 %x, %w param("w1.0") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.mlp.gate_proj")
+  %h1 = kiln.linear w1 %h0, %w param("w1.1") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.1.mlp.gate_proj")
+  %h2 = kiln.linear w1 %h1, %w param("w1.2") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.2.mlp.gate_proj")
+  %g = kiln.cross_entropy_grad %one, %h2, %t : tensor<1x4x8xf32>, tensor<1x4xi32> loc("loss")
+  %d2 = kiln.silu_grad %g, %h2 : tensor<1x4x8xf32> loc("model.layers.2.mlp")
+  %d1 = kiln.silu_grad %d2, %h1 : tensor<1x4x8xf32> loc("model.layers.1.mlp")
+  %d0 = kiln.silu_grad %d1, %h0 : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+  return %d0 : tensor<1x4x8xf32>
+}
+
+// -----
+
 // A pipeline stage without the loss: its backward begins where the next
 // stage's gradient arrives, and its block's ops are recomputed there.
 // SEL-LABEL: func.func @stage(
@@ -170,6 +241,31 @@ module attributes {kiln.activation_checkpoint = "full"} {
     %g = kiln.cross_entropy_grad %one, %h, %t : tensor<1x4x8xf32>, tensor<1x4xi32> loc("loss")
     %d = kiln.silu_grad %g, %h : tensor<1x4x8xf32> loc("model.layers.0.mlp")
     return %d : tensor<1x4x8xf32>
+  }
+}
+
+// -----
+
+// The module's selective policy applies when the option is not given.
+// ATTR-LABEL: func.func @module_policy(
+// ATTR: kiln.cross_entropy_grad
+// ATTR-NEXT: kiln.linear w1 {{.*}}kiln.recomputed
+module attributes {kiln.activation_checkpoint = "selective", kiln.selective_ac = "1"} {
+  func.func @module_policy(%x: tensor<1x4x8xf32>, %w: tensor<8x8xf32>, %t: tensor<1x4xi32>, %one: tensor<f32>) -> tensor<1x4x8xf32> {
+    %h = kiln.linear w1 %x, %w param("w1.0") : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32> loc("model.layers.0.mlp.gate_proj")
+    %g = kiln.cross_entropy_grad %one, %h, %t : tensor<1x4x8xf32>, tensor<1x4xi32> loc("loss")
+    %d = kiln.silu_grad %g, %h : tensor<1x4x8xf32> loc("model.layers.0.mlp")
+    return %d : tensor<1x4x8xf32>
+  }
+}
+
+// -----
+
+// An unknown selective policy is an error.
+// expected-error @+1 {{kiln-activation-checkpoint: the selective policy must be gemm, op or a positive number of blocks, got 'half'}}
+module attributes {kiln.activation_checkpoint = "selective", kiln.selective_ac = "half"} {
+  func.func @bad_policy(%x: tensor<1x4x8xf32>) -> tensor<1x4x8xf32> {
+    return %x : tensor<1x4x8xf32>
   }
 }
 

@@ -110,9 +110,11 @@ module attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len
 // -----
 
 // Full activation checkpointing: the recomputed linear quantizes its own
-// (recomputed) input, and the backward's grad-weight GEMM multiplies those
-// codes, transposed right where they are made; the forward's codes serve
-// the forward GEMM only, so nothing FP8 lives from forward to backward.
+// (recomputed) input with the forward's amax (the same bits: no second
+// reduction, and under the delayed recipe no history of its own), and the
+// backward's grad-weight GEMM multiplies those codes, transposed right
+// where they are made; the forward's codes serve the forward GEMM only, so
+// nothing FP8 lives from forward to backward but the amax.
 // CHECK-LABEL: func.func @recomputed(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<16x64xbf16>, %[[W:[^:]+]]: tensor<32x64xbf16>, %[[DY:[^:]+]]: tensor<16x32xbf16>
 // CHECK: %[[S:.+]] = kiln.silu %[[X]] :
@@ -121,8 +123,7 @@ module attributes {kiln.float8 = #kiln.float8<recipe = delayed, amax_history_len
 // CHECK-NOT: kiln.transpose
 // CHECK: kiln.scaled_matmul "output" wq %[[XQ]], %[[XS]]
 // CHECK-NEXT: %[[R:.+]] = kiln.silu %[[X]] {kiln.recomputed}
-// CHECK-NEXT: %[[AR:.+]] = kiln.amax %[[R]]
-// CHECK-NEXT: %[[RQ:.+]], %[[RS:.+]] = kiln.quantize %[[R]], %[[AR]]
+// CHECK-NEXT: %[[RQ:.+]], %[[RS:.+]] = kiln.quantize %[[R]], %[[AS]]
 // CHECK-NEXT: %[[RT:.+]] = kiln.transpose %[[RQ]] [1, 0] : tensor<16x64xf8E4M3FN> -> tensor<64x16xf8E4M3FN>
 // CHECK: kiln.scaled_matmul "output" wq %[[RQ]], %[[RS]]
 // CHECK: kiln.scaled_matmul "grad_weight" wq %{{.+}}, %{{.+}}, %[[RT]], %[[RS]]

@@ -123,14 +123,39 @@ TEST(PerfModel, EagerOpsMoveWhatTheProfileSays) {
   EXPECT_EQ(eagerOpBytes("rope", 10, 500, eff), 500);
 }
 
+TEST(PerfModel, EagerLossHoldsWhatTheProfileSays) {
+  Efficiency eff = testProfile();
+  eff.eagerHeldPerElement = {{"cross_entropy_grad", 12}};
+  // 1000 logits: 12 bytes each held, against the plan's bf16 logits and
+  // gradient (4 bytes a logit).
+  EXPECT_EQ(eagerHeldExtraBytes("cross_entropy_grad", 1000, 4000, eff), 8000);
+  // An op the table does not list holds nothing more; nor does one whose
+  // plan already holds more.
+  EXPECT_EQ(eagerHeldExtraBytes("rms_norm_grad", 1000, 4000, eff), 0);
+  EXPECT_EQ(eagerHeldExtraBytes("cross_entropy_grad", 10, 500, eff), 0);
+  for (const char *op : {"cross_entropy", "cross_entropy_grad",
+                         "vocab_parallel_max", "vocab_parallel_stats_grad"})
+    EXPECT_TRUE(isLossOp(op)) << op;
+  for (const char *op : {"rms_norm", "linear", ""})
+    EXPECT_FALSE(isLossOp(op)) << op;
+}
+
 TEST(PerfModel, TheTorchTitanProfileCountsEagerPyTorch) {
   runtime::Expected<Efficiency> eff = loadEfficiency("torchtitan-h100-2024");
   ASSERT_TRUE(eff) << eff.error().message();
   // docs/perf-model.md, "Eager PyTorch": counted from TorchTitan's code.
-  std::map<std::string, double> counted = {
-      {"rms_norm", 36},  {"rms_norm_grad", 92}, {"rope", 20},
-      {"rope_grad", 20}, {"cross_entropy", 14}, {"cross_entropy_grad", 22}};
+  std::map<std::string, double> counted = {{"rms_norm", 36},
+                                           {"rms_norm_grad", 92},
+                                           {"rope", 20},
+                                           {"rope_grad", 20},
+                                           {"cross_entropy", 14},
+                                           {"cross_entropy_grad", 22},
+                                           {"vocab_parallel_stats", 12},
+                                           {"vocab_parallel_stats_grad", 22}};
   EXPECT_EQ(eff->eagerBytesPerElement, counted);
+  std::map<std::string, double> held = {{"cross_entropy_grad", 12},
+                                        {"vocab_parallel_stats_grad", 12}};
+  EXPECT_EQ(eff->eagerHeldPerElement, held);
 }
 
 TEST(PerfModel, BuiltInHardwareIsItsDatasheet) {

@@ -23,19 +23,29 @@ perf::Efficiency profile() {
   return eff;
 }
 
-/// Every pp position of `overrides` on `gpus` ranks: the bytes compiled
-/// and the bytes timed agree.
-void expectSameBytes(const std::vector<std::string> &overrides, int64_t gpus) {
+perf::Hardware hardware() {
   perf::Hardware hw;
   hw.bf16Tflops = hw.fp8Tflops = 1000;
   hw.hbmGBs = hw.nvlinkGBs = hw.networkGBs = 1000;
   hw.gpusPerNode = 8;
-  perf::Efficiency eff = profile();
+  return hw;
+}
+
+PredictOptions compileOptions() {
   PredictOptions options;
   options.useCache = false;
   options.quiet = true;
   options.stepOnly = true;
   options.verifyEachPass = false;
+  return options;
+}
+
+/// Every pp position of `overrides` on `gpus` ranks: the bytes compiled
+/// and the bytes timed agree.
+void expectSameBytes(const std::vector<std::string> &overrides, int64_t gpus) {
+  perf::Hardware hw = hardware();
+  perf::Efficiency eff = profile();
+  PredictOptions options = compileOptions();
   ModelSession whole;
   ASSERT_TRUE(whole.load("llama3-debug", overrides, gpus));
   MeshShape mesh = whole.config->runMesh();
@@ -109,6 +119,56 @@ TEST(PlanFootprint, InterleavedPipelineEveryPosition) {
                    "parallelism.pipeline_parallel_schedule=\"Interleaved1F1B\"",
                    "activation_checkpoint.mode=\"full\""},
                   4);
+}
+
+/// llama3-debug on `gpus` ranks (tp `tp`, the rest FSDP) timed with its loss
+/// as eager PyTorch runs it, holding `held` bytes per logit at the loss's
+/// gradient: the peak is what is live there, plus what eager PyTorch holds
+/// beyond the bf16 logits and their gradient, on top of the state and the
+/// reserve, when that is more than the arena's peak.
+void expectEagerLossHeld(int64_t gpus, int64_t tp, const char *op,
+                         double held) {
+  perf::Hardware hw = hardware();
+  perf::Efficiency eff = profile();
+  eff.eagerHeldPerElement = {{op, held}};
+  PredictOptions options = compileOptions();
+  options.eagerLoss = true;
+  std::vector<std::string> overrides = {"training.global_batch_size=4",
+                                        "parallelism.tensor_parallel_degree=" +
+                                            std::to_string(tp)};
+  ModelSession whole;
+  ASSERT_TRUE(whole.load("llama3-debug", overrides, gpus));
+  std::string error;
+  std::optional<CompiledPosition> compiled =
+      compilePosition("llama3-debug", overrides, gpus, whole.config->runMesh(),
+                      0, eff, options, error);
+  ASSERT_TRUE(compiled) << error;
+  int64_t lossLive = compiled->memory.lossLiveBytes;
+  std::optional<PositionCost> timed =
+      timePosition(*compiled, hw, eff, options, error);
+  ASSERT_TRUE(timed) << error;
+  // llama3-debug: seq 128, vocab 256; a rank's logits are its sequences'
+  // tokens by its share of the vocabulary, in bf16.
+  int64_t logits = 4 / (gpus / tp) * 128 * (256 / tp);
+  int64_t extra = static_cast<int64_t>(held * double(logits)) - 2 * 2 * logits;
+  EXPECT_EQ(timed->eagerLossBytes, extra);
+  EXPECT_EQ(timed->lossLiveBytes, lossLive);
+  int64_t atLoss = timed->stateBytes + lossLive + extra + timed->reservedBytes;
+  EXPECT_EQ(timed->peakBytes,
+            std::max(atLoss, timed->stateBytes + timed->arenaBytes +
+                                 timed->reservedBytes));
+  EXPECT_GT(timed->peakBytes,
+            timed->stateBytes + timed->arenaBytes + timed->reservedBytes);
+}
+
+TEST(PlanFootprint, EagerLossHoldsItsTensorsOnTopOfTheLiveBytes) {
+  // 400 bytes a logit: far more than the arena's slack, so the loss's
+  // gradient is the step's peak.
+  expectEagerLossHeld(2, 1, "cross_entropy_grad", 400);
+}
+
+TEST(PlanFootprint, EagerVocabParallelLossHoldsItsShard) {
+  expectEagerLossHeld(2, 2, "vocab_parallel_stats_grad", 400);
 }
 
 } // namespace

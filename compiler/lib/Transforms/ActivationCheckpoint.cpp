@@ -8,8 +8,12 @@
 // its point: a producer's point is never after its readers', so clones
 // come out in a valid order. (3) Point the backward readers at the clones.
 // Values from another block (the block's input) and parameters are read as
-// saved. The backward begins at the loss's gradient or, on a pipeline stage
-// without the loss, at the receive of the next stage's gradient. Tensor
+// saved. What a block keeps is the policy's: nothing but its input (full),
+// every GEMM and attention result (selective `gemm`), attention and every
+// other GEMM (`op`, TorchTitan's op policy), or everything in all blocks but
+// every N-th (`<N>`, TorchTitan's layer policy). The backward begins at the
+// loss's gradient or, on a pipeline stage without the loss, at the receive
+// of the next stage's gradient. Tensor
 // parallel's all-gathers (and, under `full`, reduce-scatters) inside a block
 // are recomputed like pure ops: a sequence-parallel all-gather's result is tp
 // times the saved input.
@@ -23,7 +27,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Debug.h"
+
+#include <optional>
 
 #define DEBUG_TYPE "kiln-activation-checkpoint"
 
@@ -53,10 +61,48 @@ int64_t blockOf(Operation *op) {
   return block;
 }
 
+/// What a block keeps from its forward for its backward; the rest of its
+/// pure ops is computed again there.
+enum class Keep {
+  nothing,        // full: only the block's input
+  gemms,          // selective `gemm`: every GEMM and attention result
+  everyOtherGemm, // selective `op`: attention, and the 1st, 3rd, ... GEMM
+  everything,     // a block selective `<N>` does not checkpoint
+};
+
+/// `full`, or one of `selective`'s policies (`kiln.selective_ac`).
+struct Policy {
+  Keep keep = Keep::nothing;
+  /// selective `<N>`: blocks N-1, 2N-1, ... keep nothing, the others
+  /// everything (TorchTitan's layer policy counts blocks from 1).
+  int64_t every = 0;
+  Keep forBlock(int64_t block) const {
+    if (every == 0)
+      return keep;
+    return (block + 1) % every == 0 ? Keep::nothing : Keep::everything;
+  }
+};
+
+/// The policy of `mode` (selective or full) and `selective`
+/// (KilnDialect::isSelectiveAcPolicy's; empty: gemm), or nothing.
+std::optional<Policy> parsePolicy(StringRef mode, StringRef selective) {
+  if (mode == "full")
+    return Policy{Keep::nothing, 0};
+  if (selective.empty() || selective == "gemm")
+    return Policy{Keep::gemms, 0};
+  if (!KilnDialect::isSelectiveAcPolicy(selective))
+    return std::nullopt;
+  if (selective == "op")
+    return Policy{Keep::everyOtherGemm, 0};
+  int64_t every = 0;
+  (void)selective.getAsInteger(10, every);
+  return Policy{Keep::nothing, every};
+}
+
 class Recompute {
 public:
-  Recompute(func::FuncOp f, bool selective)
-      : f(f), block(f.getBody().front()), selective(selective) {}
+  Recompute(func::FuncOp f, Policy policy)
+      : f(f), block(f.getBody().front()), policy(policy) {}
   void run();
 
 private:
@@ -66,34 +112,55 @@ private:
     if (!op || op->getBlock() != &block || !forward.contains(op) ||
         blockOf(op) < 0 || op->getNumRegions() != 0)
       return false;
-    if (!isPure(op) && !recomputableCollective(op))
+    Keep keep = policy.forBlock(blockOf(op));
+    if (keep == Keep::everything)
       return false;
-    if (selective && isa<LinearOp, AttentionOp>(op))
+    if (!isPure(op) && !recomputableCollective(op, keep))
       return false;
+    if (isa<AttentionOp>(op))
+      return keep == Keep::nothing;
+    if (isa<LinearOp>(op))
+      return keep == Keep::nothing ||
+             (keep == Keep::everyOtherGemm && !keptGemms.contains(op));
     return true;
   }
   /// Tensor parallel's collectives inside a block: every rank of a tp
   /// group runs the same program, so a clone is one more collective they
   /// all issue in the same order, and a sequence-parallel all-gather's
   /// result (tp times the block's sharded input) need not be kept. A
-  /// reduce-scatter is recomputed by `full` only: `selective` keeps the
-  /// GEMM result it reads, so recomputing it would save nothing and cost a
-  /// collective (TorchTitan's selective policy keeps it too). A wait is
-  /// recomputed with its start; async TP's rings (send_recv_start) are
-  /// kept.
-  bool recomputableCollective(Operation *op) const {
+  /// reduce-scatter is recomputed only where the block keeps nothing: the
+  /// selective policies keep it (TorchTitan's op policy saves it too), as
+  /// recomputing it costs a collective and, where its GEMM is kept, saves
+  /// nothing. A wait is recomputed with its start; async TP's rings
+  /// (send_recv_start) are kept.
+  bool recomputableCollective(Operation *op, Keep keep) const {
     if (auto wait = dyn_cast<WaitOp>(op))
       return recomputable(wait.getPending().getDefiningOp());
     if (auto gather = dyn_cast<AllGatherStartOp>(op))
       return gather.getAxis() == MeshAxis::tp;
     if (auto scatter = dyn_cast<ReduceScatterStartOp>(op))
-      return !selective && scatter.getAxis() == MeshAxis::tp;
+      return keep == Keep::nothing && scatter.getAxis() == MeshAxis::tp;
     return false;
+  }
+  /// Under `op`: the forward GEMMs kept, those on a block's 1st, 3rd, ...
+  /// weight in forward order (TorchTitan counts its matmuls; async TP's
+  /// chunks of one linear share a weight and count once).
+  void findKeptGemms() {
+    DenseMap<int64_t, llvm::StringMap<unsigned>> ordinals;
+    for (Operation *op : forward)
+      if (auto linear = dyn_cast<LinearOp>(op); linear && blockOf(op) >= 0) {
+        llvm::StringMap<unsigned> &seen = ordinals[blockOf(op)];
+        unsigned ordinal =
+            seen.try_emplace(linear.getParam(), seen.size() + 1).first->second;
+        if (ordinal % 2 == 1)
+          keptGemms.insert(op);
+      }
   }
   func::FuncOp f;
   Block &block;
-  bool selective;
-  DenseSet<Operation *> forward;
+  Policy policy;
+  SetVector<Operation *> forward;
+  DenseSet<Operation *> keptGemms;
   /// Forward op -> the op its clone must come before.
   DenseMap<Operation *, Operation *> neededAt;
 };
@@ -113,6 +180,7 @@ void Recompute::run() {
   }
   if (!backwardStart)
     return;
+  findKeptGemms();
   auto earlier = [](Operation *a, Operation *b) {
     return !a ? b : (!b ? a : (a->isBeforeInBlock(b) ? a : b));
   };
@@ -140,15 +208,23 @@ void Recompute::run() {
         neededAt[def] = earlier(neededAt.lookup(def), at);
   }
 
-  // (2) The clones, in program order.
+  // (2) The clones, in program order. A clone reads the clones of its own
+  // block's values and another block's values as saved (that block's clone
+  // of one, if any, may come later).
   IRMapping clones;
   OpBuilder b(f.getContext());
   for (Operation *op : order) {
     Operation *at = neededAt.lookup(op);
     if (!at)
       continue;
+    IRMapping sameBlock;
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp();
+          def && blockOf(def) == blockOf(op) && clones.contains(v))
+        sameBlock.map(v, clones.lookup(v));
     b.setInsertionPoint(at);
-    Operation *clone = b.clone(*op, clones);
+    Operation *clone = b.clone(*op, sameBlock);
+    clones.map(op->getResults(), clone->getResults());
     clone->setAttr(kRecomputedAttr, b.getUnitAttr());
   }
 
@@ -166,11 +242,14 @@ struct ActivationCheckpointPass
   using KilnActivationCheckpointBase::KilnActivationCheckpointBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::string m = mode;
-    if (m.empty())
-      if (auto attr =
-              module->getAttrOfType<StringAttr>("kiln.activation_checkpoint"))
-        m = attr.getValue().str();
+    auto option = [&](const std::string &set, StringRef attr) {
+      if (!set.empty())
+        return set;
+      auto a = module->getAttrOfType<StringAttr>(attr);
+      return a ? a.getValue().str() : std::string();
+    };
+    std::string m = option(mode, "kiln.activation_checkpoint");
+    std::string sel = option(selective, KilnDialect::kSelectiveAcAttrName);
     if (m.empty() || m == "none")
       return;
     if (m != "selective" && m != "full") {
@@ -179,15 +258,23 @@ struct ActivationCheckpointPass
           << m << "'";
       return signalPassFailure();
     }
+    std::optional<Policy> policy = parsePolicy(m, sel);
+    if (!policy) {
+      module.emitError("kiln-activation-checkpoint: the selective policy "
+                       "must be gemm, op or a positive number of blocks, "
+                       "got '")
+          << sel << "'";
+      return signalPassFailure();
+    }
     for (auto f : module.getOps<func::FuncOp>()) {
       if (f.isExternal())
         continue;
-      Recompute(f, m == "selective").run();
+      Recompute(f, *policy).run();
       LLVM_DEBUG({
         unsigned clones = 0;
         f.walk([&](Operation *op) { clones += op->hasAttr(kRecomputedAttr); });
         llvm::dbgs() << DEBUG_TYPE ": @" << f.getSymName() << ": " << clones
-                     << " ops recomputed (" << m << ")\n";
+                     << " ops recomputed (" << m << " " << sel << ")\n";
       });
     }
   }

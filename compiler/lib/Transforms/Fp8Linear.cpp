@@ -486,11 +486,19 @@ LogicalResult Fp8Rewriter::run() {
     rewriteForward(d);
   for (LinearOp l : recomputed) {
     const MarkedLinear &d = *byParam.lookup(l.getParam());
-    // The recomputed input is quantized as the forward's was, and the
-    // backward multiplies these codes: nothing FP8 is kept from the forward.
+    // The recomputed input is quantized with the forward's amax (the same
+    // bits, so the same codes and scale, and no history of its own: under
+    // selective `op` a recomputed k projection's input is not the q
+    // projection's), and the backward multiplies these codes: nothing FP8
+    // is kept from the forward.
     Value x = flat(l.getInput());
     afterDefinition(x);
-    Quantized xq = quantize(x, e4m3, "input." + d.param);
+    Value amax;
+    if (!rowwise())
+      amax = forwardInputs.lookup(d.param)
+                 .codes.getDefiningOp<QuantizeOp>()
+                 .getAmax();
+    Quantized xq = quantize(x, e4m3, "input." + d.param, amax);
     forwardInputs[d.param] = xq;
     // The weight as the backward gathered it (see rewriteBackward).
     afterDefinition(l.getWeight());

@@ -169,6 +169,11 @@ int main(int argc, char **argv) {
                        "phase, every elementwise op its own kernel, and the "
                        "ops PyTorch decomposes moving what the profile's "
                        "[eager] says");
+  explainCmd->add_flag("--eager-loss", explain.eagerLoss,
+                       "--perf: the loss alone as eager PyTorch runs it "
+                       "(TorchTitan's compiled rows): moving what the "
+                       "profile's [eager] says, and holding what its "
+                       "[eager_held] says at its gradient");
   explainCmd
       ->add_option("--world-size,--gpus", explain.worldSize,
                    "Ranks of the run, the mesh pp x dp_shard x tp "

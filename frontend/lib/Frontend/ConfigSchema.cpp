@@ -242,6 +242,16 @@ const std::vector<KeySpec> &kiln::configSchema() {
                "Recompute in backward: nothing, the cheap ops (GEMM outputs "
                "saved), or each whole block.",
                kFsdp, true),
+      otherKey("activation_checkpoint", "selective_ac_option",
+               FIELD(activation_checkpoint.selective_ac_option), "",
+               "What `selective` keeps: `gemm` (Kiln's default) every GEMM "
+               "and attention output; `op` (TorchTitan's op policy) attention "
+               "and every other GEMM of a block (wq, wv, w1, w2; wk, wo, w3 "
+               "are recomputed); a positive number N (TorchTitan's layer "
+               "policy, its default \"2\") every N-th block recomputed "
+               "whole and the others not at all. Ignored by `none` and "
+               "`full`.",
+               kFsdp, true),
       // [float8]
       otherKey("float8", "enable", FIELD(float8.enable), "",
                "Rewrite eligible linears into FP8 scaled GEMMs.", kFp8, true),

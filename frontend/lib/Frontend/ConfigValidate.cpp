@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ConfigParserImpl.h"
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
 #include "kiln/Frontend/ConfigParser.h"
 #include "kiln/Frontend/ConfigSchema.h"
 #include "kiln/Frontend/Mesh.h"
@@ -112,6 +113,15 @@ void ConfigParser::validate() {
   if (config.checkpoint.folder.find('\0') != std::string::npos) {
     error(at("checkpoint.folder"))
         << "checkpoint.folder holds a NUL character, which no path can";
+    return;
+  }
+
+  const std::string &policy = config.activation_checkpoint.selective_ac_option;
+  if (!KilnDialect::isSelectiveAcPolicy(policy)) {
+    error(at("activation_checkpoint.selective_ac_option"))
+        << "activation_checkpoint.selective_ac_option must be \"gemm\", "
+           "\"op\" or a positive number of blocks; got \""
+        << policy << "\"";
     return;
   }
 

@@ -374,9 +374,12 @@ OwningOpRef<ModuleOp> kiln::importModel(MLIRContext *context,
                           b.getI64IntegerAttr(
                               config.comm.train_timeout_seconds))}));
 
-  module->getOperation()->setAttr(
-      "kiln.activation_checkpoint",
-      b.getStringAttr(config.activation_checkpoint.mode));
+  const ActivationCheckpointConfig &ac = config.activation_checkpoint;
+  module->getOperation()->setAttr("kiln.activation_checkpoint",
+                                  b.getStringAttr(ac.mode));
+  if (ac.mode == "selective")
+    module->getOperation()->setAttr(KilnDialect::kSelectiveAcAttrName,
+                                    b.getStringAttr(ac.selective_ac_option));
   // The mesh the config and the run's world size decided (Mesh.cpp): where
   // the world size enters the compiler.
   MeshShape mesh = config.runMesh();

@@ -374,9 +374,17 @@ def KilnActivationCheckpoint : Pass<"kiln-activation-checkpoint", "mlir::ModuleO
     `full` the block's input (the residual stream entering it) is all that
     is kept; with `selective` the GEMM and attention results are kept too
     and only the cheap ops (norms, rope, SwiGLU, residual adds, reshapes,
-    casts) are recomputed; `none` changes nothing. The mode comes from the
-    module's `kiln.activation_checkpoint` (`[activation_checkpoint] mode`)
-    unless the `mode` option is set. Recomputed values are bit-identical to
+    casts) are recomputed; `none` changes nothing. `selective` has three
+    policies (the `selective` option, or the module's `kiln.selective_ac`
+    from `[activation_checkpoint] selective_ac_option`):
+    - `gemm` (the default): every GEMM and attention result is kept;
+    - `op`, TorchTitan's op policy: attention is kept, and of a block's
+      GEMMs, counted by weight in forward order, the 1st, 3rd, 5th, ...
+      (wq, wv, w1, w2 of a Llama block; wk, wo, w3 are recomputed);
+    - a positive number N, TorchTitan's layer policy: blocks N-1, 2N-1, ...
+      are recomputed as `full` does, the others not at all.
+    The mode comes from the module's `kiln.activation_checkpoint`
+    (`[activation_checkpoint] mode`) unless the `mode` option is set. Recomputed values are bit-identical to
     the forward's, so training is unchanged; the arena shrinks because the
     forward's values die at the end of the forward.
 
@@ -393,6 +401,9 @@ def KilnActivationCheckpoint : Pass<"kiln-activation-checkpoint", "mlir::ModuleO
   let options = [
     Option<"mode", "mode", "std::string", "\"\"",
            "none, selective or full (empty: the module's kiln.activation_checkpoint)">,
+    Option<"selective", "selective", "std::string", "\"\"",
+           "selective's policy: gemm, op or a number of blocks N (empty: "
+           "the module's kiln.selective_ac, else gemm)">,
   ];
 }
 

@@ -69,6 +69,7 @@ struct ExplainCommand {
   std::string efficiency = "torchtitan-h100-2024"; // --efficiency
   bool cudaGraphs = true; // launches inside CUDA graphs
   bool fuse = true;       // --perf of the plan without the fuse phase (eager)
+  bool eagerLoss = false; // --perf with the loss as eager PyTorch runs it
   bool json = false;      // --perf as one JSON object
 };
 int runExplain(const ExplainCommand &command);

@@ -66,6 +66,12 @@ struct Efficiency {
   /// rope, cross_entropy and their grads). Only an unfused plan timed as
   /// eager PyTorch (Execution::eagerOps) uses them.
   std::map<std::string, double> eagerBytesPerElement;
+  /// What eager PyTorch holds while the loss's gradient runs (`[eager_held]`,
+  /// optional): bytes per element of the op's largest operand, by plan op
+  /// name (cross_entropy_grad, vocab_parallel_stats_grad: the f32
+  /// log-softmax the forward saved, the gradient it receives and the one it
+  /// gives). Used as `[eager]` is, and by Execution::eagerLoss.
+  std::map<std::string, double> eagerHeldPerElement;
 };
 
 /// How a step runs: its kernels launched one by one or replayed as a CUDA
@@ -74,6 +80,10 @@ struct Efficiency {
 struct Execution {
   bool cudaGraphs = true;
   bool eagerOps = false;
+  /// The loss alone as eager PyTorch runs it, in a fused plan too
+  /// (TorchTitan compiles each block and leaves its loss eager): its ops
+  /// move what `[eager]` says, and the step holds what `[eager_held]` says.
+  bool eagerLoss = false;
 };
 
 /// The built-in description `name` (perf/hardware/*.toml, compiled in), or
@@ -104,6 +114,17 @@ double memorySeconds(int64_t bytes, const Hardware &hw, const Efficiency &eff);
 /// profile does not list; never less than `planBytes`.
 int64_t eagerOpBytes(const std::string &op, int64_t elements, int64_t planBytes,
                      const Efficiency &eff);
+
+/// What eager PyTorch holds while plan op `op` runs beyond `planBytes`
+/// (what the plan holds for it: its largest operand and result): the
+/// profile's `[eager_held]` bytes per element times `elements`, less
+/// `planBytes`; 0 for an op the profile does not list, never negative.
+int64_t eagerHeldExtraBytes(const std::string &op, int64_t elements,
+                            int64_t planBytes, const Efficiency &eff);
+
+/// Whether plan op `op` is part of the loss (cross entropy, unsharded or
+/// vocab-parallel, and its gradient).
+bool isLossOp(const std::string &op);
 
 /// Attention's FLOPs: 4 B H S^2 D for Q K^T and P V, half of them under a
 /// causal mask; its backward 2.5 times that.
@@ -168,6 +189,9 @@ struct StepEstimate {
   /// arena's fullest step (the arena is that plus what first-fit placement
   /// leaves unused), the reserve.
   int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0, reservedBytes = 0;
+  /// What eager PyTorch holds at the loss's gradient beyond what the plan
+  /// holds there (eagerHeldExtraBytes; 0 unless the loss runs eagerly).
+  int64_t eagerLossBytes = 0;
 };
 
 /// `entry` of `plan` on `hw` reaching `eff`, run as `how` says. Compute

@@ -48,6 +48,9 @@ struct PositionCost {
   /// The bytes live where the loss's gradient starts (PlanFootprint's; 0
   /// without one).
   int64_t lossLiveBytes = 0;
+  /// What eager PyTorch's loss holds there beyond the plan
+  /// (StepEstimate::eagerLossBytes).
+  int64_t eagerLossBytes = 0;
   std::map<std::string, double> byOp, byKind, exposedBy;
 };
 
@@ -92,6 +95,10 @@ struct PredictOptions {
   /// false: the plan without the fuse phase, each op timed as eager
   /// PyTorch runs it (the profile's `[eager]`)
   bool fuse = true;
+  /// The loss alone as eager PyTorch runs it (Execution::eagerLoss): its
+  /// time, and the bytes it holds at its gradient on top of those live
+  /// there (TorchTitan's compiled rows)
+  bool eagerLoss = false;
   bool useCache = true; // the on-disk plan cache (explain), or not (plan)
   bool quiet = false;   // a configuration's error into `error`, not stderr
   bool stepOnly = false; // compile train_step (and eval_loss) only

@@ -98,6 +98,9 @@ struct MixedPrecisionConfig {
 
 struct ActivationCheckpointConfig {
   std::string mode = "none";
+  /// selective's policy: "gemm", "op" or a number of blocks (TorchTitan's
+  /// `selective_ac_option`; KilnDialect::isSelectiveAcPolicy).
+  std::string selective_ac_option = "gemm";
 };
 
 /// TorchTitan's [comm] section.

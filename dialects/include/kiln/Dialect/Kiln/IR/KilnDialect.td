@@ -69,6 +69,13 @@ def Kiln_Dialect : Dialect {
     /// kiln-grad-accum; absent: 1).
     static constexpr ::llvm::StringLiteral kMicrobatchesAttrName =
         "kiln.microbatches";
+    /// On the module: selective activation checkpointing's policy
+    /// (`[activation_checkpoint] selective_ac_option`; absent: gemm).
+    static constexpr ::llvm::StringLiteral kSelectiveAcAttrName =
+        "kiln.selective_ac";
+    /// Whether `policy` is one kiln-activation-checkpoint knows: `gemm`, `op`
+    /// or a positive number of blocks (TorchTitan's layer policy).
+    static bool isSelectiveAcPolicy(::llvm::StringRef policy);
 
   private:
     void registerAttributes();
