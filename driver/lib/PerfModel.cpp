@@ -325,8 +325,11 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
     std::string kind;
     bool eager = how.eagerOps || (how.eagerLoss && isLossOp(eagerOpOf(s)));
     double seconds = stepSeconds(plan, s, hw, eff, eager, kind);
+    // Held while the step runs, not summed: one microbatch's loss at a
+    // time.
     if (eager)
-      e.eagerLossBytes += eagerLossHeld(plan, s, eff);
+      e.eagerLossBytes =
+          std::max(e.eagerLossBytes, eagerLossHeld(plan, s, eff));
     e.byKind[kind] += seconds;
     // The host launches each kernel; a kernel shorter than a launch leaves
     // the GPU waiting for the next.

@@ -125,9 +125,11 @@ TEST(PlanFootprint, InterleavedPipelineEveryPosition) {
 /// as eager PyTorch runs it, holding `held` bytes per logit at the loss's
 /// gradient: the peak is what is live there, plus what eager PyTorch holds
 /// beyond the bf16 logits and their gradient, on top of the state and the
-/// reserve, when that is more than the arena's peak.
-void expectEagerLossHeld(int64_t gpus, int64_t tp, const char *op,
-                         double held) {
+/// reserve, when that is more than the arena's peak. With `microbatch`
+/// sequences a microbatch (0: the rank's whole share), one microbatch's
+/// loss is held at a time.
+void expectEagerLossHeld(int64_t gpus, int64_t tp, const char *op, double held,
+                         int64_t microbatch = 0) {
   perf::Hardware hw = hardware();
   perf::Efficiency eff = profile();
   eff.eagerHeldPerElement = {{op, held}};
@@ -136,6 +138,9 @@ void expectEagerLossHeld(int64_t gpus, int64_t tp, const char *op,
   std::vector<std::string> overrides = {"training.global_batch_size=4",
                                         "parallelism.tensor_parallel_degree=" +
                                             std::to_string(tp)};
+  if (microbatch > 0)
+    overrides.push_back("training.local_batch_size=" +
+                        std::to_string(microbatch));
   ModelSession whole;
   ASSERT_TRUE(whole.load("llama3-debug", overrides, gpus));
   std::string error;
@@ -149,7 +154,8 @@ void expectEagerLossHeld(int64_t gpus, int64_t tp, const char *op,
   ASSERT_TRUE(timed) << error;
   // llama3-debug: seq 128, vocab 256; a rank's logits are its sequences'
   // tokens by its share of the vocabulary, in bf16.
-  int64_t logits = 4 / (gpus / tp) * 128 * (256 / tp);
+  int64_t sequences = microbatch > 0 ? microbatch : 4 / (gpus / tp);
+  int64_t logits = sequences * 128 * (256 / tp);
   int64_t extra = static_cast<int64_t>(held * double(logits)) - 2 * 2 * logits;
   EXPECT_EQ(timed->eagerLossBytes, extra);
   EXPECT_EQ(timed->lossLiveBytes, lossLive);
@@ -169,6 +175,12 @@ TEST(PlanFootprint, EagerLossHoldsItsTensorsOnTopOfTheLiveBytes) {
 
 TEST(PlanFootprint, EagerVocabParallelLossHoldsItsShard) {
   expectEagerLossHeld(2, 2, "vocab_parallel_stats_grad", 400);
+}
+
+TEST(PlanFootprint, EagerLossHoldsOneMicrobatchAtATime) {
+  // Two microbatches of one sequence: two loss gradients, held one after
+  // the other (4000 bytes a logit: past the arena, as above).
+  expectEagerLossHeld(2, 1, "cross_entropy_grad", 4000, 1);
 }
 
 } // namespace

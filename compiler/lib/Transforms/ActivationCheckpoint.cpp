@@ -13,10 +13,10 @@
 // other GEMM (`op`, TorchTitan's op policy), or everything in all blocks but
 // every N-th (`<N>`, TorchTitan's layer policy). The backward begins at the
 // loss's gradient or, on a pipeline stage without the loss, at the receive
-// of the next stage's gradient. Tensor
-// parallel's all-gathers (and, under `full`, reduce-scatters) inside a block
-// are recomputed like pure ops: a sequence-parallel all-gather's result is tp
-// times the saved input.
+// of the next stage's gradient. Tensor parallel's all-gathers (and, where a
+// block keeps nothing, reduce-scatters) inside a block are recomputed like
+// pure ops: a sequence-parallel all-gather's result is tp times the saved
+// input.
 //
 //===----------------------------------------------------------------------===//
 

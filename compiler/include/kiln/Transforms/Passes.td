@@ -384,9 +384,11 @@ def KilnActivationCheckpoint : Pass<"kiln-activation-checkpoint", "mlir::ModuleO
     - a positive number N, TorchTitan's layer policy: blocks N-1, 2N-1, ...
       are recomputed as `full` does, the others not at all.
     The mode comes from the module's `kiln.activation_checkpoint`
-    (`[activation_checkpoint] mode`) unless the `mode` option is set. Recomputed values are bit-identical to
-    the forward's, so training is unchanged; the arena shrinks because the
-    forward's values die at the end of the forward.
+    (`[activation_checkpoint] mode`) unless the `mode` option is set. A
+    clone reads its own block's clones and another block's values as
+    saved. Recomputed values are bit-identical to the forward's, so
+    training is unchanged; the arena shrinks because the forward's values
+    die at the end of the forward.
 
     ```mlir
     %n = kiln.rms_norm %h, %w {eps = 1.0e-05 : f64} : ...        // forward

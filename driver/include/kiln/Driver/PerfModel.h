@@ -63,8 +63,9 @@ struct Efficiency {
   /// How eager PyTorch runs the ops Kiln runs as one kernel even unfused
   /// (`[eager]`, optional): the bytes its decomposition moves per element
   /// of the op's largest operand or result, by plan op name (rms_norm,
-  /// rope, cross_entropy and their grads). Only an unfused plan timed as
-  /// eager PyTorch (Execution::eagerOps) uses them.
+  /// rope, cross_entropy and their grads). An unfused plan timed as eager
+  /// PyTorch (Execution::eagerOps) uses them all, a fused one with an eager
+  /// loss (Execution::eagerLoss) the loss's.
   std::map<std::string, double> eagerBytesPerElement;
   /// What eager PyTorch holds while the loss's gradient runs (`[eager_held]`,
   /// optional): bytes per element of the op's largest operand, by plan op
@@ -190,7 +191,8 @@ struct StepEstimate {
   /// leaves unused), the reserve.
   int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0, reservedBytes = 0;
   /// What eager PyTorch holds at the loss's gradient beyond what the plan
-  /// holds there (eagerHeldExtraBytes; 0 unless the loss runs eagerly).
+  /// holds there (eagerHeldExtraBytes; the most of any one step, 0 unless
+  /// the loss runs eagerly).
   int64_t eagerLossBytes = 0;
 };
 

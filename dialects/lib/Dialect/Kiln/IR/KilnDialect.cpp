@@ -86,15 +86,15 @@ LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op,
   return success();
 }
 
-/// Discardable attributes on operations: `kiln.mesh` is a #kiln.mesh on a
-/// module. The others (kiln.float8, kiln.training, the passes' marks) are
-/// checked by their readers.
 bool KilnDialect::isSelectiveAcPolicy(StringRef policy) {
   int64_t blocks;
   return policy == "gemm" || policy == "op" ||
          (!policy.getAsInteger(10, blocks) && blocks >= 1);
 }
 
+/// Discardable attributes on operations: `kiln.mesh` is a #kiln.mesh on a
+/// module. The others (kiln.float8, kiln.training, kiln.selective_ac, the
+/// passes' marks) are checked by their readers.
 LogicalResult KilnDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   if (attr.getName().getValue() != kMeshAttrName)
