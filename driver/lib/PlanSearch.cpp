@@ -64,6 +64,8 @@ struct Candidate {
   int64_t dp = 1, tp = 1, pp = 1, microbatch = 1;
   std::string schedule; // pp > 1
   std::string ac = "none";
+  /// Under `selective`, its policy: Kiln's `gemm` or TorchTitan's `op`.
+  std::string policy;
   std::string fp8; // empty: bf16
   bool fp8AllGather = false;
 
@@ -77,6 +79,14 @@ struct Candidate {
   std::string scheduleText() const {
     return pp == 1 ? "-"
                    : schedule + " (mb " + std::to_string(microbatch) + ")";
+  }
+  std::string acText() const {
+    return ac == "selective" ? ac + " " + policy : ac;
+  }
+  /// Recomputing more only adds work: none < selective gemm < selective op
+  /// < full.
+  int acWeight() const {
+    return ac == "none" ? 0 : ac == "full" ? 3 : policy == "op" ? 2 : 1;
   }
   std::string fp8Text() const {
     return fp8.empty() ? "bf16" : fp8 + (fp8AllGather ? " + FP8 AG" : "");
@@ -142,6 +152,8 @@ std::vector<std::string> overridesOf(const Candidate &c,
     }
   }
   set("activation_checkpoint.mode", "\"" + c.ac + "\"");
+  if (c.ac == "selective")
+    set("activation_checkpoint.selective_ac_option", "\"" + c.policy + "\"");
   set("float8.enable", c.fp8.empty() ? "false" : "true");
   if (!c.fp8.empty()) {
     set("float8.recipe", "\"" + c.fp8 + "\"");
@@ -362,9 +374,11 @@ std::vector<Candidate> candidates(const PlanCommand &command,
         if (tp == 1)
           recipes.push_back({"rowwise", false});
         for (const auto &[fp8, ag] : recipes)
-          for (const char *ac : {"none", "selective", "full"})
+          for (auto [ac, policy] :
+               {std::pair{"none", ""}, std::pair{"selective", "gemm"},
+                std::pair{"selective", "op"}, std::pair{"full", ""}})
             out.push_back(Candidate{static_cast<int64_t>(out.size()), dp, tp,
-                                    pp, mb, schedule, ac, fp8, ag});
+                                    pp, mb, schedule, ac, policy, fp8, ag});
       }
     }
   }
@@ -393,14 +407,11 @@ std::string firstLine(const std::string &text);
 
 void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
                    double hbmGiB, bool largerMicrobatches) {
-  auto modeIndex = [](const std::string &ac) {
-    return ac == "none" ? 0 : ac == "selective" ? 1 : 2;
-  };
   std::vector<std::pair<int, int64_t>> fits; // (mode, microbatch)
   for (const Candidate &c : candidates) {
     ++tried;
     if (llvm::any_of(fits, [&](const auto &f) {
-          return f.first <= modeIndex(c.ac) &&
+          return f.first <= c.acWeight() &&
                  (f.second == c.microbatch ||
                   (!largerMicrobatches && f.second < c.microbatch));
         })) {
@@ -412,7 +423,7 @@ void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
     if (!e) {
       auto &[count, example] = invalid[firstLine(error)];
       if (!count++)
-        example = c.meshText() + ", " + c.scheduleText() + ", " + c.ac +
+        example = c.meshText() + ", " + c.scheduleText() + ", " + c.acText() +
                   ", " + c.fp8Text();
       continue;
     }
@@ -425,7 +436,7 @@ void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
         nearMisses.push_back(*e);
       continue;
     }
-    fits.push_back({modeIndex(c.ac), c.microbatch});
+    fits.push_back({c.acWeight(), c.microbatch});
     fit.push_back(*std::move(e));
   }
 }
@@ -573,13 +584,13 @@ int kiln::runPlan(const PlanCommand &command) {
                        .count();
   if (fit.empty()) {
     std::string why =
-        smallest ? "the smallest predicted peak is " +
-                       llvm::formatv("{0:F1}", smallest->p.peakGiB()).str() +
-                       " GiB per GPU (dp_shard x tp x pp " +
-                       smallest->c.meshText() + ", " + smallest->c.ac +
-                       " activation checkpointing, " + smallest->c.fp8Text() +
-                       ")"
-                 : "Kiln cannot compile any configuration of it";
+        smallest
+            ? "the smallest predicted peak is " +
+                  llvm::formatv("{0:F1}", smallest->p.peakGiB()).str() +
+                  " GiB per GPU (dp_shard x tp x pp " + smallest->c.meshText() +
+                  ", " + smallest->c.acText() + " activation checkpointing, " +
+                  smallest->c.fp8Text() + ")"
+            : "Kiln cannot compile any configuration of it";
     return commandError(
         "no configuration of " + base.config->sourceName + " on " +
         std::to_string(command.gpus) + " x " + hw->name + " fits in " +
@@ -598,6 +609,7 @@ int kiln::runPlan(const PlanCommand &command) {
                              {"schedule", e.c.schedule},
                              {"microbatch_size", e.c.microbatch},
                              {"activation_checkpoint", e.c.ac},
+                             {"selective_ac_option", e.c.policy},
                              {"float8", e.c.fp8},
                              {"fp8_all_gather", e.c.fp8AllGather},
                              {"step_time_s", e.p.step},
@@ -653,14 +665,14 @@ int kiln::runPlan(const PlanCommand &command) {
   for (const auto &[why, seen] : all.invalid)
     os << "  not compilable (" << seen.first << ", the first " << seen.second
        << "): " << why << "\n";
-  os << "  #  dp_shard x tp x pp  schedule                 AC         FP8     "
-        "            tokens/s/GPU   MFU  peak GiB  exposed s  bubble\n";
+  os << "  #  dp_shard x tp x pp  schedule                 AC              FP8"
+        "                 tokens/s/GPU   MFU  peak GiB  exposed s  bubble\n";
   for (size_t i = 0; i < fit.size(); ++i) {
     const Evaluated &e = fit[i];
-    os << llvm::format("%3zu  %-19s %-24s %-10s %-20s %12.1f %5.1f%% %9.1f "
+    os << llvm::format("%3zu  %-19s %-24s %-15s %-20s %12.1f %5.1f%% %9.1f "
                        "%10.3f %6.1f%%%s\n",
                        i + 1, e.c.meshText().c_str(),
-                       e.c.scheduleText().c_str(), e.c.ac.c_str(),
+                       e.c.scheduleText().c_str(), e.c.acText().c_str(),
                        e.c.fp8Text().c_str(), e.p.tokensPerGpu, 100 * e.p.mfu,
                        e.p.peakGiB(), e.p.exposed, 100 * e.p.bubble,
                        e.exact ? "" : "  (extrapolated)");
