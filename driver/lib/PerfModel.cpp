@@ -139,17 +139,21 @@ int64_t largestElements(const Plan &plan, const PlanStep &s) {
   return largest;
 }
 
-/// What eager PyTorch holds while step `s` runs beyond what the plan
-/// holds for it: the plan's bytes are those of its operands and results
-/// of the largest element count (the logits and their gradient).
+/// What eager PyTorch holds while step `s` (eager op `op`) runs beyond
+/// what the plan holds for it: the plan's bytes are those of its operands
+/// and results of the largest element count (the logits and their
+/// gradient). Steps the profile's `[eager_held]` does not list (every step
+/// of an unfused plan but the loss's gradient) are not walked.
 int64_t eagerLossHeld(const Plan &plan, const PlanStep &s,
-                      const Efficiency &eff) {
+                      const std::string &op, const Efficiency &eff) {
+  if (!eff.eagerHeldPerElement.count(op))
+    return 0;
   int64_t largest = largestElements(plan, s), bytes = 0;
   for (const std::vector<int64_t> *ids : {&s.operands, &s.results})
     for (int64_t id : *ids)
       if (plan.values[id].numElements() == largest)
         bytes += plan.values[id].bytes();
-  return eagerHeldExtraBytes(eagerOpOf(s), largest, bytes, eff);
+  return eagerHeldExtraBytes(op, largest, bytes, eff);
 }
 
 /// One step's device time, and its kind (StepEstimate::byKind);
@@ -323,13 +327,14 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
       continue;
     }
     std::string kind;
-    bool eager = how.eagerOps || (how.eagerLoss && isLossOp(eagerOpOf(s)));
+    std::string op = how.eagerOps || how.eagerLoss ? eagerOpOf(s) : "";
+    bool eager = how.eagerOps || (how.eagerLoss && isLossOp(op));
     double seconds = stepSeconds(plan, s, hw, eff, eager, kind);
     // Held while the step runs, not summed: one microbatch's loss at a
     // time.
     if (eager)
       e.eagerLossBytes =
-          std::max(e.eagerLossBytes, eagerLossHeld(plan, s, eff));
+          std::max(e.eagerLossBytes, eagerLossHeld(plan, s, op, eff));
     e.byKind[kind] += seconds;
     // The host launches each kernel; a kernel shorter than a launch leaves
     // the GPU waiting for the next.
