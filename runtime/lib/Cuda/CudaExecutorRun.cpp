@@ -184,7 +184,9 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
   // The kernels trust their indices: ids are checked here, as the CPU
   // backend's embedding and cross-entropy check them.
   for (const PlanValue &v : plan.values) {
-    if (v.kind != PlanValue::Input)
+    // The seed is the init entry's, which runs on the host (initialize):
+    // no kernel reads it.
+    if (v.kind != PlanValue::Input || v.name == "seed")
       continue;
     char *host = s->pinnedAt.at(v.id);
     if (v.name == "step") {

@@ -169,6 +169,8 @@ int Compare::training(int64_t steps) {
     return fail(e.message());
   if (Error e = make("cuda", true, gpu))
     return fail(e.message());
+  double worstLoss = 0, worstNorm = 0;
+  int64_t beyond = 0; // the first step beyond the bound
   for (int64_t step = 1; step <= steps; ++step) {
     Batch b = randomBatch(plan, static_cast<uint32_t>(100 + step));
     Expected<EntryOutputs> want =
@@ -188,10 +190,20 @@ int Compare::training(int64_t steps) {
                 path.c_str(), static_cast<long long>(step),
                 got->at("loss")[0], want->at("loss")[0],
                 got->at("grad_norm")[0], want->at("grad_norm")[0]);
-    if (l > 2e-2 * scale || g > 5e-2 * scale)
-      return fail("step " + std::to_string(step) +
-                  " differs from the CPU backend's beyond the bound");
+    worstLoss = std::max(worstLoss, l);
+    worstNorm = std::max(worstNorm, g);
+    if (beyond == 0 && (l > 2e-2 * scale || g > 5e-2 * scale))
+      beyond = step;
   }
+  // Every step runs, past the first beyond the bound too: the largest
+  // differences are the measurement the bounds are stated from.
+  std::printf("%s: %lld steps, largest relative difference: loss %.2e, "
+              "grad_norm %.2e\n",
+              path.c_str(), static_cast<long long>(steps), worstLoss,
+              worstNorm);
+  if (beyond)
+    return fail("step " + std::to_string(beyond) +
+                " differs from the CPU backend's beyond the bound");
   return 0;
 }
 
@@ -274,13 +286,12 @@ int Compare::numerics() {
 int Compare::run(int64_t steps) {
   if (plan.ranks != 1)
     return fail("a plan for one rank is needed");
-  if (int rc = gradients())
-    return rc;
-  if (int rc = training(steps))
-    return rc;
-  if (int rc = replay(steps))
-    return rc;
-  return numerics();
+  // Each part runs whether or not the one before passed: one GPU run
+  // reports all four.
+  int rc = gradients();
+  rc = training(steps) || rc;
+  rc = replay(steps) || rc;
+  return numerics() || rc;
 }
 
 } // namespace
@@ -306,6 +317,7 @@ int main(int argc, char **argv) {
   std::printf("skipped: this build has no CUDA backend\n");
   return 77;
 #else
+  bool failed = false; // every plan runs, past a failure too
   for (const std::string &path : plans) {
     Expected<Plan> plan = loadPlan(path);
     if (!plan) {
@@ -324,9 +336,8 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "%s: %s\n", path.c_str(), error.c_str());
       return 1;
     }
-    if (int rc = Compare(path, *plan, scale).run(steps))
-      return rc;
+    failed = Compare(path, *plan, scale).run(steps) || failed;
   }
-  return 0;
+  return failed ? 1 : 0;
 #endif
 }
