@@ -193,6 +193,9 @@ Expected<EntryOutputs> CudaExecutor::run(const std::string &name,
       std::memcpy(host, &step, sizeof step);
       continue;
     }
+    if (v.name != "tokens" && v.name != "targets")
+      return Error("the plan's input '" + v.name +
+                   "' is not one the CUDA backend binds");
     const std::vector<int32_t> &ids = v.name == "tokens" ? tokens : targets;
     if (static_cast<int64_t>(ids.size()) != v.numElements()) {
       return Error("'" + v.name + "' has " + std::to_string(ids.size()) +

@@ -6,14 +6,17 @@
 //
 // 1. Same plan, same weights (the `init` entry with one seed), same batch:
 //    the CUDA backend's loss and every parameter gradient of the plan's
-//    `loss_and_grads` entry against the CPU backend's. The loss must agree
-//    within 0.5% (relative) and each gradient within 3% in relative L2
-//    norm, ||g_cuda - g_cpu|| / ||g_cpu||: both backends round every result
-//    to bf16, but GEMMs, attention and reductions sum in other orders, so
-//    bits differ; FP8 plans get three times these bounds, as a rounding
-//    flip before a cast moves a whole FP8 code.
-// 2. N training steps (train_step) on both: every step's loss within 2%
-//    (relative) and the gradient norm within 5%.
+//    `loss_and_grads` entry against the CPU backend's, the loss relative,
+//    each gradient in relative L2 norm, ||g_cuda - g_cpu|| / ||g_cpu||:
+//    both backends round every result to bf16, but GEMMs, attention and
+//    reductions sum in other orders, so bits differ, and in FP8 plans a
+//    rounding flip before a cast moves a whole FP8 code.
+// 2. N training steps (train_step) on both: every step's loss and gradient
+//    norm, relative.
+// The bounds (Bounds below) are ten to fifteen times the largest
+// differences measured on an H100 over the tiny model's plans (5 steps)
+// and llama3-debug's (20 steps), docs/cuda.md "The first GPU run"; the
+// gradients get five times theirs (bf16) and 2.5 times (FP8).
 // 3. N steps of the CUDA backend with CUDA graphs (the default) against N
 //    steps launched op by op, from the same weights: losses, gradient norms
 //    and the final state bit for bit (replay must change nothing).
@@ -21,9 +24,8 @@
 //    backends refuse `loss_and_grads` naming the same op, result and
 //    element; the CUDA backend twice (eager, then in a captured graph).
 //
-// The bounds are stated, not yet measured: no GPU has run this.
-// --tolerance-scale multiplies them. With no usable GPU, or a build without
-// the CUDA backend, it prints why and exits 77 (skipped).
+// --tolerance-scale multiplies the bounds. With no usable GPU, or a build
+// without the CUDA backend, it prints why and exits 77 (skipped).
 //
 //===----------------------------------------------------------------------===//
 
@@ -85,10 +87,24 @@ double relative(double got, double want) {
   return std::fabs(got - want) / std::max(std::fabs(want), 1e-30);
 }
 
+/// Relative bounds of the CUDA backend against the CPU backend. Measured
+/// on an H100, largest over the plans: loss_and_grads' loss 1.3e-5; its
+/// worst gradient 5.6e-3 (bf16) and 6.1e-2 (FP8, llama3-debug delayed);
+/// a training step's loss 4.5e-5 and gradient norm 3.4e-5.
+struct Bounds {
+  double loss, gradient, stepLoss, stepNorm;
+};
+
+Bounds boundsOf(const Plan &plan, double scale) {
+  bool fp8 = usesFp8(plan);
+  return {2e-4 * scale, (fp8 ? 1.5e-1 : 3e-2) * scale, 5e-4 * scale,
+          5e-4 * scale};
+}
+
 class Compare {
 public:
   Compare(const std::string &path, const Plan &plan, double scale)
-      : path(path), plan(plan), scale(scale * (usesFp8(plan) ? 3 : 1)) {}
+      : path(path), plan(plan), bounds(boundsOf(plan, scale)) {}
 
   /// Exit code: 0, 1 on a mismatch or failure.
   int run(int64_t steps);
@@ -121,7 +137,7 @@ private:
 
   std::string path;
   const Plan &plan;
-  double scale;
+  Bounds bounds;
 };
 
 int Compare::gradients() {
@@ -155,9 +171,9 @@ int Compare::gradients() {
               "worst gradient %s relative L2 %.2e\n",
               path.c_str(), got->at("loss")[0], want->at("loss")[0],
               lossError, worstName.c_str(), worst);
-  if (lossError > 5e-3 * scale)
+  if (lossError > bounds.loss)
     return fail("the loss differs from the CPU backend's beyond the bound");
-  if (worst > 3e-2 * scale)
+  if (worst > bounds.gradient)
     return fail("gradient " + worstName +
                 " differs from the CPU backend's beyond the bound");
   return 0;
@@ -192,7 +208,7 @@ int Compare::training(int64_t steps) {
                 got->at("grad_norm")[0], want->at("grad_norm")[0]);
     worstLoss = std::max(worstLoss, l);
     worstNorm = std::max(worstNorm, g);
-    if (beyond == 0 && (l > 2e-2 * scale || g > 5e-2 * scale))
+    if (beyond == 0 && (l > bounds.stepLoss || g > bounds.stepNorm))
       beyond = step;
   }
   // Every step runs, past the first beyond the bound too: the largest

@@ -291,12 +291,21 @@ std::pair<float, float> precisionOf(DType t) {
   }
 }
 
-/// Whether `got` matches `want` as the launcher promises.
-/// Whether `got` matches `want`: bit for bit, or, where `transcendental`
-/// (the group uses exp, log or sigmoid and runs on a GPU, whose expf/logf
-/// are not libm's), within 2 units in the last place of `t` or below its
-/// smallest normal.
-bool matches(float got, float want, DType t, bool transcendental) {
+/// How far a kernel may be from the CPU interpreter, in units in the last
+/// place of the result's dtype: nothing, or, where the group uses exp, log
+/// or sigmoid and runs on a GPU (CUDA's expf and logf are not libm's, 2 and
+/// 1 ulp), 4 ulp of the element plus 4 ulp of the result's largest
+/// magnitude (a difference of two terms, as in silu's gradient, keeps the
+/// terms' error, not the result's). Measured on an H100 (docs/cuda.md,
+/// "The first GPU run"): up to 4.5 ulp of the element.
+constexpr double kTranscendentalUlps = 4;
+
+/// Whether `got` matches `want` (of a result whose largest magnitude is
+/// `largest`): bit for bit, or where `transcendental`, within
+/// kTranscendentalUlps of the element and of the largest magnitude, or
+/// below the dtype's smallest normal.
+bool matches(float got, float want, DType t, bool transcendental,
+             double largest) {
   if (std::isnan(want) && std::isnan(got))
     return true;
   if (std::memcmp(&want, &got, 4) == 0)
@@ -304,17 +313,22 @@ bool matches(float got, float want, DType t, bool transcendental) {
   if (!transcendental)
     return false;
   auto [ulp, smallest] = precisionOf(t);
-  float diff = std::fabs(got - want);
-  return diff <= 2 * ulp * std::fabs(want) || diff < smallest;
+  double diff = std::fabs(double(got) - want);
+  return diff <= kTranscendentalUlps * ulp * (std::fabs(want) + largest) ||
+         diff < smallest;
 }
+
+/// The largest differences seen, in ulp of the result's dtype: of the
+/// element itself, and of the result's largest magnitude.
+struct Worst {
+  double ofElement = 0, ofLargest = 0;
+};
 
 /// Runs `k` through `launcher` and the CPU interpreter on the same random
 /// inputs; empty when every output matches, else the first difference.
-/// `worstUlps` grows to the largest difference seen, in units in the last
-/// place of the result's dtype.
+/// `worst` grows to the largest differences seen.
 std::string checkKernel(const Plan &plan, const cuda::PlanGroupKernel &k,
-                        Launcher &launcher, std::mt19937 &rng,
-                        double &worstUlps) {
+                        Launcher &launcher, std::mt19937 &rng, Worst &worst) {
   const PlanStep &step = *k.step;
   const FusedGroup &g = *step.group;
   std::vector<std::vector<uint8_t>> in, outKernel, outCpu;
@@ -339,14 +353,21 @@ std::string checkKernel(const Plan &plan, const cuda::PlanGroupKernel &k,
   std::string first;
   for (size_t o = 0; o < outCpu.size(); ++o) {
     const PlanValue &v = plan.values[step.results[o]];
+    double largest = 0;
+    for (int64_t i = 0, n = v.numElements(); i < n; ++i)
+      if (float w = valueAt(v.dtype, outCpu[o], i); std::isfinite(w))
+        largest = std::max(largest, std::fabs(double(w)));
+    double ulp = precisionOf(v.dtype).first;
     for (int64_t i = 0, n = v.numElements(); i < n; ++i) {
       float want = valueAt(v.dtype, outCpu[o], i);
       float got = valueAt(v.dtype, outKernel[o], i);
-      if (std::isfinite(want) && std::isfinite(got) && want != 0)
-        worstUlps = std::max(worstUlps, std::fabs(double(got) - want) /
-                                            (precisionOf(v.dtype).first *
-                                             std::fabs(double(want))));
-      if (!first.empty() || matches(got, want, v.dtype, inexact))
+      if (std::isfinite(want) && std::isfinite(got) && got != want) {
+        double diff = std::fabs(double(got) - want);
+        worst.ofElement =
+            std::max(worst.ofElement, diff / (ulp * std::fabs(double(want))));
+        worst.ofLargest = std::max(worst.ofLargest, diff / (ulp * largest));
+      }
+      if (!first.empty() || matches(got, want, v.dtype, inexact, largest))
         continue;
       char text[160];
       std::snprintf(text, sizeof text,
@@ -403,7 +424,7 @@ int main(int argc, char **argv) {
   std::set<std::string> checked;
   std::mt19937 rng(7);
   int kernels = 0, tiled = 0, contracted = 0, failures = 0;
-  double worstUlps = 0;
+  Worst worst;
   for (const std::string &path : plans) {
     Expected<Plan> plan = loadPlan(path);
     int groups = 0;
@@ -419,8 +440,7 @@ int main(int argc, char **argv) {
       ++kernels;
       tiled += k.kernel.tiled;
       contracted += k.kernel.arithmetic == cuda::Arithmetic::Contracted;
-      if (std::string failure =
-              checkKernel(*plan, k, *launcher, rng, worstUlps);
+      if (std::string failure = checkKernel(*plan, k, *launcher, rng, worst);
           !failure.empty()) {
         std::fprintf(stderr, "%s, %s: %s\n", k.entry.c_str(),
                      k.step->loc.c_str(), failure.c_str());
@@ -430,7 +450,9 @@ int main(int argc, char **argv) {
   }
   // Relative to the CPU's result, in units in the last place of each
   // result's dtype: the number a tolerance is stated from.
-  std::printf("largest difference from the CPU backend: %.3g ulp\n", worstUlps);
+  std::printf("largest difference from the CPU backend: %.3g ulp of the "
+              "element, %.3g ulp of the result's largest magnitude\n",
+              worst.ofElement, worst.ofLargest);
   if (failures) {
     std::printf("%d of %d generated group kernels differ from the CPU backend "
                 "(KILN_PRINT_FAILED_KERNELS=1 prints their source)\n",
@@ -441,8 +463,9 @@ int main(int argc, char **argv) {
               "rows) on the %s match the CPU backend (%s)\n",
               kernels, tiled, kernels - tiled, deviceName.c_str(),
               launcher->exact() ? "bit for bit"
-                                : "bit for bit, or within 2 ulp where exp/log "
-                                  "are used");
+                                : "bit for bit, or within 4 ulp of the element "
+                                  "and 4 of the largest where exp/log are "
+                                  "used");
   // The compile policy (groupArithmetic): --fmad=false only where the bits
   // are asserted.
   std::printf("%d compiled exact (--fmad=false), %d with contracted "

@@ -724,7 +724,7 @@ int main(int argc, char **argv) {
       std::printf("%-20s %3d steps, largest difference %.3g ulp, %.3g of the "
                   "largest magnitude (%s)\n",
                   op.c_str(), s.steps, s.maxUlps, s.maxOfLargest,
-                  s.cudnn ? "tolerance stated per result, to be measured"
+                  s.cudnn ? "tolerance per result, cudnnToleranceOf"
                           : toleranceText(s.op, device->onGpu()).c_str());
   if (device->onGpu())
     std::printf("attention through cuDNN's fused SDPA: %d steps match the CPU "

@@ -38,8 +38,12 @@ Tolerance toleranceOf(plan::Op op, bool gpu) {
   case plan::Op::CrossEntropy:
   case plan::Op::GradNorm:
     return {gpu ? 4.0 : 2.0, 0};
+  // On a GPU, lse (a double sum of CUDA's expf terms, rounded to f32) can
+  // round to the neighbouring f32: at ln(vocab) in [8, 16) that moves
+  // exp(x - lse) by up to 16 ulp, x - lse rounds again (up to 8 more) and
+  // expf adds 2. Measured on an H100: 27 ulp (docs/cuda-op-kernels.md).
   case plan::Op::CrossEntropyGrad:
-    return {gpu ? 2.0 : 1.0, 0};
+    return {gpu ? 40.0 : 1.0, 0};
   // A double sum in another order, rounded to f32: at most the neighbour.
   case plan::Op::VocabParallelLoss:
     return {1, 0};
@@ -59,11 +63,12 @@ Tolerance toleranceOf(plan::Op op, bool gpu) {
   }
 }
 
-/// cuDNN's fused SDPA against the CPU backend, per result: stated, to be
-/// measured on the first GPU run. Its tensor cores take P rounded to bf16
-/// into P V (and dS into the backward's products), so out, dq, dk and dv
-/// get a share of the result's largest magnitude; lse (f32) comes from
-/// f32 sums of the same bf16 products.
+/// cuDNN's fused SDPA against the CPU backend, per result. Its tensor
+/// cores take P rounded to bf16 into P V (and dS into the backward's
+/// products), so out, dq, dk and dv get a share of the result's largest
+/// magnitude; lse (f32) comes from f32 sums of the same bf16 products.
+/// Measured on an H100 (cuDNN 9.14): 5.4e-3 of the largest magnitude in
+/// the forward, 7.0e-3 in the backward.
 Tolerance cudnnToleranceOf(plan::Op op, size_t result) {
   if (op == plan::Op::Attention)
     return result == 1 ? Tolerance{64, 1e-5} : Tolerance{2, 1e-2};
