@@ -2,6 +2,7 @@
 // definitions, and the property sharding relies on: element i depends on
 // (seed, name, i) alone.
 #include "kiln/Runtime/Init.h"
+#include "kiln/Runtime/Cpu/Common.h"
 #include "kiln/Runtime/StateLayout.h"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,25 @@ TEST(Init, ElementDependsOnSeedNameAndIndexOnly) {
   }
   EXPECT_LT(sameName, 3);
   EXPECT_LT(sameSeed, 3);
+}
+
+// initialize() splits a large range over the CPU threads: the same bits
+// for any thread count, each element computed from its own index (checked
+// against initialValue, one element at a time).
+TEST(Init, ThreadsGiveTheSameBits) {
+  InitSpec init{InitSpec::TruncNormal, 0.02, -0.04, 0.04};
+  const std::string name = "model.embed_tokens.weight";
+  std::vector<float> one(300001), three(300001);
+  cpu::setCpuThreads(1);
+  initialize(init, 5, name, 17, one.size(), one.data());
+  cpu::setCpuThreads(3);
+  initialize(init, 5, name, 17, three.size(), three.data());
+  cpu::setCpuThreads(1);
+  uint64_t key = nameKey(name);
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i], three[i]) << i;
+    ASSERT_EQ(one[i], initialValue(init, 5, key, 17 + i)) << i;
+  }
 }
 
 TEST(Init, OnesAndZeros) {
