@@ -413,9 +413,13 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   int64_t batch = tokensValue->shape[0],
           seq = wholeShape(plan, tokensValue->shape, tokensValue->tp)[1];
 
+  // Startup's parts, printed with the header (on a GPU, kernels and graphs
+  // are built in the first step, whose time is printed with it).
+  Clock::time_point started = Clock::now();
   Expected<Dataset> data = loadDataset(t.data, plan.vocabSize, seq);
   if (!data)
     return fail(data.error().message());
+  double dataSeconds = secondsSince(started);
   const std::vector<uint32_t> &tokens = data->tokens;
   const Split &split = data->split;
 
@@ -424,6 +428,7 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (!options.cpuGemm.empty())
     if (Error error = cpu::setCpuGemm(options.cpuGemm))
       return fail(error.message());
+  Clock::time_point creating = Clock::now();
   Expected<std::unique_ptr<Executor>> created = createExecutor(
       plan, options.backend, ExecutorOptions{options.cudaGraphs});
   if (!created)
@@ -445,9 +450,12 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
   if (!lead && !std::freopen("/dev/null", "w", stdout))
     return fail("cannot silence the output of rank " +
                 std::to_string(exec->rank()));
+  double backendSeconds = secondsSince(creating);
   uint64_t seed = static_cast<uint64_t>(t.seed);
+  Clock::time_point initializing = Clock::now();
   if (Error problem = exec->initialize(seed))
     return fail(problem.message());
+  double initSeconds = secondsSince(initializing);
 
   std::unique_ptr<Trace> trace;
   if (!options.tracePath.empty()) {
@@ -494,6 +502,8 @@ int runTraining(const Plan &plan, const TrainOptions &options) {
               options.title.c_str(), static_cast<long long>(t.steps),
               static_cast<long long>(batch), static_cast<long long>(seq),
               tokens.size(), exec->describe().c_str(), options.outDir.c_str());
+  std::printf("startup: data %.1f s, backend %.1f s, initial weights %.1f s\n",
+              dataSeconds, backendSeconds, initSeconds);
   if (options.modelFlopsPerToken > 0) {
     if (options.peakTflops > 0)
       std::printf("MFU against %s (%.1f TFLOP/s a device)",
