@@ -1,9 +1,10 @@
 //===- Parallel.h - Splitting independent work over threads ----*- C++ -*-===//
 //
-// Internal to the CPU kernels. parallelFor hands contiguous ranges of
-// independent items to at most cpuThreads() threads; since no item's
-// result depends on which thread computes it or when, the kernels give the
-// same bits for every thread count. Threads are started per call, so
+// Internal to the runtime: the CPU kernels and the parameter initializer
+// (Init.cpp). parallelFor hands contiguous ranges of independent items to
+// at most cpuThreads() threads; since no item's result depends on which
+// thread computes it or when, its callers give the same bits for every
+// thread count. Threads are started per call, so
 // callers pass a grain (items worth a thread) to keep small calls serial.
 //
 //===----------------------------------------------------------------------===//
