@@ -50,14 +50,15 @@ constexpr int64_t kMaxPipeline = 8;
 /// the arena's peak from 3 on (measured, docs/perf-model.md).
 constexpr int64_t kProbe = 3;
 /// How far above the whole compile's the extrapolated peak memory came out
-/// (12.3% at most over 8B's finalists, docs/perf-model.md), rounded up:
-/// --exact also compiles whole what it predicts within this of the memory.
+/// (12.3% at most over 8B's finalists with first-fit arenas; +2.7% since
+/// the largest-first placement, docs/perf-model.md), with room: --exact
+/// also compiles whole what it predicts within this of the memory.
 constexpr double kMemoryMargin = 0.15;
 /// How far below the whole compile's the extrapolated peak memory came out
-/// (4.0% under pipeline parallel, docs/perf-model.md), rounded up: an
+/// (7.2% under pipeline parallel, docs/perf-model.md), rounded up: an
 /// extrapolated configuration predicted within this of the memory may not
 /// fit, and is listed as such.
-constexpr double kMemoryLow = 0.05;
+constexpr double kMemoryLow = 0.08;
 
 struct Candidate {
   int64_t order = 0; // in the search, for ties

@@ -42,8 +42,8 @@ func.func @overlapping(%x: tensor<3xf32>) -> tensor<3xf32> {
 // reader, the return.
 // CHECK-LABEL: func.func @async(
 // CHECK-SAME: attributes {kiln.arena_bytes = 1280 : i64
-// CHECK-NEXT: %[[C:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>}
-// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[C]] over dp_shard {group = "g", kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 512>, ranks = 2 : i64}
+// CHECK-NEXT: %[[C:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 512>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[C]] over dp_shard {group = "g", kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 512>, ranks = 2 : i64}
 // CHECK-NEXT: %[[Y:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: %[[Z:.+]] = kiln.silu %[[Y]] {kiln.arena_offsets = array<i64: 1024>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: %[[W:.+]] = kiln.silu %[[Z]] {kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 256>}
@@ -101,20 +101,21 @@ func.func @categories(%p: tensor<16xf32>, %m: tensor<16xf32>, %v: tensor<16xf32>
 // A reshape of an arena value is a view: no buffer of its own (no offset),
 // and its operand's buffer lives until the view's last reader. %a is read
 // through %v after its own last direct reader, so nothing takes %a's bytes
-// before %d. A reshape of an argument is a copy with a buffer of its own
-// (%b's bytes, free after %c), and a view of a wait's result (%u, returned)
-// keeps the collective's buffer live to the end.
+// before %d. A reshape of an argument is a copy with a buffer of its own,
+// and a view of a wait's result (%u, returned)
+// keeps the collective's buffer live to the end. The gather's buffer, the
+// largest, is placed first, at 0; %b, live before it, shares its bytes.
 // CHECK-LABEL: func.func @views(
 // CHECK-SAME: attributes {kiln.arena_bytes = 1280 : i64
-// CHECK-NEXT: %[[A:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[A:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 512>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: %[[V:.+]] = kiln.reshape %[[A]] : tensor<64xf32> -> tensor<8x8xf32>
-// CHECK-NEXT: %[[B:.+]] = kiln.silu %[[A]] {kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 256>}
-// CHECK-NEXT: %[[C:.+]] = kiln.silu %[[B]] {kiln.arena_offsets = array<i64: 512>, kiln.arena_sizes = array<i64: 256>}
-// CHECK-NEXT: %[[R:.+]] = kiln.reshape %{{.+}} {kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 256>} : tensor<64xf32> -> tensor<8x8xf32>
-// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[C]] over dp_shard {group = "g", kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 512>, ranks = 2 : i64}
+// CHECK-NEXT: %[[B:.+]] = kiln.silu %[[A]] {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[C:.+]] = kiln.silu %[[B]] {kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[R:.+]] = kiln.reshape %{{.+}} {kiln.arena_offsets = array<i64: 1024>, kiln.arena_sizes = array<i64: 256>} : tensor<64xf32> -> tensor<8x8xf32>
+// CHECK-NEXT: %[[G:.+]] = kiln.all_gather_start %[[C]] over dp_shard {group = "g", kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 512>, ranks = 2 : i64}
 // CHECK-NEXT: %[[F:.+]] = kiln.wait %[[G]] : tensor<128xf32>
 // CHECK-NEXT: %[[U:.+]] = kiln.reshape %[[F]] : tensor<128xf32> -> tensor<16x8xf32>
-// CHECK-NEXT: %[[D:.+]] = kiln.silu %[[V]] {kiln.arena_offsets = array<i64: 512>, kiln.arena_sizes = array<i64: 256>}
+// CHECK-NEXT: %[[D:.+]] = kiln.silu %[[V]] {kiln.arena_offsets = array<i64: 768>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: return %[[D]], %[[R]], %[[U]]
 func.func @views(%x: tensor<64xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<16x8xf32>) {
   %a = kiln.silu %x : tensor<64xf32>

@@ -15,10 +15,23 @@ struct BufferRequest {
 };
 
 /// Offsets in one arena such that buffers live at the same time never
-/// overlap: first fit, in order of first use, each size rounded up to
-/// `alignment`. Returns the offsets; `peak` is the arena size needed.
+/// overlap, each size rounded up to `alignment`: the largest buffers placed
+/// first, each at the lowest offset free over its lifetime, unless a first
+/// fit in order of first use needs a smaller arena. Returns the offsets;
+/// `peak` is the arena size needed.
 std::vector<int64_t> planBuffers(const std::vector<BufferRequest> &requests,
                                  int64_t alignment, int64_t &peak);
+
+/// The two placements planBuffers chooses from (`sizes` already aligned):
+/// in order of first use, each at the lowest offset free then; and by size,
+/// largest first, each at the lowest offset free over its lifetime (steps
+/// from 0 to 2^31 - 1).
+std::vector<int64_t> firstFitBuffers(const std::vector<BufferRequest> &requests,
+                                     const std::vector<int64_t> &sizes,
+                                     int64_t &peak);
+std::vector<int64_t>
+largestFirstBuffers(const std::vector<BufferRequest> &requests,
+                    const std::vector<int64_t> &sizes, int64_t &peak);
 
 } // namespace kiln
 
