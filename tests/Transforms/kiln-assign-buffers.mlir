@@ -102,9 +102,9 @@ func.func @categories(%p: tensor<16xf32>, %m: tensor<16xf32>, %v: tensor<16xf32>
 // and its operand's buffer lives until the view's last reader. %a is read
 // through %v after its own last direct reader, so nothing takes %a's bytes
 // before %d. A reshape of an argument is a copy with a buffer of its own,
-// and a view of a wait's result (%u, returned)
-// keeps the collective's buffer live to the end. The gather's buffer, the
-// largest, is placed first, at 0; %b, live before it, shares its bytes.
+// and a view of a wait's result (%u, returned) keeps the collective's
+// buffer live to the end. The gather's buffer, the largest, is placed
+// first, at 0; %b, live before it, shares its bytes.
 // CHECK-LABEL: func.func @views(
 // CHECK-SAME: attributes {kiln.arena_bytes = 1280 : i64
 // CHECK-NEXT: %[[A:.+]] = kiln.silu %{{.+}} {kiln.arena_offsets = array<i64: 512>, kiln.arena_sizes = array<i64: 256>}
