@@ -113,16 +113,22 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
   auto bytes = [&](int64_t x, int64_t y) {
     return std::max(0.0, lerp(double(x), double(y), t));
   };
+  // Each is the most bytes live over some steps, and grows by what a layer
+  // adds to those steps: the step's fullest is at least each.
   double live = bytes(a.liveBytes, b.liveBytes);
   double atLoss = bytes(a.lossLiveBytes, b.lossLiveBytes);
+  double inBackward = bytes(a.backwardLiveBytes, b.backwardLiveBytes);
   if (a.lossLiveBytes > 0 && b.lossLiveBytes > 0)
     live = std::max(live, atLoss);
+  if (a.backwardLiveBytes > 0 && b.backwardLiveBytes > 0)
+    live = std::max(live, inBackward);
   double arena = b.liveBytes > 0
                      ? live * double(b.arenaBytes) / double(b.liveBytes)
                      : bytes(a.arenaBytes, b.arenaBytes);
   c.stateBytes = static_cast<int64_t>(bytes(a.stateBytes, b.stateBytes));
   c.liveBytes = static_cast<int64_t>(live);
   c.lossLiveBytes = static_cast<int64_t>(atLoss);
+  c.backwardLiveBytes = static_cast<int64_t>(inBackward);
   c.arenaBytes = static_cast<int64_t>(arena);
   c.reservedBytes = b.reservedBytes;
   c.peakBytes = c.stateBytes + c.arenaBytes + c.reservedBytes;
@@ -253,6 +259,7 @@ kiln::compilePosition(const std::string &model,
                   footprint->liveBytes, eff);
   out.memory = positionCost(e, stage.config->microbatches());
   out.memory.lossLiveBytes = footprint->lossLiveBytes;
+  out.memory.backwardLiveBytes = footprint->backwardLiveBytes;
   return out;
 }
 
@@ -289,6 +296,7 @@ std::optional<PositionCost> kiln::timePosition(CompiledPosition &compiled,
                                hw, eff, options);
   // The plan does not carry it; the compile's footprint does.
   cost.lossLiveBytes = compiled.memory.lossLiveBytes;
+  cost.backwardLiveBytes = compiled.memory.backwardLiveBytes;
   // Eager PyTorch's loss holds its f32 tensors on top of every byte live
   // at the loss's gradient (no arena: PyTorch's allocator places them).
   if (cost.eagerLossBytes > 0 && cost.lossLiveBytes > 0)

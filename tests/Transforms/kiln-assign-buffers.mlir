@@ -129,3 +129,34 @@ func.func @views(%x: tensor<64xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>, tenso
   %d = kiln.silu %v : tensor<8x8xf32>
   return %d, %r, %u : tensor<8x8xf32>, tensor<8x8xf32>, tensor<16x8xf32>
 }
+
+// -----
+
+// The loss's gradient starts the backward and the embedding's gradient
+// ends its layers (each buffer here is 128 bytes, %h 256 and the
+// embedding's gradient 512).
+// - kiln.live_at_loss: the bytes live at the loss's gradient: the logits,
+//   their gradient and %saved, 384.
+// - kiln.live_in_backward: the most bytes live from there to the step
+//   before the embedding's gradient: %g, %h and %saved at the first cast,
+//   512.
+// - kiln.live_at_peak: the fullest step is the embedding's gradient's
+//   (%k and its result, 640), which does not grow with the layers: a
+//   small compile's fullest step can be there while a deep one's is in
+//   the layers' backward.
+// CHECK-LABEL: func.func @backward(
+// CHECK-SAME: kiln.arena_bytes = 640 : i64
+// CHECK-SAME: kiln.live_at_loss = 384 : i64
+// CHECK-SAME: kiln.live_at_peak = {activations = 640 : i64, gradients = 0 : i64, parameter_copies = 0 : i64, peak_step = 7 : i64}
+// CHECK-SAME: kiln.live_in_backward = 512 : i64
+func.func @backward(%x: tensor<2x4x8xbf16>, %saved0: tensor<2x4x8xbf16>, %t: tensor<2x4xi32>) -> tensor<16x8xf32> {
+  %one = arith.constant dense<1.000000e+00> : tensor<f32>
+  %logits = kiln.silu %x : tensor<2x4x8xbf16>
+  %saved = kiln.silu %saved0 : tensor<2x4x8xbf16>
+  %g = kiln.cross_entropy_grad %one, %logits, %t : tensor<2x4x8xbf16>, tensor<2x4xi32>
+  %h = kiln.cast %g : tensor<2x4x8xbf16> -> tensor<2x4x8xf32>
+  %h2 = kiln.cast %h : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  %k = kiln.add %h2, %saved : tensor<2x4x8xbf16>
+  %e = kiln.embedding_grad %k, %t param("w") : tensor<2x4x8xbf16>, tensor<2x4xi32> -> tensor<16x8xf32>
+  return %e : tensor<16x8xf32>
+}

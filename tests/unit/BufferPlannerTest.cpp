@@ -4,7 +4,7 @@
 // fullest step), the same arena whatever the order of the requests, and the
 // bytes live at the fullest step where a first fit leaves a hole. planBuffers
 // takes the smaller of the two. Everywhere, no two buffers live at the same
-// step share bytes.
+// step share bytes. LiveBytes against a count of the buffers at each step.
 #include "kiln/Transforms/BufferPlanner.h"
 
 #include <gtest/gtest.h>
@@ -54,15 +54,6 @@ std::vector<int64_t> scanFirstFit(const std::vector<BufferRequest> &req,
                   i);
   }
   return offsets;
-}
-
-std::vector<int64_t> alignedSizes(const std::vector<BufferRequest> &req,
-                                  int64_t alignment) {
-  std::vector<int64_t> sizes;
-  for (const BufferRequest &r : req)
-    sizes.push_back((std::max<int64_t>(r.bytes, 1) + alignment - 1) /
-                    alignment * alignment);
-  return sizes;
 }
 
 /// The most bytes live at one step: no placement needs fewer.
@@ -244,6 +235,39 @@ TEST(BufferPlanner, LargestFirstDoesNotDependOnTheOrder) {
     std::sort(y.begin(), y.end());
     ASSERT_EQ(x, y) << "round " << round;
     expectDisjoint(req, a, 64);
+  }
+}
+
+TEST(BufferPlanner, LiveBytesCountsEveryStep) {
+  // Against a count of the buffers live at each step: the bytes at every
+  // step, the fullest step of the whole range and of random windows (the
+  // first step where the most are live).
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 100; ++round) {
+    std::vector<BufferRequest> req =
+        randomRequests(rng, static_cast<int>(rng() % 200), 1 + rng() % 100,
+                       (rng() % 5) / 4.0, rng() % 2 == 0);
+    std::vector<int64_t> sizes = alignedSizes(req, 64);
+    LiveBytes live(req, sizes);
+    int64_t steps = 0;
+    for (const BufferRequest &r : req)
+      steps = std::max(steps, r.last + 2);
+    std::vector<int64_t> count(steps, 0);
+    for (int64_t step = 0; step < steps; ++step) {
+      for (size_t i = 0; i < req.size(); ++i)
+        if (req[i].first <= step && step <= req[i].last)
+          count[step] += sizes[i];
+      ASSERT_EQ(live.at(step), count[step]) << "round " << round;
+    }
+    ASSERT_EQ(live.most().first, mostLive(req, sizes)) << "round " << round;
+    for (int window = 0; window < 10 && steps > 0; ++window) {
+      int64_t from = static_cast<int64_t>(rng() % steps);
+      int64_t to = from + 1 + static_cast<int64_t>(rng() % (steps - from));
+      auto fullest = std::max_element(count.begin() + from, count.begin() + to);
+      ASSERT_EQ(live.most(from, to),
+                std::make_pair(*fullest, int64_t(fullest - count.begin())))
+          << "round " << round << ", steps " << from << " to " << to;
+    }
   }
 }
 

@@ -69,12 +69,17 @@ void expectSameBytes(const std::vector<std::string> &overrides, int64_t gpus) {
     EXPECT_EQ(memory.peakBytes, timed->peakBytes);
     // The loss's gradient is on the last position only; what is live at
     // its step is at most what is live at the fullest one.
+    // The layers' backward starts at that step, so it holds at least as
+    // many bytes at its fullest.
     EXPECT_EQ(memory.lossLiveBytes, timed->lossLiveBytes);
+    EXPECT_EQ(memory.backwardLiveBytes, timed->backwardLiveBytes);
     if (p == mesh.pp - 1) {
       EXPECT_GT(memory.lossLiveBytes, 0);
-      EXPECT_LE(memory.lossLiveBytes, memory.liveBytes);
+      EXPECT_LE(memory.lossLiveBytes, memory.backwardLiveBytes);
+      EXPECT_LE(memory.backwardLiveBytes, memory.liveBytes);
     } else {
       EXPECT_EQ(memory.lossLiveBytes, 0);
+      EXPECT_EQ(memory.backwardLiveBytes, 0);
     }
   }
 }
@@ -98,6 +103,27 @@ TEST(PlanFootprint, ExtrapolatesTheLargerOfThePeakAndTheLoss) {
   // Without a loss (an earlier pp position), the fullest step alone.
   a.lossLiveBytes = b.lossLiveBytes = 0;
   EXPECT_EQ(extrapolate(a, b, 4, {}).liveBytes, 100);
+}
+
+TEST(PlanFootprint, ExtrapolatesTheLayersBackward) {
+  // The 405B probes of docs/perf-model.md in small: the fullest step is the
+  // embedding's gradient (100 at both layer counts), the loss's gradient
+  // holds 60 and 80, the layers' backward after it 70 and 95. 4 layers
+  // past the first probe, the layers' backward (70 + 4 x 25) is the peak.
+  PositionCost a, b;
+  a.liveBytes = b.liveBytes = 100;
+  a.lossLiveBytes = 60;
+  b.lossLiveBytes = 80;
+  a.backwardLiveBytes = 70;
+  b.backwardLiveBytes = 95;
+  a.arenaBytes = b.arenaBytes = 100;
+  PositionCost c = extrapolate(a, b, 4, {});
+  EXPECT_EQ(c.lossLiveBytes, 140);
+  EXPECT_EQ(c.backwardLiveBytes, 170);
+  EXPECT_EQ(c.liveBytes, 170);
+  EXPECT_EQ(c.arenaBytes, 170);
+  // One layer past, the embedding's gradient is still the fullest step.
+  EXPECT_EQ(extrapolate(a, b, 1, {}).liveBytes, 100);
 }
 
 TEST(PlanFootprint, FsdpWithCheckpointing) {

@@ -189,6 +189,7 @@ struct EntryPoint {
   std::optional<json::Object> liveAtPeak;
   int64_t arenaBytes = 0;
   int64_t liveAtLoss = 0; // kiln.live_at_loss, 0 without a loss gradient
+  int64_t liveInBackward = 0; // kiln.live_in_backward, likewise
 };
 
 /// The plan in two passes: addFunction gives every value its id and every
@@ -354,6 +355,8 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
   entry.arenaBytes = arena.getInt();
   if (auto atLoss = func->getAttrOfType<IntegerAttr>(kLiveAtLossAttr))
     entry.liveAtLoss = atLoss.getInt();
+  if (auto inBackward = func->getAttrOfType<IntegerAttr>(kLiveInBackwardAttr))
+    entry.liveInBackward = inBackward.getInt();
   arenaBytes = std::max(arenaBytes, entry.arenaBytes);
 
   for (Operation &op : body.without_terminator()) {
@@ -637,6 +640,7 @@ std::optional<PlanFootprint> PlanBuilder::footprint(StringRef name) const {
         if (key != "peak_step")
           out.liveBytes += *bytes.getAsInteger();
     out.lossLiveBytes = entry->liveAtLoss;
+    out.backwardLiveBytes = entry->liveInBackward;
     return out;
   }
   return std::nullopt;

@@ -4,14 +4,16 @@
 // a constant, not a wait's result, which is its start's buffer, not a view,
 // which is its operand's, not a state AdamW or amax_history_update writes
 // in place) lives from its op to its last reader, or its views' last
-// reader, in one arena per function; BufferPlanner places the buffers,
-// first fit. A collective's operands stay live until its wait, and its
-// result until the wait result's last reader: the runtime may still be
-// reading or writing them while later steps run.
+// reader, in one arena per function; BufferPlanner places the buffers. A
+// collective's operands stay live until its wait, and its result until the wait
+// result's last reader: the runtime may still be reading or writing them while
+// later steps run.
 //
 // The pass also sums, at the step where the most bytes are live, what those
 // bytes are (parameter copies, gradients, activations): `kiln explain
-// --memory` and the plan's `live_at_peak` report it.
+// --memory` and the plan's `live_at_peak` report it. With a loss gradient,
+// it records the bytes live there and the most bytes live in the layers'
+// backward after it, which `kiln plan` extrapolates with the layers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,7 +27,6 @@
 #include "llvm/Support/Debug.h"
 
 #include <functional>
-#include <numeric>
 
 #define DEBUG_TYPE "kiln-assign-buffers"
 
@@ -45,11 +46,6 @@ constexpr int64_t kAlignment = 64;
 int64_t byteSize(Type type) {
   auto t = cast<RankedTensorType>(type);
   return t.getNumElements() * (t.getElementTypeBitWidth() / 8);
-}
-
-int64_t aligned(int64_t bytes) {
-  return (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment *
-         kAlignment;
 }
 
 /// A flatten of gradients: the buffer a reduce-scatter sends (other
@@ -171,22 +167,14 @@ void AssignBuffersPass::runOnOperation() {
   }
   func->setAttr(kArenaBytesAttr, b.getI64IntegerAttr(peak));
 
-  // The step where the most bytes are live, and what they are: each buffer
-  // adds its bytes where it starts and takes them back after its last step.
-  std::vector<int64_t> live(n + 2, 0);
-  for (const BufferRequest &r : requests) {
-    if (r.first > std::min(r.last, n))
-      continue;
-    live[r.first] += aligned(r.bytes);
-    live[std::min(r.last, n) + 1] -= aligned(r.bytes);
-  }
-  std::partial_sum(live.begin(), live.end(), live.begin());
-  live.pop_back();
-  int64_t peakStep = std::max_element(live.begin(), live.end()) - live.begin();
+  // The step where the most bytes are live, and what they are.
+  std::vector<int64_t> sizes = alignedSizes(requests, kAlignment);
+  LiveBytes live(requests, sizes);
+  auto [peakLive, peakStep] = live.most(0, n);
   int64_t atPeak[3] = {0, 0, 0};
-  for (auto [r, category] : llvm::zip(requests, categories))
+  for (auto [r, size, category] : llvm::zip(requests, sizes, categories))
     if (r.first <= peakStep && peakStep <= r.last)
-      atPeak[category] += aligned(r.bytes);
+      atPeak[category] += size;
   func->setAttr(
       kLiveAtPeakAttr,
       b.getDictionaryAttr({
@@ -199,17 +187,29 @@ void AssignBuffersPass::runOnOperation() {
       }));
 
   // Where the loss's gradient starts the backward, every activation the
-  // forward saved is live: with more layers that can outgrow a peak the
-  // loss's own temporaries make.
-  for (Operation &op : func.getBody().front())
-    if (isa<CrossEntropyGradOp, VocabParallelStatsGradOp>(op)) {
-      func->setAttr(kLiveAtLossAttr,
-                    b.getI64IntegerAttr(live[index.lookup(&op)]));
+  // forward saved is live; in the layers' backward after it, all but those
+  // of the layers already done. Both grow with the layers, where a small
+  // compile's fullest step can be the loss's temporaries or the embedding's
+  // gradient, which do not.
+  int64_t lossStep = -1, embeddingStep = n;
+  for (Operation &op : body) {
+    if (lossStep < 0 && isa<CrossEntropyGradOp, VocabParallelStatsGradOp>(op))
+      lossStep = index.lookup(&op);
+    if (lossStep >= 0 && isa<EmbeddingGradOp>(op)) {
+      embeddingStep = index.lookup(&op);
       break;
     }
+  }
+  if (lossStep >= 0) {
+    func->setAttr(kLiveAtLossAttr, b.getI64IntegerAttr(live.at(lossStep)));
+    func->setAttr(
+        kLiveInBackwardAttr,
+        b.getI64IntegerAttr(
+            live.most(lossStep, std::max(embeddingStep, lossStep + 1)).first));
+  }
 
   LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": @" << func.getSymName() << ": "
                           << requests.size() << " buffers, arena " << peak
                           << " bytes, peak at step " << peakStep << " ("
-                          << live[peakStep] << " bytes live)\n");
+                          << peakLive << " bytes live)\n");
 }

@@ -29,7 +29,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <queue>
 #include <tuple>
@@ -260,18 +259,59 @@ private:
   std::vector<Run> runs;
 };
 
-/// Each size rounded up to `alignment` (at least one byte).
-std::vector<int64_t> alignedSizes(const std::vector<BufferRequest> &req,
-                                  int64_t alignment) {
+} // namespace
+
+int64_t kiln::alignedBytes(int64_t bytes, int64_t alignment) {
+  return (std::max<int64_t>(bytes, 1) + alignment - 1) / alignment * alignment;
+}
+
+std::vector<int64_t> kiln::alignedSizes(const std::vector<BufferRequest> &req,
+                                        int64_t alignment) {
   std::vector<int64_t> sizes;
   sizes.reserve(req.size());
   for (const BufferRequest &r : req)
-    sizes.push_back((std::max<int64_t>(r.bytes, 1) + alignment - 1) /
-                    alignment * alignment);
+    sizes.push_back(alignedBytes(r.bytes, alignment));
   return sizes;
 }
 
-} // namespace
+LiveBytes::LiveBytes(const std::vector<BufferRequest> &req,
+                     const std::vector<int64_t> &sizes) {
+  // Each buffer adds its bytes at its first step and takes them back after
+  // its last; the changes summed in order of step are the runs.
+  std::vector<std::pair<int64_t, int64_t>> changes;
+  changes.reserve(2 * req.size());
+  for (size_t i = 0; i < req.size(); ++i) {
+    changes.push_back({req[i].first, sizes[i]});
+    if (req[i].last < std::numeric_limits<int64_t>::max())
+      changes.push_back({req[i].last + 1, -sizes[i]});
+  }
+  std::sort(changes.begin(), changes.end());
+  int64_t live = 0;
+  for (auto [step, bytes] : changes) {
+    live += bytes;
+    if (!runs.empty() && runs.back().first == step)
+      runs.back().second = live;
+    else
+      runs.push_back({step, live});
+  }
+}
+
+int64_t LiveBytes::at(int64_t step) const {
+  auto after =
+      std::upper_bound(runs.begin(), runs.end(), step,
+                       [](int64_t s, const std::pair<int64_t, int64_t> &run) {
+                         return s < run.first;
+                       });
+  return after == runs.begin() ? 0 : std::prev(after)->second;
+}
+
+std::pair<int64_t, int64_t> LiveBytes::most(int64_t from, int64_t to) const {
+  std::pair<int64_t, int64_t> best = {at(from), from};
+  for (const auto &[step, bytes] : runs)
+    if (step > from && step < to && bytes > best.first)
+      best = {bytes, step};
+  return from < to ? best : std::pair<int64_t, int64_t>{0, from};
+}
 
 std::vector<int64_t>
 kiln::firstFitBuffers(const std::vector<BufferRequest> &req,
@@ -333,15 +373,7 @@ std::vector<int64_t> kiln::planBuffers(const std::vector<BufferRequest> &req,
     return firstFitBuffers(req, sizes, peak);
   std::vector<int64_t> largest = largestFirstBuffers(req, sizes, peak);
   // No placement needs fewer bytes than are live at the fullest step.
-  std::map<int64_t, int64_t> change;
-  for (size_t i = 0; i < req.size(); ++i) {
-    change[req[i].first] += sizes[i];
-    change[req[i].last + 1] -= sizes[i];
-  }
-  int64_t live = 0, mostLive = 0;
-  for (auto [step, bytes] : change)
-    mostLive = std::max(mostLive, live += bytes);
-  if (peak == mostLive)
+  if (peak == LiveBytes(req, sizes).most().first)
     return largest;
   int64_t fitPeak = 0;
   std::vector<int64_t> fit = firstFitBuffers(req, sizes, fitPeak);

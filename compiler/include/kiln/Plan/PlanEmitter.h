@@ -39,6 +39,12 @@ struct PlanFootprint {
   /// live, so it grows with the layers even where the fullest step of a
   /// small compile is the loss's own temporaries.
   int64_t lossLiveBytes = 0;
+  /// The most bytes live in the layers' backward, from the loss's gradient
+  /// to the embedding's (kiln.live_in_backward; 0 without a loss
+  /// gradient): its fullest step holds every saved activation but one
+  /// layer's, so it grows with the layers where the fullest step of a
+  /// small compile (the embedding's gradient) does not.
+  int64_t backwardLiveBytes = 0;
 };
 
 /// The footprint of the plan emitPlan would write for `module`, at entry

@@ -4,6 +4,8 @@
 #define KILN_TRANSFORMS_BUFFERPLANNER_H
 
 #include <cstdint>
+#include <limits>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -12,6 +14,35 @@ namespace kiln {
 struct BufferRequest {
   int64_t bytes;
   int64_t first, last;
+};
+
+/// `bytes` rounded up to a multiple of `alignment`, and at least one byte:
+/// what a buffer takes in the arena.
+int64_t alignedBytes(int64_t bytes, int64_t alignment);
+
+/// alignedBytes of each request.
+std::vector<int64_t> alignedSizes(const std::vector<BufferRequest> &requests,
+                                  int64_t alignment);
+
+/// The bytes live at each step, every buffer taking its `sizes` entry from
+/// its first step to its last: no placement needs fewer than the most.
+class LiveBytes {
+public:
+  LiveBytes(const std::vector<BufferRequest> &requests,
+            const std::vector<int64_t> &sizes);
+
+  /// The bytes live at `step`.
+  int64_t at(int64_t step) const;
+
+  /// The most bytes live at one step of [from, to), and the first step
+  /// where they are ({0, from} where no step of the range has any).
+  std::pair<int64_t, int64_t>
+  most(int64_t from = std::numeric_limits<int64_t>::min(),
+       int64_t to = std::numeric_limits<int64_t>::max()) const;
+
+private:
+  /// (step, bytes live from it until the next run's step), by step.
+  std::vector<std::pair<int64_t, int64_t>> runs;
 };
 
 /// Offsets in one arena such that buffers live at the same time never

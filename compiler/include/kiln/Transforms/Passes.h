@@ -44,6 +44,12 @@ inline constexpr llvm::StringLiteral kLiveAtPeakAttr = "kiln.live_at_peak";
 /// every activation the forward saved still is (not in the plan; `kiln
 /// plan` extrapolates it with the layers, see PlanFootprint).
 inline constexpr llvm::StringLiteral kLiveAtLossAttr = "kiln.live_at_loss";
+/// On a function with a loss gradient: the most bytes live at one step from
+/// the loss gradient's to the step before the embedding's gradient (or the
+/// function's end): the layers' backward, whose fullest step holds every
+/// saved activation but one layer's (not in the plan; see PlanFootprint).
+inline constexpr llvm::StringLiteral kLiveInBackwardAttr =
+    "kiln.live_in_backward";
 
 } // namespace kiln
 

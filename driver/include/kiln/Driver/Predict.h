@@ -48,6 +48,8 @@ struct PositionCost {
   /// The bytes live where the loss's gradient starts (PlanFootprint's; 0
   /// without one).
   int64_t lossLiveBytes = 0;
+  /// The most bytes live in the layers' backward (PlanFootprint's).
+  int64_t backwardLiveBytes = 0;
   /// What eager PyTorch's loss holds there beyond the plan
   /// (StepEstimate::eagerLossBytes).
   int64_t eagerLossBytes = 0;
