@@ -2,8 +2,10 @@
 // offsets and peak for random lifetimes. Its largest-first placement: the
 // fewest bytes where every buffer has one size (the bytes live at the
 // fullest step), the same arena whatever the order of the requests, and the
-// bytes live at the fullest step where a first fit leaves a hole. planBuffers
-// takes the smaller of the two. Everywhere, no two buffers live at the same
+// bytes live at the fullest step where a first fit leaves a hole. Its
+// long-lived-first placement: the bytes live at the fullest step where a
+// long buffer spans a larger temporary. planBuffers takes the smallest of
+// the three. Everywhere, no two buffers live at the same
 // step share bytes. LiveBytes against a count of the buffers at each step.
 #include "kiln/Transforms/BufferPlanner.h"
 
@@ -190,6 +192,29 @@ TEST(BufferPlanner, TakesFirstFitWhereItIsSmaller) {
   EXPECT_EQ(chosen, 384);
 }
 
+TEST(BufferPlanner, LongLivedFirstWhereALongBufferSpansATemporary) {
+  // 3 lives from step 0 to 6 (a saved activation), 0 is a larger temporary
+  // at step 4. Largest first puts 0 and 2 at offset 0, 1 above 2, and 3
+  // must then pass both 0 and 1. Long-lived first (1, 2 and 3 live over
+  // more than an eighth of the 14 steps) puts 2 and 3 at 0, 1 above 2, and
+  // 0 above 3: the arena is the most bytes live at one step (0 and 3, or 1
+  // and 2).
+  std::vector<BufferRequest> req = {
+      {192, 4, 4}, {64, 6, 7}, {192, 7, 13}, {64, 0, 6}};
+  std::vector<int64_t> sizes = alignedSizes(req, 64);
+  int64_t largestPeak = 0, fitPeak = 0, peak = 0, chosen = 0;
+  largestFirstBuffers(req, sizes, largestPeak);
+  firstFitBuffers(req, sizes, fitPeak);
+  EXPECT_EQ(largestPeak, 320);
+  EXPECT_EQ(fitPeak, 320);
+  std::vector<int64_t> offsets = longLivedFirstBuffers(req, sizes, peak);
+  EXPECT_EQ(offsets, (std::vector<int64_t>{64, 192, 0, 0}));
+  EXPECT_EQ(peak, 256);
+  EXPECT_EQ(peak, mostLive(req, sizes));
+  EXPECT_EQ(planBuffers(req, 64, chosen), offsets);
+  EXPECT_EQ(chosen, 256);
+}
+
 TEST(BufferPlanner, LargestFirstIsOptimalForOneSize) {
   // With one size, placing in order of first use at the lowest free slot
   // colours an interval graph with as many colours as its largest clique.
@@ -271,16 +296,21 @@ TEST(BufferPlanner, LiveBytesCountsEveryStep) {
   }
 }
 
-TEST(BufferPlanner, NeverAboveFirstFit) {
+TEST(BufferPlanner, NeverAboveAnyPlacement) {
   std::mt19937_64 rng(17);
   for (int round = 0; round < 200; ++round) {
     std::vector<BufferRequest> req =
         randomRequests(rng, 1 + static_cast<int>(rng() % 400), 1 + rng() % 300,
                        (rng() % 5) / 4.0, rng() % 2 == 0);
-    int64_t peak = 0, fitPeak = 0;
+    std::vector<int64_t> sizes = alignedSizes(req, 64);
+    int64_t peak = 0, fitPeak = 0, largestPeak = 0, longPeak = 0;
     std::vector<int64_t> offsets = planBuffers(req, 64, peak);
-    firstFitBuffers(req, alignedSizes(req, 64), fitPeak);
+    firstFitBuffers(req, sizes, fitPeak);
+    largestFirstBuffers(req, sizes, largestPeak);
+    expectDisjoint(req, longLivedFirstBuffers(req, sizes, longPeak), 64);
     ASSERT_LE(peak, fitPeak) << "round " << round;
+    ASSERT_LE(peak, largestPeak) << "round " << round;
+    ASSERT_LE(peak, longPeak) << "round " << round;
     ASSERT_GE(peak, mostLive(req, alignedSizes(req, 64))) << "round " << round;
     expectDisjoint(req, offsets, 64);
   }

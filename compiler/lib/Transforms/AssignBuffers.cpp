@@ -4,10 +4,10 @@
 // a constant, not a wait's result, which is its start's buffer, not a view,
 // which is its operand's, not a state AdamW or amax_history_update writes
 // in place) lives from its op to its last reader, or its views' last
-// reader, in one arena per function; BufferPlanner places the buffers. A
-// collective's operands stay live until its wait, and its result until the wait
-// result's last reader: the runtime may still be reading or writing them while
-// later steps run.
+// reader, in one arena per function; BufferPlanner places the buffers.
+// A collective's operands stay live until its wait, and its result until
+// the wait result's last reader: the runtime may still be reading or
+// writing them while later steps run.
 //
 // The pass also sums, at the step where the most bytes are live, what those
 // bytes are (parameter copies, gradients, activations): `kiln explain

@@ -1,21 +1,31 @@
 //===- BufferPlanner.cpp - Liveness-based offsets in one arena ------------===//
 //
-// Two placements, and the smaller arena of the two (largest first on a tie):
+// Three placements, and the smallest arena of the three (the first on a
+// tie):
 //
 // - Largest first: the buffers by size, largest first (then by first use),
 //   each at the lowest offset free over its whole lifetime. What one buffer
 //   gets does not depend on where in the step the smaller ones fall, so a
 //   step's arena stays close to the bytes live at its fullest step however
-//   its ops are ordered (docs/perf-model.md measures both placements). The
+//   its ops are ordered (docs/perf-model.md measures the placements). The
 //   placed buffers are kept by offset and scanned for those live at the
 //   same time (Placed): quadratic, 0.06 s for the 14,600 buffers of one
 //   405B probe of `kiln plan` on a 2-core machine.
+// - Long-lived first: the same, with the buffers live over more than an
+//   eighth of the steps before the others. Under pipeline parallel a
+//   stage's saved activations live across its microbatches' temporaries,
+//   some of them larger; placed after those, each goes above the highest
+//   of them over its lifetime (an 8B pp 2 stage: largest first 1.242 times
+//   the bytes live at the fullest step, long-lived first 1.076).
 // - First fit in order of first use, which can leave holes where a saved
 //   activation outlives the temporaries around it. On the transformer steps
-//   measured it was never the smaller; on random lifetimes it sometimes is,
-//   and taking it then keeps every arena at most what the first fit alone
-//   gave. Where largest first needs no more than the bytes live at the
-//   fullest step, as in most steps, the first fit is not run.
+//   measured it was never the smallest; on random lifetimes it sometimes
+//   is, and taking it then keeps every arena at most what the first fit
+//   alone gave.
+//
+// Where largest first needs no more than the bytes live at the fullest
+// step, as in most steps without pipeline parallel, the others are not
+// run.
 //
 // The first fit keeps the free gaps between live buffers in a treap ordered
 // by offset, each node knowing the longest gap in its subtree, so the lowest
@@ -340,15 +350,13 @@ kiln::firstFitBuffers(const std::vector<BufferRequest> &req,
   return offsets;
 }
 
-std::vector<int64_t>
-kiln::largestFirstBuffers(const std::vector<BufferRequest> &req,
-                          const std::vector<int64_t> &sizes, int64_t &peak) {
-  std::vector<size_t> order(req.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::tie(sizes[b], req[a].first, req[a].last, req[a].bytes) <
-           std::tie(sizes[a], req[b].first, req[b].last, req[b].bytes);
-  });
+namespace {
+/// The buffers placed in `order`, each at the lowest offset free over its
+/// whole lifetime.
+std::vector<int64_t> placeInOrder(const std::vector<BufferRequest> &req,
+                                  const std::vector<int64_t> &sizes,
+                                  const std::vector<size_t> &order,
+                                  int64_t &peak) {
   std::vector<int64_t> offsets(req.size(), 0);
   Placed placed;
   peak = 0;
@@ -362,6 +370,46 @@ kiln::largestFirstBuffers(const std::vector<BufferRequest> &req,
   return offsets;
 }
 
+/// The requests sorted by `key`, lower first, then by size (largest first),
+/// first use, last use and bytes: the order does not depend on the
+/// requests' own.
+template <typename Key>
+std::vector<size_t> orderBy(const std::vector<BufferRequest> &req,
+                            const std::vector<int64_t> &sizes, Key key) {
+  std::vector<size_t> order(req.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::make_tuple(key(a), sizes[b], req[a].first, req[a].last,
+                           req[a].bytes) <
+           std::make_tuple(key(b), sizes[a], req[b].first, req[b].last,
+                           req[b].bytes);
+  });
+  return order;
+}
+} // namespace
+
+std::vector<int64_t>
+kiln::largestFirstBuffers(const std::vector<BufferRequest> &req,
+                          const std::vector<int64_t> &sizes, int64_t &peak) {
+  return placeInOrder(req, sizes, orderBy(req, sizes, [](size_t) { return 0; }),
+                      peak);
+}
+
+std::vector<int64_t>
+kiln::longLivedFirstBuffers(const std::vector<BufferRequest> &req,
+                            const std::vector<int64_t> &sizes, int64_t &peak) {
+  int64_t begin = std::numeric_limits<int64_t>::max(), end = 0;
+  for (const BufferRequest &r : req) {
+    begin = std::min(begin, r.first);
+    end = std::max(end, r.last + 1);
+  }
+  // Live over more than an eighth of the steps: long-lived.
+  auto shortLived = [&](size_t i) {
+    return 8 * (req[i].last - req[i].first + 1) <= end - begin;
+  };
+  return placeInOrder(req, sizes, orderBy(req, sizes, shortLived), peak);
+}
+
 std::vector<int64_t> kiln::planBuffers(const std::vector<BufferRequest> &req,
                                        int64_t alignment, int64_t &peak) {
   std::vector<int64_t> sizes = alignedSizes(req, alignment);
@@ -371,14 +419,17 @@ std::vector<int64_t> kiln::planBuffers(const std::vector<BufferRequest> &req,
         return r.first < 0 || r.last > std::numeric_limits<int32_t>::max();
       }))
     return firstFitBuffers(req, sizes, peak);
-  std::vector<int64_t> largest = largestFirstBuffers(req, sizes, peak);
+  std::vector<int64_t> best = largestFirstBuffers(req, sizes, peak);
   // No placement needs fewer bytes than are live at the fullest step.
   if (peak == LiveBytes(req, sizes).most().first)
-    return largest;
-  int64_t fitPeak = 0;
-  std::vector<int64_t> fit = firstFitBuffers(req, sizes, fitPeak);
-  if (fitPeak >= peak)
-    return largest;
-  peak = fitPeak;
-  return fit;
+    return best;
+  for (auto place : {longLivedFirstBuffers, firstFitBuffers}) {
+    int64_t other = 0;
+    std::vector<int64_t> offsets = place(req, sizes, other);
+    if (other < peak) {
+      peak = other;
+      best = std::move(offsets);
+    }
+  }
+  return best;
 }

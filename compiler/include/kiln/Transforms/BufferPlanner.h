@@ -46,23 +46,33 @@ private:
 };
 
 /// Offsets in one arena such that buffers live at the same time never
-/// overlap, each size rounded up to `alignment`: the largest buffers placed
-/// first, each at the lowest offset free over its lifetime, unless a first
-/// fit in order of first use needs a smaller arena. Returns the offsets;
-/// `peak` is the arena size needed.
+/// overlap, each size rounded up to `alignment`: the smallest arena of the
+/// three placements below (the first of them on a tie); the other two are
+/// not run where the first needs no more than the bytes live at the fullest
+/// step. Returns the offsets; `peak` is the arena size needed.
 std::vector<int64_t> planBuffers(const std::vector<BufferRequest> &requests,
                                  int64_t alignment, int64_t &peak);
 
-/// The two placements planBuffers chooses from (`sizes` already aligned):
-/// in order of first use, each at the lowest offset free then; and by size,
-/// largest first, each at the lowest offset free over its lifetime (steps
-/// from 0 to 2^31 - 1).
-std::vector<int64_t> firstFitBuffers(const std::vector<BufferRequest> &requests,
-                                     const std::vector<int64_t> &sizes,
-                                     int64_t &peak);
+/// The placements planBuffers chooses from (`sizes` already aligned). The
+/// first two place each buffer at the lowest offset free over its whole
+/// lifetime (steps from 0 to 2^31 - 1):
+/// - largest first: by size;
+/// - long-lived first: those live over more than an eighth of the steps,
+///   by size, then the others by size. A long-lived buffer must avoid
+///   every buffer of its lifetime: placed after the short-lived ones it
+///   goes above the highest of them, and its bytes below stay unused
+///   outside their steps (a pipeline stage's saved activations among its
+///   microbatches' temporaries);
+/// - first fit: in order of first use, each at the lowest offset free then.
 std::vector<int64_t>
 largestFirstBuffers(const std::vector<BufferRequest> &requests,
                     const std::vector<int64_t> &sizes, int64_t &peak);
+std::vector<int64_t>
+longLivedFirstBuffers(const std::vector<BufferRequest> &requests,
+                      const std::vector<int64_t> &sizes, int64_t &peak);
+std::vector<int64_t> firstFitBuffers(const std::vector<BufferRequest> &requests,
+                                     const std::vector<int64_t> &sizes,
+                                     int64_t &peak);
 
 } // namespace kiln
 
