@@ -691,11 +691,12 @@ def KilnAssignBuffers : Pass<"kiln-assign-buffers", "mlir::func::FuncOp"> {
     Each result of a kiln op that is a buffer of its own lives from its op
     to its last reader; a collective's operands and result stay live until
     its `kiln.wait` (and the result until the wait result's last reader).
-    Buffers are placed by BufferPlanner (largest first, or a first fit
-    where that needs less), each size rounded up to 64 bytes, so two
-    buffers share bytes only when their live ranges are disjoint. A wait's
-    result is its start's buffer; AdamW's and amax_history_update's results
-    are the states they update in place: none of these gets an offset.
+    Buffers are placed by BufferPlanner (largest first, long-lived first
+    or a first fit, whichever needs the least), each size rounded up to 64
+    bytes, so two buffers share bytes only when their live ranges are
+    disjoint. A wait's result is its start's buffer; AdamW's and
+    amax_history_update's results are the states they update in place:
+    none of these gets an offset.
 
     Each op gets `kiln.arena_offsets` and `kiln.arena_sizes` (bytes, one
     entry per result); the function gets `kiln.arena_bytes` (the arena's
@@ -705,8 +706,8 @@ def KilnAssignBuffers : Pass<"kiln-assign-buffers", "mlir::func::FuncOp"> {
     loss gradient also gets `kiln.live_at_loss` (the bytes live at its
     step) and `kiln.live_in_backward` (the most bytes live from there to
     the step before the embedding's gradient): `kiln plan` extrapolates
-    both with the layers, and they are not written to the plan. Runs last in the
-    schedule phase: any later move of an op would make them stale.
+    both with the layers, and they are not written to the plan. Runs last
+    in the schedule phase: any later move of an op would make them stale.
 
     ```mlir
     func.func @f(%x: tensor<64xf32> {kiln.input = "x"}) -> tensor<64xf32> {
