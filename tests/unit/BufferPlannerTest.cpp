@@ -58,6 +58,13 @@ std::vector<int64_t> scanFirstFit(const std::vector<BufferRequest> &req,
   return offsets;
 }
 
+/// planBuffers at 64-byte alignment, with the requests' live bytes.
+std::vector<int64_t> plan(const std::vector<BufferRequest> &req,
+                          int64_t &peak) {
+  std::vector<int64_t> sizes = alignedSizes(req, 64);
+  return planBuffers(req, sizes, LiveBytes(req, sizes), peak);
+}
+
 /// The most bytes live at one step: no placement needs fewer.
 int64_t mostLive(const std::vector<BufferRequest> &req,
                  const std::vector<int64_t> &sizes) {
@@ -172,7 +179,7 @@ TEST(BufferPlanner, LargestFirstFillsTheHoleFirstFitLeaves) {
   EXPECT_EQ(offsets, (std::vector<int64_t>{0, 192, 0, 0}));
   EXPECT_EQ(peak, 320);
   EXPECT_EQ(peak, mostLive(req, sizes));
-  EXPECT_EQ(planBuffers(req, 64, chosen), offsets);
+  EXPECT_EQ(plan(req, chosen), offsets);
   EXPECT_EQ(chosen, 320);
 }
 
@@ -188,7 +195,7 @@ TEST(BufferPlanner, TakesFirstFitWhereItIsSmaller) {
   largestFirstBuffers(req, sizes, largestPeak);
   EXPECT_EQ(fitPeak, 384);
   EXPECT_EQ(largestPeak, 448);
-  EXPECT_EQ(planBuffers(req, 64, chosen), fit);
+  EXPECT_EQ(plan(req, chosen), fit);
   EXPECT_EQ(chosen, 384);
 }
 
@@ -211,7 +218,7 @@ TEST(BufferPlanner, LongLivedFirstWhereALongBufferSpansATemporary) {
   EXPECT_EQ(offsets, (std::vector<int64_t>{64, 192, 0, 0}));
   EXPECT_EQ(peak, 256);
   EXPECT_EQ(peak, mostLive(req, sizes));
-  EXPECT_EQ(planBuffers(req, 64, chosen), offsets);
+  EXPECT_EQ(plan(req, chosen), offsets);
   EXPECT_EQ(chosen, 256);
 }
 
@@ -304,7 +311,7 @@ TEST(BufferPlanner, NeverAboveAnyPlacement) {
                        (rng() % 5) / 4.0, rng() % 2 == 0);
     std::vector<int64_t> sizes = alignedSizes(req, 64);
     int64_t peak = 0, fitPeak = 0, largestPeak = 0, longPeak = 0;
-    std::vector<int64_t> offsets = planBuffers(req, 64, peak);
+    std::vector<int64_t> offsets = plan(req, peak);
     firstFitBuffers(req, sizes, fitPeak);
     largestFirstBuffers(req, sizes, largestPeak);
     expectDisjoint(req, longLivedFirstBuffers(req, sizes, longPeak), 64);

@@ -152,8 +152,12 @@ void AssignBuffersPass::runOnOperation() {
     }
   }
 
+  // The bytes live at each step: the placement's lower bound, and what the
+  // attributes below report.
+  std::vector<int64_t> sizes = alignedSizes(requests, kAlignment);
+  LiveBytes live(requests, sizes);
   int64_t peak = 0;
-  std::vector<int64_t> offsets = planBuffers(requests, kAlignment, peak);
+  std::vector<int64_t> offsets = planBuffers(requests, sizes, live, peak);
   Builder b(func.getContext());
   size_t next = 0;
   for (Operation *op : owners) {
@@ -168,8 +172,6 @@ void AssignBuffersPass::runOnOperation() {
   func->setAttr(kArenaBytesAttr, b.getI64IntegerAttr(peak));
 
   // The step where the most bytes are live, and what they are.
-  std::vector<int64_t> sizes = alignedSizes(requests, kAlignment);
-  LiveBytes live(requests, sizes);
   auto [peakLive, peakStep] = live.most(0, n);
   int64_t atPeak[3] = {0, 0, 0};
   for (auto [r, size, category] : llvm::zip(requests, sizes, categories))

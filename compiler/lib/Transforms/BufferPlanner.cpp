@@ -411,8 +411,8 @@ kiln::longLivedFirstBuffers(const std::vector<BufferRequest> &req,
 }
 
 std::vector<int64_t> kiln::planBuffers(const std::vector<BufferRequest> &req,
-                                       int64_t alignment, int64_t &peak) {
-  std::vector<int64_t> sizes = alignedSizes(req, alignment);
+                                       const std::vector<int64_t> &sizes,
+                                       const LiveBytes &live, int64_t &peak) {
   // Steps are op indices in one block: past 2^31 ops no module fits in
   // memory, but the largest-first placement keeps them in 32 bits.
   if (std::any_of(req.begin(), req.end(), [](const BufferRequest &r) {
@@ -421,7 +421,7 @@ std::vector<int64_t> kiln::planBuffers(const std::vector<BufferRequest> &req,
     return firstFitBuffers(req, sizes, peak);
   std::vector<int64_t> best = largestFirstBuffers(req, sizes, peak);
   // No placement needs fewer bytes than are live at the fullest step.
-  if (peak == LiveBytes(req, sizes).most().first)
+  if (peak == live.most().first)
     return best;
   for (auto place : {longLivedFirstBuffers, firstFitBuffers}) {
     int64_t other = 0;

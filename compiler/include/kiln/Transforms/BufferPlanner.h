@@ -46,12 +46,14 @@ private:
 };
 
 /// Offsets in one arena such that buffers live at the same time never
-/// overlap, each size rounded up to `alignment`: the smallest arena of the
-/// three placements below (the first of them on a tie); the other two are
-/// not run where the first needs no more than the bytes live at the fullest
-/// step. Returns the offsets; `peak` is the arena size needed.
+/// overlap, each taking its `sizes` entry (alignedSizes): the smallest
+/// arena of the three placements below (the first of them on a tie); the
+/// other two are not run where the first needs no more than the most bytes
+/// `live` (the requests' LiveBytes) at one step. Returns the offsets;
+/// `peak` is the arena size needed.
 std::vector<int64_t> planBuffers(const std::vector<BufferRequest> &requests,
-                                 int64_t alignment, int64_t &peak);
+                                 const std::vector<int64_t> &sizes,
+                                 const LiveBytes &live, int64_t &peak);
 
 /// The placements planBuffers chooses from (`sizes` already aligned). The
 /// first two place each buffer at the lowest offset free over its whole
