@@ -175,6 +175,10 @@ public:
     options.quiet = true;
     options.stepOnly = true;
     options.verifyEachPass = false;
+    // The probes' buffers counted, not placed, until the count leaves what
+    // fits open (extrapolated). --exact keeps every probe's placed bytes:
+    // those within kMemoryMargin above the memory are compiled whole.
+    options.placeBuffers = command.exact;
   }
 
   /// The candidate's predicted step, extrapolated from small compiles (or
@@ -242,10 +246,12 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   int64_t probeBatch =
       c.pp > 1 ? c.dp * c.microbatch * probeMicrobatches : batch;
   // A bound, when memory alone decides: the configuration does not fit.
-  auto tooBig = [&](int64_t bytes) {
+  // (`placed` false: at least those bytes.)
+  auto tooBig = [&](int64_t bytes, bool placed) {
     StepPrediction bound;
     bound.mesh = config.runMesh();
     bound.peakBytes = bytes;
+    bound.peakAtLeast = !placed;
     bound.step = std::numeric_limits<double>::infinity();
     return bound;
   };
@@ -260,9 +266,13 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     probed.push_back(c.pp - 1);
   // The probes compiled, and what fits decided from their memory alone;
   // only then are they timed (writing and reading a plan is two thirds of
-  // a compile), and most configurations do not fit.
+  // a compile), and most configurations do not fit. Without --exact, each
+  // probe's arena is first only counted (its bytes live, the least any
+  // placement needs: a probe or an extrapolation past the memory by that
+  // count is past it placed), and placed only where the count leaves the
+  // verdict open; that verdict is then the one placing every probe gives.
+  // What the count drops reports the count (a lower bound) as its peak.
   std::vector<std::array<CompiledPosition, 2>> compiled(probed.size());
-  int64_t peak = 0; // the largest extrapolated peak of any position
   // Each position of the probe `i`'s kind, its cost from the probe's two
   // (`time`: with the time, else the bytes only).
   auto positionsOf = [&](size_t i, bool time,
@@ -297,6 +307,21 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     }
     return out;
   };
+  // The largest peak of probe i's kind of position, extrapolated from its
+  // probes' memory (counted or placed); a verdict when it does not fit.
+  auto decide = [&](size_t i) -> std::optional<StepPrediction> {
+    int64_t largest = 0;
+    for (const auto &[p, e] :
+         positionsOf(i, false, {compiled[i][0].memory, compiled[i][1].memory}))
+      largest = std::max(largest, e.peakBytes);
+    // Past the margin --exact recompiles within: no other position changes
+    // the verdict. Without --exact, what does not fit is only counted: its
+    // time is not needed (with --exact, one within the margin may be
+    // compiled whole, in the order of its predicted time).
+    if (double(largest) > hbm * (command.exact ? 1 + kMemoryMargin : 1))
+      return tooBig(largest, compiled[i][1].memory.placed);
+    return std::nullopt;
+  };
   for (size_t i = 0; i < probed.size(); ++i) {
     for (int k = 0; k < 2; ++k) {
       ++compiles;
@@ -310,24 +335,24 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
       // Memory only grows with the layers and the microbatches in flight:
       // a probe that does not fit says the configuration does not either.
       if (double(probe->memory.peakBytes) > hbm)
-        return tooBig(probe->memory.peakBytes);
+        return tooBig(probe->memory.peakBytes, probe->memory.placed);
       compiled[i][k] = *std::move(probe);
     }
-    int64_t largest = 0;
-    for (const auto &[p, e] :
-         positionsOf(i, false, {compiled[i][0].memory, compiled[i][1].memory}))
-      largest = std::max(largest, e.peakBytes);
-    // Past the margin --exact recompiles within: no other position changes
-    // the verdict.
-    if (double(largest) > hbm * (1 + kMemoryMargin))
-      return tooBig(largest);
-    peak = std::max(peak, largest);
+    if (auto verdict = decide(i))
+      return verdict;
+    if (compiled[i][1].memory.placed)
+      continue;
+    // Only counted, and the count leaves it open: placed, decided as if
+    // they had been placed from the start.
+    for (int k = 0; k < 2; ++k) {
+      if (!placePosition(compiled[i][k], eff, error))
+        return std::nullopt;
+      if (double(compiled[i][k].memory.peakBytes) > hbm)
+        return tooBig(compiled[i][k].memory.peakBytes, true);
+    }
+    if (auto verdict = decide(i))
+      return verdict;
   }
-  // Without --exact, what does not fit is only counted: its time is not
-  // needed (with --exact, one within the margin may be compiled whole, in
-  // the order of its predicted time).
-  if (!command.exact && double(peak) > hbm)
-    return tooBig(peak);
   std::vector<PositionCost> all(c.pp);
   for (size_t i = 0; i < probed.size(); ++i) {
     std::array<PositionCost, 2> probe;
@@ -587,6 +612,7 @@ int kiln::runPlan(const PlanCommand &command) {
     std::string why =
         smallest
             ? "the smallest predicted peak is " +
+                  std::string(smallest->p.peakAtLeast ? "at least " : "") +
                   llvm::formatv("{0:F1}", smallest->p.peakGiB()).str() +
                   " GiB per GPU (dp_shard x tp x pp " + smallest->c.meshText() +
                   ", " + smallest->c.acText() + " activation checkpointing, " +

@@ -1,6 +1,7 @@
 //===- Predict.cpp - A whole step's predicted time and memory -------------===//
 
 #include "kiln/Driver/Predict.h"
+#include "kiln/Compiler/Pipeline.h"
 #include "kiln/Driver/Session.h"
 #include "kiln/Frontend/ModelImporter.h"
 #include "kiln/Plan/PlanEmitter.h"
@@ -132,6 +133,7 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
   c.arenaBytes = static_cast<int64_t>(arena);
   c.reservedBytes = b.reservedBytes;
   c.peakBytes = c.stateBytes + c.arenaBytes + c.reservedBytes;
+  c.placed = a.placed && b.placed;
   c.byOp = lerpMap<std::string>(a.byOp, b.byOp, whole);
   c.byKind = lerpMap<std::string>(a.byKind, b.byKind, whole);
   c.exposedBy = lerpMap<std::string>(a.exposedBy, b.exposedBy, whole);
@@ -233,6 +235,24 @@ kiln::combine(const Config &config, const std::vector<PositionCost> &positions,
   return total;
 }
 
+namespace {
+/// `compiled.memory` from its module's footprint; false if it has none.
+bool readMemory(CompiledPosition &compiled, const perf::Efficiency &eff) {
+  mlir::FailureOr<PlanFootprint> footprint =
+      planFootprint(*compiled.module, "train_step");
+  if (mlir::failed(footprint))
+    return false;
+  perf::StepEstimate e;
+  perf::setMemory(e, footprint->stateBytes, footprint->arenaBytes,
+                  footprint->liveBytes, eff);
+  compiled.memory = positionCost(e, compiled.session->config->microbatches());
+  compiled.memory.lossLiveBytes = footprint->lossLiveBytes;
+  compiled.memory.backwardLiveBytes = footprint->backwardLiveBytes;
+  compiled.memory.placed = footprint->placed;
+  return true;
+}
+} // namespace
+
 std::optional<CompiledPosition>
 kiln::compilePosition(const std::string &model,
                       const std::vector<std::string> &overrides,
@@ -245,22 +265,26 @@ kiln::compilePosition(const std::string &model,
   stage.quiet = options.quiet;
   stage.stepOnly = options.stepOnly;
   stage.verifyEachPass = options.verifyEachPass;
+  stage.placeBuffers = options.placeBuffers;
   if (stage.loadPipelinePosition(model, overrides, worldSize, mesh, p))
     out.module = stage.compileThrough("plan", options.fuse);
-  mlir::FailureOr<PlanFootprint> footprint = mlir::failure();
-  if (out.module)
-    footprint = planFootprint(*out.module, "train_step");
-  if (mlir::failed(footprint)) {
+  if (!out.module || !readMemory(out, eff)) {
     error = stage.firstError;
     return std::nullopt;
   }
-  perf::StepEstimate e;
-  perf::setMemory(e, footprint->stateBytes, footprint->arenaBytes,
-                  footprint->liveBytes, eff);
-  out.memory = positionCost(e, stage.config->microbatches());
-  out.memory.lossLiveBytes = footprint->lossLiveBytes;
-  out.memory.backwardLiveBytes = footprint->backwardLiveBytes;
   return out;
+}
+
+bool kiln::placePosition(CompiledPosition &compiled,
+                         const perf::Efficiency &eff, std::string &error) {
+  if (compiled.memory.placed)
+    return true;
+  if (mlir::failed(placeBuffers(*compiled.module)) ||
+      !readMemory(compiled, eff)) {
+    error = compiled.session->firstError;
+    return false;
+  }
+  return true;
 }
 
 namespace {
@@ -280,6 +304,8 @@ std::optional<PositionCost> kiln::timePosition(CompiledPosition &compiled,
                                                const perf::Efficiency &eff,
                                                const PredictOptions &options,
                                                std::string &error) {
+  if (!placePosition(compiled, eff, error))
+    return std::nullopt;
   mlir::FailureOr<std::string> text = emitPlan(*compiled.module);
   compiled.module = nullptr;
   if (mlir::failed(text)) {

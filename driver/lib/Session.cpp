@@ -153,7 +153,10 @@ OwningOpRef<ModuleOp> ModelSession::compileThrough(llvm::StringRef phase,
   auto skip = [&](const PhaseInfo &p) {
     return !fuse && llvm::StringRef(p.name) == "fuse";
   };
-  if (failed(runPipeline(*module, *findPhase(phase), none, configure, skip)) ||
+  PipelineOptions options;
+  options.placeBuffers = placeBuffers;
+  if (failed(runPipeline(*module, *findPhase(phase), none, configure, skip,
+                         options)) ||
       (!verifyEachPass && failed(verify(*module))))
     return nullptr;
   return module;

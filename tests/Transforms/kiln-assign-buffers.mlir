@@ -1,4 +1,9 @@
 // RUN: kiln-opt %s -split-input-file -kiln-assign-buffers | FileCheck %s
+// With place=false (kiln plan's probes) the bytes live are counted as
+// placed, but no buffer gets an offset and there is no arena; offsets an
+// earlier placement left are taken away.
+// RUN: kiln-opt %s -split-input-file -kiln-assign-buffers='place=false' | FileCheck %s --check-prefix=COUNT
+// RUN: kiln-opt %s -split-input-file -kiln-assign-buffers -kiln-assign-buffers='place=false' | FileCheck %s --check-prefix=COUNT
 
 // A chain: %a is dead once %b is computed, so %c takes %a's bytes; %b,
 // live at the same step as either, has bytes of its own. Sizes are exact
@@ -9,6 +14,12 @@
 // CHECK-NEXT: %[[B:.+]] = kiln.silu %[[A]] {kiln.arena_offsets = array<i64: 256>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: %[[C:.+]] = kiln.silu %[[B]] {kiln.arena_offsets = array<i64: 0>, kiln.arena_sizes = array<i64: 256>}
 // CHECK-NEXT: return %[[C]]
+// COUNT-LABEL: func.func @chain(
+// COUNT-SAME: attributes {kiln.live_at_peak = {activations = 512 : i64, gradients = 0 : i64, parameter_copies = 0 : i64, peak_step = 1 : i64}} {
+// COUNT-NEXT: %[[A:.+]] = kiln.silu %{{[^ ]+}} : tensor<64xf32>
+// COUNT-NEXT: %[[B:.+]] = kiln.silu %[[A]] : tensor<64xf32>
+// COUNT-NEXT: %[[C:.+]] = kiln.silu %[[B]] : tensor<64xf32>
+// COUNT-NEXT: return %[[C]]
 func.func @chain(%x: tensor<64xf32>) -> tensor<64xf32> {
   %a = kiln.silu %x : tensor<64xf32>
   %b = kiln.silu %a : tensor<64xf32>
@@ -149,6 +160,10 @@ func.func @views(%x: tensor<64xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>, tenso
 // CHECK-SAME: kiln.live_at_loss = 384 : i64
 // CHECK-SAME: kiln.live_at_peak = {activations = 640 : i64, gradients = 0 : i64, parameter_copies = 0 : i64, peak_step = 7 : i64}
 // CHECK-SAME: kiln.live_in_backward = 512 : i64
+// COUNT-LABEL: func.func @backward(
+// COUNT-SAME: attributes {kiln.live_at_loss = 384 : i64, kiln.live_at_peak = {activations = 640 : i64, gradients = 0 : i64, parameter_copies = 0 : i64, peak_step = 7 : i64}, kiln.live_in_backward = 512 : i64} {
+// COUNT-NOT: kiln.arena
+// COUNT: return
 func.func @backward(%x: tensor<2x4x8xbf16>, %saved0: tensor<2x4x8xbf16>, %t: tensor<2x4xi32>) -> tensor<16x8xf32> {
   %one = arith.constant dense<1.000000e+00> : tensor<f32>
   %logits = kiln.silu %x : tensor<2x4x8xbf16>

@@ -40,8 +40,49 @@ PredictOptions compileOptions() {
   return options;
 }
 
+/// Position `p` compiled with its buffers counted, not placed: the bytes
+/// of `placed` (the same position placed by the whole pipeline) but the
+/// arena, which is the bytes live; placed afterwards (placePosition), the
+/// same memory, and timed, the same step as `timed`.
+void expectSameOnceCounted(const std::vector<std::string> &overrides,
+                           int64_t gpus, const MeshShape &mesh, int64_t p,
+                           const PositionCost &placed,
+                           const PositionCost &timed) {
+  perf::Hardware hw = hardware();
+  perf::Efficiency eff = profile();
+  PredictOptions options = compileOptions();
+  options.placeBuffers = false;
+  std::string error;
+  std::optional<CompiledPosition> counted = compilePosition(
+      "llama3-debug", overrides, gpus, mesh, p, eff, options, error);
+  ASSERT_TRUE(counted) << error;
+  const PositionCost &before = counted->memory;
+  EXPECT_TRUE(placed.placed);
+  EXPECT_FALSE(before.placed);
+  EXPECT_EQ(before.stateBytes, placed.stateBytes);
+  EXPECT_EQ(before.liveBytes, placed.liveBytes);
+  EXPECT_EQ(before.lossLiveBytes, placed.lossLiveBytes);
+  EXPECT_EQ(before.backwardLiveBytes, placed.backwardLiveBytes);
+  EXPECT_EQ(before.arenaBytes, before.liveBytes);
+  EXPECT_LE(before.arenaBytes, placed.arenaBytes);
+  EXPECT_LE(before.peakBytes, placed.peakBytes);
+  ASSERT_TRUE(placePosition(*counted, eff, error)) << error;
+  const PositionCost &after = counted->memory;
+  EXPECT_TRUE(after.placed);
+  EXPECT_EQ(after.arenaBytes, placed.arenaBytes);
+  EXPECT_EQ(after.liveBytes, placed.liveBytes);
+  EXPECT_EQ(after.peakBytes, placed.peakBytes);
+  std::optional<PositionCost> again =
+      timePosition(*counted, hw, eff, options, error);
+  ASSERT_TRUE(again) << error;
+  EXPECT_EQ(again->step, timed.step);
+  EXPECT_EQ(again->arenaBytes, timed.arenaBytes);
+}
+
 /// Every pp position of `overrides` on `gpus` ranks: the bytes compiled
-/// and the bytes timed agree.
+/// and the bytes timed agree; so do those of a compile that only counted
+/// its buffers (PredictOptions::placeBuffers false) once it is placed, and
+/// before, its arena is its bytes live, no more than the placed arena.
 void expectSameBytes(const std::vector<std::string> &overrides, int64_t gpus) {
   perf::Hardware hw = hardware();
   perf::Efficiency eff = profile();
@@ -59,6 +100,7 @@ void expectSameBytes(const std::vector<std::string> &overrides, int64_t gpus) {
         timePosition(*compiled, hw, eff, options, error);
     ASSERT_TRUE(timed) << error;
     SCOPED_TRACE("pp position " + std::to_string(p));
+    expectSameOnceCounted(overrides, gpus, mesh, p, memory, *timed);
     EXPECT_GT(timed->step, 0);
     EXPECT_GT(memory.arenaBytes, 0);
     EXPECT_GT(memory.liveBytes, 0);

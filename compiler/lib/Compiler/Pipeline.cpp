@@ -9,12 +9,12 @@
 using namespace mlir;
 using namespace kiln;
 
-void kiln::buildImportPipeline(OpPassManager &pm) {
+void kiln::buildImportPipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
 
-void kiln::buildTpPipeline(OpPassManager &pm) {
+void kiln::buildTpPipeline(OpPassManager &pm, const PipelineOptions &) {
   // A no-op unless the module's mesh has tp > 1.
   pm.addPass(createKilnTpPartition());
   // A no-op unless kiln.tp asks for async TP; on the partition's IR as
@@ -23,7 +23,7 @@ void kiln::buildTpPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
 }
 
-void kiln::buildTrainPipeline(OpPassManager &pm) {
+void kiln::buildTrainPipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createKilnAutodiff());
   // A no-op unless kiln-async-tp split linears into chunks.
   pm.addPass(createKilnAsyncTpGrads());
@@ -35,13 +35,13 @@ void kiln::buildTrainPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
-void kiln::buildPrecisionPipeline(OpPassManager &pm) {
+void kiln::buildPrecisionPipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createKilnMixedPrecision());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
 
-void kiln::buildShardPipeline(OpPassManager &pm) {
+void kiln::buildShardPipeline(OpPassManager &pm, const PipelineOptions &) {
   // FP8 decisions before anything else: kiln-fsdp groups the FP8 weights
   // apart for the FP8 all-gather, and recomputed clones copy their linear's
   // mark.
@@ -52,7 +52,7 @@ void kiln::buildShardPipeline(OpPassManager &pm) {
   pm.addPass(createKilnFsdp());
 }
 
-void kiln::buildFp8Pipeline(OpPassManager &pm) {
+void kiln::buildFp8Pipeline(OpPassManager &pm, const PipelineOptions &) {
   // No CSE after the shard phase: it would merge the backward's re-gathered
   // parameters with the forward's.
   pm.addPass(createKilnFp8Linear());
@@ -60,7 +60,7 @@ void kiln::buildFp8Pipeline(OpPassManager &pm) {
   pm.addPass(createKilnFp8TpAllGather());
 }
 
-void kiln::buildAccumulatePipeline(OpPassManager &pm) {
+void kiln::buildAccumulatePipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createKilnGradAccum());
   // No-ops unless the mesh's pp > 1: the microbatches in the schedule's
   // order, then the loss and the clipping norm over every stage.
@@ -68,20 +68,23 @@ void kiln::buildAccumulatePipeline(OpPassManager &pm) {
   pm.addPass(createKilnPipelineSync());
 }
 
-void kiln::buildFusePipeline(OpPassManager &pm) {
+void kiln::buildFusePipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addNestedPass<func::FuncOp>(createKilnFuseElementwise());
 }
 
-void kiln::buildSchedulePipeline(OpPassManager &pm) {
+void kiln::buildSchedulePipeline(OpPassManager &pm,
+                                 const PipelineOptions &options) {
   pm.addNestedPass<func::FuncOp>(createKilnScheduleCollectives());
   // The last cleanup before the arena is laid out: the offsets hold only
   // while no op moves, and CSE would no longer merge ops that carry them.
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
-  pm.addNestedPass<func::FuncOp>(createKilnAssignBuffers());
+  KilnAssignBuffersOptions assign;
+  assign.place = options.placeBuffers;
+  pm.addNestedPass<func::FuncOp>(createKilnAssignBuffers(assign));
 }
 
-void kiln::buildPlanPipeline(OpPassManager &) {
+void kiln::buildPlanPipeline(OpPassManager &, const PipelineOptions &) {
   // Nothing left to transform: the driver serializes the module with
   // emitPlan, which reads the offsets kiln-assign-buffers wrote.
 }
@@ -132,7 +135,7 @@ void kiln::registerKilnPipelines() {
                        "': " + phase.summary;
     auto build = phase.buildPipeline;
     PassPipelineRegistration<>(flag, help,
-                               [build](OpPassManager &pm) { build(pm); });
+                               [build](OpPassManager &pm) { build(pm, {}); });
   }
 }
 
@@ -140,7 +143,8 @@ LogicalResult kiln::runPipeline(
     ModuleOp module, const PhaseInfo &lastPhase,
     function_ref<LogicalResult(unsigned, const PhaseInfo &)> afterPhase,
     function_ref<LogicalResult(PassManager &)> configure,
-    function_ref<bool(const PhaseInfo &)> skip) {
+    function_ref<bool(const PhaseInfo &)> skip,
+    const PipelineOptions &options) {
   unsigned index = 0;
   for (const PhaseInfo &phase : pipelinePhases()) {
     ++index;
@@ -149,11 +153,18 @@ LogicalResult kiln::runPipeline(
     PassManager pm(module->getContext());
     if (failed(configure(pm)))
       return failure();
-    phase.buildPipeline(pm);
+    phase.buildPipeline(pm, options);
     if (failed(pm.run(module)) || failed(afterPhase(index, phase)))
       return failure();
     if (&phase == &lastPhase)
       break;
   }
   return success();
+}
+
+LogicalResult kiln::placeBuffers(ModuleOp module) {
+  PassManager pm(module->getContext());
+  pm.enableVerifier(false);
+  pm.addNestedPass<func::FuncOp>(createKilnAssignBuffers());
+  return pm.run(module);
 }

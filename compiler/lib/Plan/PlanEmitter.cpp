@@ -190,6 +190,8 @@ struct EntryPoint {
   int64_t arenaBytes = 0;
   int64_t liveAtLoss = 0; // kiln.live_at_loss, 0 without a loss gradient
   int64_t liveInBackward = 0; // kiln.live_in_backward, likewise
+  /// false: kiln-assign-buffers only counted (place=false); no offsets.
+  bool placed = true;
 };
 
 /// The plan in two passes: addFunction gives every value its id and every
@@ -207,6 +209,9 @@ public:
                       int64_t ppIndex, json::Object training);
   /// The footprint of entry point `name` (added), or nothing.
   std::optional<PlanFootprint> footprint(StringRef name) const;
+  /// planFootprint's: functions whose buffers kiln-assign-buffers counted
+  /// without placing them (place=false) are read too, without offsets.
+  bool readUnplaced = false;
 
 private:
   int64_t addValue(ValueRow row) {
@@ -340,7 +345,8 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
   // peak are kiln-assign-buffers' (the last pass of the schedule phase).
   auto arena = func->getAttrOfType<IntegerAttr>(kArenaBytesAttr);
   auto atPeak = func->getAttrOfType<DictionaryAttr>(kLiveAtPeakAttr);
-  if (!arena || !atPeak)
+  entry.placed = arena != nullptr;
+  if (!atPeak || (!arena && !readUnplaced))
     return func.emitOpError("has no arena: run kiln-assign-buffers before "
                             "emitting the plan");
   json::Object liveAtPeak;
@@ -352,7 +358,7 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
     liveAtPeak[part.getName().getValue()] = bytes.getInt();
   }
   entry.liveAtPeak = std::move(liveAtPeak);
-  entry.arenaBytes = arena.getInt();
+  entry.arenaBytes = arena ? arena.getInt() : 0;
   if (auto atLoss = func->getAttrOfType<IntegerAttr>(kLiveAtLossAttr))
     entry.liveAtLoss = atLoss.getInt();
   if (auto inBackward = func->getAttrOfType<IntegerAttr>(kLiveInBackwardAttr))
@@ -417,6 +423,12 @@ LogicalResult PlanBuilder::addFunction(func::FuncOp func, StringRef name) {
       if (failed(dtype))
         return failure();
       auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(kArenaOffsetsAttr);
+      if (!entry.placed) {
+        ids[r] = addValue(
+            ValueRow{"arena", "",
+                     cast<RankedTensorType>(r.getType()).getShape(), *dtype});
+        continue;
+      }
       if (!offsets || offsets.size() != int64_t(op.getNumResults()) ||
           offsets[r.getResultNumber()] < 0)
         return op.emitOpError("has no arena offset for result ")
@@ -634,6 +646,7 @@ std::optional<PlanFootprint> PlanBuilder::footprint(StringRef name) const {
     PlanFootprint out;
     out.stateBytes = stateBytes;
     out.arenaBytes = entry->arenaBytes;
+    out.placed = entry->placed;
     // kiln.live_at_peak's byte counts (all but the step's index).
     if (entry->liveAtPeak)
       for (const auto &[key, bytes] : *entry->liveAtPeak)
@@ -641,6 +654,9 @@ std::optional<PlanFootprint> PlanBuilder::footprint(StringRef name) const {
           out.liveBytes += *bytes.getAsInteger();
     out.lossLiveBytes = entry->liveAtLoss;
     out.backwardLiveBytes = entry->liveInBackward;
+    // Unplaced, the least any placement needs.
+    if (!out.placed)
+      out.arenaBytes = out.liveBytes;
     return out;
   }
   return std::nullopt;
@@ -648,6 +664,7 @@ std::optional<PlanFootprint> PlanBuilder::footprint(StringRef name) const {
 
 FailureOr<PlanFootprint> kiln::planFootprint(ModuleOp module, StringRef entry) {
   PlanBuilder builder;
+  builder.readUnplaced = true;
   if (failed(builder.addEntries(module)))
     return failure();
   std::optional<PlanFootprint> out = builder.footprint(entry);

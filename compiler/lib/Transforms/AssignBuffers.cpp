@@ -9,6 +9,9 @@
 // the wait result's last reader: the runtime may still be reading or
 // writing them while later steps run.
 //
+// With place=false it only counts the bytes live (below): kiln plan's
+// probes, most of which do not fit by that count alone.
+//
 // The pass also sums, at the step where the most bytes are live, what those
 // bytes are (parameter copies, gradients, activations): `kiln explain
 // --memory` and the plan's `live_at_peak` report it. With a loss gradient,
@@ -61,6 +64,7 @@ enum Category { ParameterCopy = 0, Gradient = 1, Activation = 2 };
 
 struct AssignBuffersPass
     : kiln::impl::KilnAssignBuffersBase<AssignBuffersPass> {
+  using KilnAssignBuffersBase::KilnAssignBuffersBase;
   void runOnOperation() override;
 };
 } // namespace
@@ -156,20 +160,29 @@ void AssignBuffersPass::runOnOperation() {
   // attributes below report.
   std::vector<int64_t> sizes = alignedSizes(requests, kAlignment);
   LiveBytes live(requests, sizes);
-  int64_t peak = 0;
-  std::vector<int64_t> offsets = planBuffers(requests, sizes, live, peak);
   Builder b(func.getContext());
-  size_t next = 0;
-  for (Operation *op : owners) {
-    SmallVector<int64_t> opOffsets, opSizes;
-    for (unsigned i = 0, e = op->getNumResults(); i < e; ++i, ++next) {
-      opOffsets.push_back(offsets[next]);
-      opSizes.push_back(requests[next].bytes);
+  int64_t peak = 0;
+  if (place) {
+    std::vector<int64_t> offsets = planBuffers(requests, sizes, live, peak);
+    size_t next = 0;
+    for (Operation *op : owners) {
+      SmallVector<int64_t> opOffsets, opSizes;
+      for (unsigned i = 0, e = op->getNumResults(); i < e; ++i, ++next) {
+        opOffsets.push_back(offsets[next]);
+        opSizes.push_back(requests[next].bytes);
+      }
+      op->setAttr(kArenaOffsetsAttr, b.getDenseI64ArrayAttr(opOffsets));
+      op->setAttr(kArenaSizesAttr, b.getDenseI64ArrayAttr(opSizes));
     }
-    op->setAttr(kArenaOffsetsAttr, b.getDenseI64ArrayAttr(opOffsets));
-    op->setAttr(kArenaSizesAttr, b.getDenseI64ArrayAttr(opSizes));
+    func->setAttr(kArenaBytesAttr, b.getI64IntegerAttr(peak));
+  } else {
+    // Offsets from an earlier run would no longer hold.
+    for (Operation *op : owners) {
+      op->removeAttr(kArenaOffsetsAttr);
+      op->removeAttr(kArenaSizesAttr);
+    }
+    func->removeAttr(kArenaBytesAttr);
   }
-  func->setAttr(kArenaBytesAttr, b.getI64IntegerAttr(peak));
 
   // The step where the most bytes are live, and what they are.
   auto [peakLive, peakStep] = live.most(0, n);

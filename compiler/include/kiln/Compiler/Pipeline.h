@@ -17,11 +17,21 @@
 
 namespace kiln {
 
+/// What a compile may leave out. Every choice defaults to the whole plan.
+struct PipelineOptions {
+  /// false: kiln-assign-buffers only counts the bytes live (place=false),
+  /// and the module has no arena until placeBuffers runs. kiln plan decides
+  /// from those bytes (the least any placement needs) that most of its
+  /// probes do not fit without placing them.
+  bool placeBuffers = true;
+};
+
 struct PhaseInfo {
   const char *name;
   const char *summary;
   /// Adds the phase's passes.
-  void (*buildPipeline)(mlir::OpPassManager &pm);
+  void (*buildPipeline)(mlir::OpPassManager &pm,
+                        const PipelineOptions &options);
 };
 
 /// Every phase, in order.
@@ -29,38 +39,49 @@ llvm::ArrayRef<PhaseInfo> pipelinePhases();
 const PhaseInfo *findPhase(llvm::StringRef name);
 
 /// import: cleanup after the frontend (canonicalize, CSE).
-void buildImportPipeline(mlir::OpPassManager &pm);
+void buildImportPipeline(mlir::OpPassManager &pm,
+                         const PipelineOptions &options = {});
 
 /// tp: kiln-tp-partition (a no-op unless the mesh's tp > 1), kiln-async-tp
 /// (a no-op unless kiln.tp asks for it), canonicalize.
-void buildTpPipeline(mlir::OpPassManager &pm);
+void buildTpPipeline(mlir::OpPassManager &pm,
+                     const PipelineOptions &options = {});
 
 /// train: kiln-autodiff, kiln-optimizer, kiln-logits-entry, CSE.
-void buildTrainPipeline(mlir::OpPassManager &pm);
+void buildTrainPipeline(mlir::OpPassManager &pm,
+                        const PipelineOptions &options = {});
 
 /// precision: kiln-mixed-precision, canonicalize, CSE.
-void buildPrecisionPipeline(mlir::OpPassManager &pm);
+void buildPrecisionPipeline(mlir::OpPassManager &pm,
+                            const PipelineOptions &options = {});
 
 /// shard: kiln-activation-checkpoint (the model's mode), then kiln-fsdp
 /// (nothing at one rank).
-void buildShardPipeline(mlir::OpPassManager &pm);
+void buildShardPipeline(mlir::OpPassManager &pm,
+                        const PipelineOptions &options = {});
 
 /// fp8: kiln-fp8-linear, then kiln-fp8-all-gather.
-void buildFp8Pipeline(mlir::OpPassManager &pm);
+void buildFp8Pipeline(mlir::OpPassManager &pm,
+                      const PipelineOptions &options = {});
 
 /// accumulate: kiln-grad-accum (only with kiln.microbatches > 1).
-void buildAccumulatePipeline(mlir::OpPassManager &pm);
+void buildAccumulatePipeline(mlir::OpPassManager &pm,
+                             const PipelineOptions &options = {});
 
 /// fuse: kiln-fuse-elementwise on every function.
-void buildFusePipeline(mlir::OpPassManager &pm);
+void buildFusePipeline(mlir::OpPassManager &pm,
+                       const PipelineOptions &options = {});
 
 /// schedule: kiln-schedule-collectives on every function, canonicalize,
-/// CSE, then kiln-assign-buffers on every function.
-void buildSchedulePipeline(mlir::OpPassManager &pm);
+/// CSE, then kiln-assign-buffers on every function (place=false unless
+/// options.placeBuffers).
+void buildSchedulePipeline(mlir::OpPassManager &pm,
+                           const PipelineOptions &options = {});
 
 /// plan: no pass; the driver serializes the module with emitPlan
 /// (kiln/Plan/PlanEmitter.h) instead of printing IR.
-void buildPlanPipeline(mlir::OpPassManager &pm);
+void buildPlanPipeline(mlir::OpPassManager &pm,
+                       const PipelineOptions &options = {});
 
 /// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every phase, with
 /// the pass registry (for kiln-opt).
@@ -71,13 +92,17 @@ void registerKilnPipelines();
 /// e.g. to dump the IR. `configure` may add instrumentation (MLIR's
 /// --mlir-print-ir-after-all and friends). Phases for which `skip` returns
 /// true are not run.
-mlir::LogicalResult
-runPipeline(mlir::ModuleOp module, const PhaseInfo &lastPhase,
-            llvm::function_ref<mlir::LogicalResult(unsigned, const PhaseInfo &)>
-                afterPhase,
-            llvm::function_ref<mlir::LogicalResult(mlir::PassManager &)>
-                configure,
-            llvm::function_ref<bool(const PhaseInfo &)> skip = {});
+mlir::LogicalResult runPipeline(
+    mlir::ModuleOp module, const PhaseInfo &lastPhase,
+    llvm::function_ref<mlir::LogicalResult(unsigned, const PhaseInfo &)>
+        afterPhase,
+    llvm::function_ref<mlir::LogicalResult(mlir::PassManager &)> configure,
+    llvm::function_ref<bool(const PhaseInfo &)> skip = {},
+    const PipelineOptions &options = {});
+/// Places the buffers of a module compiled through the schedule phase with
+/// options.placeBuffers false: kiln-assign-buffers again, alone, which
+/// gives what the whole schedule phase would have (it is its last pass).
+mlir::LogicalResult placeBuffers(mlir::ModuleOp module);
 
 } // namespace kiln
 

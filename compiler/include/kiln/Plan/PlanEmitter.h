@@ -45,12 +45,17 @@ struct PlanFootprint {
   /// layer's, so it grows with the layers where the fullest step of a
   /// small compile (the embedding's gradient) does not.
   int64_t backwardLiveBytes = 0;
+  /// false: kiln-assign-buffers counted the bytes live without placing
+  /// them (PipelineOptions::placeBuffers), and arenaBytes is liveBytes,
+  /// the least any placement needs; the module cannot be emitted yet.
+  bool placed = true;
 };
 
 /// The footprint of the plan emitPlan would write for `module`, at entry
 /// point `entry` ("train_step"), without writing it: the same value table
 /// and arena, read off the module (kiln plan decides what fits from it
-/// before timing a plan). Fails as emitPlan does.
+/// before timing a plan). Fails as emitPlan does, but for a function whose
+/// buffers were counted and not placed.
 mlir::FailureOr<PlanFootprint> planFootprint(mlir::ModuleOp module,
                                              llvm::StringRef entry);
 

@@ -709,6 +709,12 @@ def KilnAssignBuffers : Pass<"kiln-assign-buffers", "mlir::func::FuncOp"> {
     both with the layers, and they are not written to the plan. Runs last
     in the schedule phase: any later move of an op would make them stale.
 
+    With `place=false` it only counts: the function gets `kiln.live_at_peak`
+    (and the two above) but no offsets and no `kiln.arena_bytes`, so the
+    module cannot be emitted until the pass runs again with placement.
+    `kiln plan` compiles its probes so: what they need is at least the
+    bytes live, and most of them do not fit by that count alone.
+
     ```mlir
     func.func @f(%x: tensor<64xf32> {kiln.input = "x"}) -> tensor<64xf32> {
       %a = kiln.silu %x : tensor<64xf32>
@@ -727,6 +733,11 @@ def KilnAssignBuffers : Pass<"kiln-assign-buffers", "mlir::func::FuncOp"> {
     }
     ```
   }];
+  let options = [
+    Option<"place", "place", "bool", "true",
+           "Give the buffers offsets and the function its arena (false: "
+           "count the bytes live only)">,
+  ];
 }
 
 #endif // KILN_TRANSFORMS_PASSES_TD

@@ -50,6 +50,9 @@ struct PositionCost {
   int64_t lossLiveBytes = 0;
   /// The most bytes live in the layers' backward (PlanFootprint's).
   int64_t backwardLiveBytes = 0;
+  /// false: arenaBytes is the bytes live, not a placement's
+  /// (PlanFootprint::placed), and peakBytes the least the plan needs.
+  bool placed = true;
   /// What eager PyTorch's loss holds there beyond the plan
   /// (StepEstimate::eagerLossBytes).
   int64_t eagerLossBytes = 0;
@@ -78,6 +81,9 @@ struct StepPrediction {
   MeshShape mesh;
   double step = 0, exposed = 0, compute = 0, launch = 0, bubble = 0;
   int64_t peakBytes = 0;
+  /// peakBytes is the least the step needs, not a prediction (kiln plan's
+  /// probes whose bytes live, not placed, were past the memory already).
+  bool peakAtLeast = false;
   std::map<std::string, double> byOp, byKind, exposedBy;
   double tokensPerGpu = 0, modelTflops = 0, mfu = 0;
   double peakGiB() const { return double(peakBytes) / double(int64_t(1) << 30); }
@@ -105,6 +111,9 @@ struct PredictOptions {
   bool quiet = false;   // a configuration's error into `error`, not stderr
   bool stepOnly = false; // compile train_step (and eval_loss) only
   bool verifyEachPass = true; // false: the module verified once, at the end
+  /// false: compilePosition counts the bytes live without placing the
+  /// arena (PlanFootprint::placed); placePosition places it.
+  bool placeBuffers = true;
 };
 
 /// One pp position compiled but not yet timed: its module, and the memory
@@ -125,7 +134,14 @@ compilePosition(const std::string &model,
                 const MeshShape &mesh, int64_t p, const perf::Efficiency &eff,
                 const PredictOptions &options, std::string &error);
 
-/// `compiled`'s plan, written and loaded, timed (its module is consumed).
+/// `compiled`'s arena placed, where compilePosition only counted it
+/// (PredictOptions::placeBuffers), and its memory read again. False and
+/// `error` when that fails.
+bool placePosition(CompiledPosition &compiled, const perf::Efficiency &eff,
+                   std::string &error);
+
+/// `compiled`'s plan, written and loaded, timed (its module is consumed;
+/// placed first if it was not).
 std::optional<PositionCost> timePosition(CompiledPosition &compiled,
                                          const perf::Hardware &hw,
                                          const perf::Efficiency &eff,

@@ -44,6 +44,10 @@ struct ModelSession {
   /// pass, instead of after every pass (a fifth of a compile; kiln plan's
   /// probes).
   bool verifyEachPass = true;
+  /// Cleared before compiling: the buffers are counted, not placed
+  /// (PipelineOptions::placeBuffers; kiln plan's probes, placed with
+  /// kiln::placeBuffers only where the count does not settle what fits).
+  bool placeBuffers = true;
 
   /// Loads and validates; prints what went wrong and returns false if not.
   /// With the run's `worldSize`, also decides the mesh for it
