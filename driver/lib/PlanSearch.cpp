@@ -45,10 +45,16 @@ namespace {
 /// checkpointing comes before those that recompute more (the dominance
 /// rule, runPlan).
 constexpr int64_t kMaxPipeline = 8;
-/// The probes' layers a stage: kProbe and kProbe + 1. The step's time
-/// grows by the same amount with every layer from 2 on; the bytes live at
-/// the arena's peak from 3 on (measured, docs/perf-model.md).
+/// The probes' layers a stage: kProbe and kProbe + 1 (under a layer
+/// policy, Candidate::probeLayers). The step's time grows by the same
+/// amount with every layer from 2 on; the bytes live at the arena's peak
+/// from 3 on (measured, docs/perf-model.md).
 constexpr int64_t kProbe = 3;
+/// TorchTitan's layer policy searched (selective_ac_option = "2", its
+/// default: every second block checkpointed whole, the others not at all),
+/// without pp only: a stage's blocks are checkpointed by their index in
+/// the model, which the probes' stages do not keep.
+constexpr int64_t kLayerPolicy = 2;
 /// How far above the whole compile's the extrapolated peak memory came out
 /// (12.3% at most over 8B's finalists with first-fit arenas; +2.7% since
 /// the largest-first placement, docs/perf-model.md), with room: --exact
@@ -65,7 +71,8 @@ struct Candidate {
   int64_t dp = 1, tp = 1, pp = 1, microbatch = 1;
   std::string schedule; // pp > 1
   std::string ac = "none";
-  /// Under `selective`, its policy: Kiln's `gemm` or TorchTitan's `op`.
+  /// Under `selective`, its policy: Kiln's `gemm`, TorchTitan's `op`, or
+  /// TorchTitan's layer policy (a number: every N-th block).
   std::string policy;
   std::string fp8; // empty: bf16
   bool fp8AllGather = false;
@@ -84,10 +91,31 @@ struct Candidate {
   std::string acText() const {
     return ac == "selective" ? ac + " " + policy : ac;
   }
-  /// Recomputing more only adds work: none < selective gemm < selective op
-  /// < full.
-  int acWeight() const {
-    return ac == "none" ? 0 : ac == "full" ? 3 : policy == "op" ? 2 : 1;
+  /// Whether this mode recomputes nothing `other` does not recompute (so
+  /// `other`, where this one fits, only adds work): none comes before every
+  /// mode, every mode before full, and `gemm` (each block's elementwise
+  /// ops) before `op` (those, and three of its GEMMs). The layer policy
+  /// recomputes every op of half the blocks and nothing of the others,
+  /// neither more nor less than `gemm` or `op`.
+  bool recomputesWithin(const Candidate &other) const {
+    return ac == "none" || other.ac == "full" ||
+           (ac == other.ac && policy == other.policy) ||
+           (policy == "gemm" && other.policy == "op");
+  }
+  /// Every how many blocks the step repeats itself: under a layer policy
+  /// its N, else 1.
+  int64_t period() const {
+    return ac == "selective" && policy != "gemm" && policy != "op"
+               ? std::stoll(policy)
+               : 1;
+  }
+  /// The smaller probe's layers a stage, and the larger's above it: a
+  /// whole period apart, and the smaller as many periods short of the
+  /// model's `layers` (its blocks' checkpointing then repeats the step's,
+  /// block for block from the first, the last included).
+  std::pair<int64_t, int64_t> probeLayers(int64_t layers) const {
+    int64_t n = period();
+    return {kProbe + (layers - kProbe) % n, n};
   }
   std::string fp8Text() const {
     return fp8.empty() ? "bf16" : fp8 + (fp8AllGather ? " + FP8 AG" : "");
@@ -212,7 +240,8 @@ std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
   }
   const Config &config = *session.config;
   std::optional<StepPrediction> p;
-  if (exact || layers <= (kProbe + 1) * c.stages()) {
+  auto [probe, apart] = c.probeLayers(layers);
+  if (exact || layers <= (probe + apart) * c.stages()) {
     std::optional<Config> loaded;
     compiles += c.pp;
     p = predictStep(command.model, out.overrides, command.gpus, hw, eff,
@@ -231,7 +260,9 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
                                                     const Config &config,
                                                     std::string &error) {
   int64_t stages = c.stages(), perRank = stages / c.pp;
-  // The probes: kProbe and kProbe + 1 layers a stage, and the fewest
+  auto [smaller, apart] = c.probeLayers(layers);
+  // The probes: kProbe and kProbe + 1 layers a stage (under a layer policy,
+  // without pp: a period apart, probeLayers), and the fewest
   // microbatches that hold every kind of unit the step's have, so that the
   // arena's fullest step is one of the step's: on every rank a first and a
   // last microbatch, and between them a backward with as many microbatches
@@ -289,9 +320,9 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
       for (int64_t s = p; c.pp > 1 && s < stages; s += c.pp) {
         auto [first, last] = config.stageLayers(s);
         held += last - first;
-        stageT[s - p + from] = double(last - first - kProbe);
+        stageT[s - p + from] = double(last - first - smaller) / double(apart);
       }
-      double t = double(held - kProbe * perRank) / double(perRank);
+      double t = double(held - smaller * perRank) / double(perRank * apart);
       PositionCost e = extrapolate(probe[0], probe[1], t, stageT);
       auto shift = [&](std::map<int64_t, double> &byStage) {
         std::map<int64_t, double> moved;
@@ -327,8 +358,8 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
       ++compiles;
       std::optional<CompiledPosition> probe = compilePosition(
           command.model,
-          overridesOf(c, command.overrides, (k + kProbe) * stages, probeBatch,
-                      seq),
+          overridesOf(c, command.overrides, (smaller + k * apart) * stages,
+                      probeBatch, seq),
           command.gpus, config.runMesh(), probed[i], eff, options, error);
       if (!probe)
         return std::nullopt;
@@ -399,10 +430,14 @@ std::vector<Candidate> candidates(const PlanCommand &command,
           recipes.push_back({"tensorwise", true});
         if (tp == 1)
           recipes.push_back({"rowwise", false});
+        std::string every = std::to_string(kLayerPolicy);
+        std::vector<std::pair<std::string, std::string>> modes = {
+            {"none", ""}, {"selective", "gemm"}, {"selective", "op"}};
+        if (pp == 1 && layers > kLayerPolicy)
+          modes.push_back({"selective", every});
+        modes.push_back({"full", ""});
         for (const auto &[fp8, ag] : recipes)
-          for (auto [ac, policy] :
-               {std::pair{"none", ""}, std::pair{"selective", "gemm"},
-                std::pair{"selective", "op"}, std::pair{"full", ""}})
+          for (const auto &[ac, policy] : modes)
             out.push_back(Candidate{static_cast<int64_t>(out.size()), dp, tp,
                                     pp, mb, schedule, ac, policy, fp8, ag});
       }
@@ -433,13 +468,13 @@ std::string firstLine(const std::string &text);
 
 void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
                    double hbmGiB, bool largerMicrobatches) {
-  std::vector<std::pair<int, int64_t>> fits; // (mode, microbatch)
+  std::vector<const Candidate *> fits;
   for (const Candidate &c : candidates) {
     ++tried;
     if (llvm::any_of(fits, [&](const auto &f) {
-          return f.first <= c.acWeight() &&
-                 (f.second == c.microbatch ||
-                  (!largerMicrobatches && f.second < c.microbatch));
+          return f->recomputesWithin(c) &&
+                 (f->microbatch == c.microbatch ||
+                  (!largerMicrobatches && f->microbatch < c.microbatch));
         })) {
       ++dominated;
       continue;
@@ -462,7 +497,7 @@ void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
         nearMisses.push_back(*e);
       continue;
     }
-    fits.push_back({c.acWeight(), c.microbatch});
+    fits.push_back(&c);
     fit.push_back(*std::move(e));
   }
 }
