@@ -244,8 +244,11 @@ std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
   if (exact || layers <= (probe + apart) * c.stages()) {
     std::optional<Config> loaded;
     compiles += c.pp;
-    p = predictStep(command.model, out.overrides, command.gpus, hw, eff,
-                    options, loaded, error);
+    // Compiled whole, every position is timed: placed from the start.
+    PredictOptions whole = options;
+    whole.placeBuffers = true;
+    p = predictStep(command.model, out.overrides, command.gpus, hw, eff, whole,
+                    loaded, error);
     out.exact = true;
   } else {
     p = extrapolated(c, config, error);
@@ -277,12 +280,13 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   int64_t probeBatch =
       c.pp > 1 ? c.dp * c.microbatch * probeMicrobatches : batch;
   // A bound, when memory alone decides: the configuration does not fit.
-  // (`placed` false: at least those bytes.)
-  auto tooBig = [&](int64_t bytes, bool placed) {
+  // (`atLeast`: the step needs more than those bytes, or may: a count, a
+  // probe, or not every position extrapolated.)
+  auto tooBig = [&](int64_t bytes, bool atLeast) {
     StepPrediction bound;
     bound.mesh = config.runMesh();
     bound.peakBytes = bytes;
-    bound.peakAtLeast = !placed;
+    bound.peakAtLeast = atLeast;
     bound.step = std::numeric_limits<double>::infinity();
     return bound;
   };
@@ -350,8 +354,14 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     // time is not needed (with --exact, one within the margin may be
     // compiled whole, in the order of its predicted time).
     if (double(largest) > hbm * (command.exact ? 1 + kMemoryMargin : 1))
-      return tooBig(largest, compiled[i][1].memory.placed);
+      return tooBig(largest,
+                    !compiled[i][1].memory.placed || i + 1 < probed.size());
     return std::nullopt;
+  };
+  // Memory only grows with the layers and the microbatches in flight: a
+  // probe that does not fit says the configuration does not either.
+  auto pastMemory = [&](const CompiledPosition &probe) {
+    return double(probe.memory.peakBytes) > hbm;
   };
   for (size_t i = 0; i < probed.size(); ++i) {
     for (int k = 0; k < 2; ++k) {
@@ -363,10 +373,8 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
           command.gpus, config.runMesh(), probed[i], eff, options, error);
       if (!probe)
         return std::nullopt;
-      // Memory only grows with the layers and the microbatches in flight:
-      // a probe that does not fit says the configuration does not either.
-      if (double(probe->memory.peakBytes) > hbm)
-        return tooBig(probe->memory.peakBytes, probe->memory.placed);
+      if (pastMemory(*probe))
+        return tooBig(probe->memory.peakBytes, true);
       compiled[i][k] = *std::move(probe);
     }
     if (auto verdict = decide(i))
@@ -378,7 +386,7 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     for (int k = 0; k < 2; ++k) {
       if (!placePosition(compiled[i][k], eff, error))
         return std::nullopt;
-      if (double(compiled[i][k].memory.peakBytes) > hbm)
+      if (pastMemory(compiled[i][k]))
         return tooBig(compiled[i][k].memory.peakBytes, true);
     }
     if (auto verdict = decide(i))

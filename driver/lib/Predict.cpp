@@ -133,7 +133,6 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
   c.arenaBytes = static_cast<int64_t>(arena);
   c.reservedBytes = b.reservedBytes;
   c.peakBytes = c.stateBytes + c.arenaBytes + c.reservedBytes;
-  c.placed = a.placed && b.placed;
   c.byOp = lerpMap<std::string>(a.byOp, b.byOp, whole);
   c.byKind = lerpMap<std::string>(a.byKind, b.byKind, whole);
   c.exposedBy = lerpMap<std::string>(a.exposedBy, b.exposedBy, whole);

@@ -1,7 +1,8 @@
 """Checks `kiln plan --json`: the list is sorted by predicted tokens/s per
 GPU, every configuration listed fits the GPU's memory, the first has the
 expected mesh, and (with --exact) the whole compiles agree with the
-extrapolation from 3 and 4 layers per stage within the given bounds.
+extrapolation from the probes (3 and 4 layers per stage, or a layer
+policy's period apart) within the given bounds.
 
 usage: check_plan_json.py PLAN.json PP DP_SHARD TP [--step-tol X --memory-tol Y]
 """

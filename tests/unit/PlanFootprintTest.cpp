@@ -168,6 +168,37 @@ TEST(PlanFootprint, ExtrapolatesTheLayersBackward) {
   EXPECT_EQ(extrapolate(a, b, 1, {}).liveBytes, 100);
 }
 
+TEST(PlanFootprint, CountedExtrapolationIsALowerBound) {
+  // kiln plan drops a configuration whose probes, counted (each arena its
+  // bytes live), extrapolate past the memory: placed, with arenas at least
+  // their bytes live, they extrapolate to at least as much, whichever of
+  // the three live figures leads and however far.
+  PositionCost a, b;
+  a.stateBytes = 1000;
+  b.stateBytes = 1100;
+  a.reservedBytes = b.reservedBytes = 500;
+  a.liveBytes = 100;
+  b.liveBytes = 110;
+  a.lossLiveBytes = 60;
+  b.lossLiveBytes = 90;
+  a.backwardLiveBytes = 70;
+  b.backwardLiveBytes = 95;
+  a.arenaBytes = 130;
+  b.arenaBytes = 121;
+  PositionCost countedA = a, countedB = b;
+  countedA.arenaBytes = a.liveBytes;
+  countedB.arenaBytes = b.liveBytes;
+  countedA.placed = countedB.placed = false;
+  for (double t : {0.0, 1.0, 4.0, 123.0}) {
+    PositionCost placed = extrapolate(a, b, t, {});
+    PositionCost counted = extrapolate(countedA, countedB, t, {});
+    SCOPED_TRACE("t = " + std::to_string(t));
+    EXPECT_EQ(counted.liveBytes, placed.liveBytes);
+    EXPECT_EQ(counted.arenaBytes, counted.liveBytes);
+    EXPECT_LT(counted.peakBytes, placed.peakBytes);
+  }
+}
+
 TEST(PlanFootprint, FsdpWithCheckpointing) {
   expectSameBytes({"training.global_batch_size=4",
                    "activation_checkpoint.mode=\"selective\""},

@@ -81,8 +81,9 @@ struct StepPrediction {
   MeshShape mesh;
   double step = 0, exposed = 0, compute = 0, launch = 0, bubble = 0;
   int64_t peakBytes = 0;
-  /// peakBytes is the least the step needs, not a prediction (kiln plan's
-  /// probes whose bytes live, not placed, were past the memory already).
+  /// peakBytes is the least the step needs, not a prediction (kiln plan's:
+  /// a probe's, bytes live counted before placing, or the positions
+  /// extrapolated before one was past the memory).
   bool peakAtLeast = false;
   std::map<std::string, double> byOp, byKind, exposedBy;
   double tokensPerGpu = 0, modelTflops = 0, mfu = 0;
