@@ -105,9 +105,10 @@ struct Candidate {
   /// Every how many blocks the step repeats itself: under a layer policy
   /// its N, else 1.
   int64_t period() const {
-    return ac == "selective" && policy != "gemm" && policy != "op"
-               ? std::stoll(policy)
-               : 1;
+    int64_t every = 1;
+    if (ac == "selective" && policy != "gemm" && policy != "op")
+      (void)llvm::StringRef(policy).getAsInteger(10, every);
+    return every;
   }
   /// The smaller probe's layers a stage, and the larger's above it: a
   /// whole period apart, and the smaller as many periods short of the

@@ -9,12 +9,12 @@
 using namespace mlir;
 using namespace kiln;
 
-void kiln::buildImportPipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildImportPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
 
-void kiln::buildTpPipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildTpPipeline(OpPassManager &pm) {
   // A no-op unless the module's mesh has tp > 1.
   pm.addPass(createKilnTpPartition());
   // A no-op unless kiln.tp asks for async TP; on the partition's IR as
@@ -23,7 +23,7 @@ void kiln::buildTpPipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createCanonicalizerPass());
 }
 
-void kiln::buildTrainPipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildTrainPipeline(OpPassManager &pm) {
   pm.addPass(createKilnAutodiff());
   // A no-op unless kiln-async-tp split linears into chunks.
   pm.addPass(createKilnAsyncTpGrads());
@@ -35,13 +35,13 @@ void kiln::buildTrainPipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createCSEPass());
 }
 
-void kiln::buildPrecisionPipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildPrecisionPipeline(OpPassManager &pm) {
   pm.addPass(createKilnMixedPrecision());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
 
-void kiln::buildShardPipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildShardPipeline(OpPassManager &pm) {
   // FP8 decisions before anything else: kiln-fsdp groups the FP8 weights
   // apart for the FP8 all-gather, and recomputed clones copy their linear's
   // mark.
@@ -52,7 +52,7 @@ void kiln::buildShardPipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createKilnFsdp());
 }
 
-void kiln::buildFp8Pipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildFp8Pipeline(OpPassManager &pm) {
   // No CSE after the shard phase: it would merge the backward's re-gathered
   // parameters with the forward's.
   pm.addPass(createKilnFp8Linear());
@@ -60,7 +60,7 @@ void kiln::buildFp8Pipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createKilnFp8TpAllGather());
 }
 
-void kiln::buildAccumulatePipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildAccumulatePipeline(OpPassManager &pm) {
   pm.addPass(createKilnGradAccum());
   // No-ops unless the mesh's pp > 1: the microbatches in the schedule's
   // order, then the loss and the clipping norm over every stage.
@@ -68,7 +68,7 @@ void kiln::buildAccumulatePipeline(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(createKilnPipelineSync());
 }
 
-void kiln::buildFusePipeline(OpPassManager &pm, const PipelineOptions &) {
+void kiln::buildFusePipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createKilnFuseElementwise());
 }
 
@@ -84,38 +84,48 @@ void kiln::buildSchedulePipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createKilnAssignBuffers(assign));
 }
 
-void kiln::buildPlanPipeline(OpPassManager &, const PipelineOptions &) {
+void kiln::buildPlanPipeline(OpPassManager &) {
   // Nothing left to transform: the driver serializes the module with
   // emitPlan, which reads the offsets kiln-assign-buffers wrote.
 }
 
+namespace {
+/// A phase whose passes no PipelineOptions choice changes.
+template <void (*build)(OpPassManager &)>
+void withoutOptions(OpPassManager &pm, const PipelineOptions &) {
+  build(pm);
+}
+} // namespace
+
 ArrayRef<PhaseInfo> kiln::pipelinePhases() {
   static const PhaseInfo phases[] = {
       {"import", "the model description as kiln ops (@forward_loss)",
-       buildImportPipeline},
+       withoutOptions<buildImportPipeline>},
       {"tp",
        "@forward_loss as one rank of the tp axis (Megatron, sequence "
        "parallel; only when the mesh's tp > 1)",
-       buildTpPipeline},
+       withoutOptions<buildTpPipeline>},
       {"train", "autodiff backward and AdamW (@train_step), @forward_logits",
-       buildTrainPipeline},
+       withoutOptions<buildTrainPipeline>},
       {"precision", "mixed-precision casts as explicit ops",
-       buildPrecisionPipeline},
+       withoutOptions<buildPrecisionPipeline>},
       {"shard", "FP8 decisions; FSDP shards, all-gathers and reduce-scatters",
-       buildShardPipeline},
-      {"fp8", "eligible linears as FP8 scaled GEMMs", buildFp8Pipeline},
+       withoutOptions<buildShardPipeline>},
+      {"fp8", "eligible linears as FP8 scaled GEMMs",
+       withoutOptions<buildFp8Pipeline>},
       {"accumulate",
        "microbatches: the step's forward and backward once per microbatch "
        "(training.local_batch_size), in the pipeline schedule's order "
        "(pp > 1)",
-       buildAccumulatePipeline},
+       withoutOptions<buildAccumulatePipeline>},
       {"fuse", "elementwise and row-wise ops as fused groups",
-       buildFusePipeline},
+       withoutOptions<buildFusePipeline>},
       {"schedule",
        "collectives ordered for overlap (prefetch, late waits), buffers "
        "placed in the arena",
        buildSchedulePipeline},
-      {"plan", "the serialized runtime plan", buildPlanPipeline},
+      {"plan", "the serialized runtime plan",
+       withoutOptions<buildPlanPipeline>},
   };
   return phases;
 }

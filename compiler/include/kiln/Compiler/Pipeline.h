@@ -39,38 +39,30 @@ llvm::ArrayRef<PhaseInfo> pipelinePhases();
 const PhaseInfo *findPhase(llvm::StringRef name);
 
 /// import: cleanup after the frontend (canonicalize, CSE).
-void buildImportPipeline(mlir::OpPassManager &pm,
-                         const PipelineOptions &options = {});
+void buildImportPipeline(mlir::OpPassManager &pm);
 
 /// tp: kiln-tp-partition (a no-op unless the mesh's tp > 1), kiln-async-tp
 /// (a no-op unless kiln.tp asks for it), canonicalize.
-void buildTpPipeline(mlir::OpPassManager &pm,
-                     const PipelineOptions &options = {});
+void buildTpPipeline(mlir::OpPassManager &pm);
 
 /// train: kiln-autodiff, kiln-optimizer, kiln-logits-entry, CSE.
-void buildTrainPipeline(mlir::OpPassManager &pm,
-                        const PipelineOptions &options = {});
+void buildTrainPipeline(mlir::OpPassManager &pm);
 
 /// precision: kiln-mixed-precision, canonicalize, CSE.
-void buildPrecisionPipeline(mlir::OpPassManager &pm,
-                            const PipelineOptions &options = {});
+void buildPrecisionPipeline(mlir::OpPassManager &pm);
 
 /// shard: kiln-activation-checkpoint (the model's mode), then kiln-fsdp
 /// (nothing at one rank).
-void buildShardPipeline(mlir::OpPassManager &pm,
-                        const PipelineOptions &options = {});
+void buildShardPipeline(mlir::OpPassManager &pm);
 
 /// fp8: kiln-fp8-linear, then kiln-fp8-all-gather.
-void buildFp8Pipeline(mlir::OpPassManager &pm,
-                      const PipelineOptions &options = {});
+void buildFp8Pipeline(mlir::OpPassManager &pm);
 
 /// accumulate: kiln-grad-accum (only with kiln.microbatches > 1).
-void buildAccumulatePipeline(mlir::OpPassManager &pm,
-                             const PipelineOptions &options = {});
+void buildAccumulatePipeline(mlir::OpPassManager &pm);
 
 /// fuse: kiln-fuse-elementwise on every function.
-void buildFusePipeline(mlir::OpPassManager &pm,
-                       const PipelineOptions &options = {});
+void buildFusePipeline(mlir::OpPassManager &pm);
 
 /// schedule: kiln-schedule-collectives on every function, canonicalize,
 /// CSE, then kiln-assign-buffers on every function (place=false unless
@@ -80,8 +72,7 @@ void buildSchedulePipeline(mlir::OpPassManager &pm,
 
 /// plan: no pass; the driver serializes the module with emitPlan
 /// (kiln/Plan/PlanEmitter.h) instead of printing IR.
-void buildPlanPipeline(mlir::OpPassManager &pm,
-                       const PipelineOptions &options = {});
+void buildPlanPipeline(mlir::OpPassManager &pm);
 
 /// Registers Kiln's passes, and `kiln-<phase>-pipeline` for every phase, with
 /// the pass registry (for kiln-opt).
