@@ -272,3 +272,64 @@ func.func @gather_before_scatter(%s0: tensor<8xbf16>, %n1: tensor<8xf32>, %s1: t
   %st = kiln.wait %rt : tensor<8xf32>
   return %z2, %s2, %st, %x2 : tensor<4x4xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<4x4xbf16>
 }
+
+// -----
+
+// Sequence parallel's reduce-scatter of an input gradient (the dual of the
+// gather before a column-parallel pair, w1 and w3 here) starts as soon as
+// the pair's input gradients are summed. The weight gradients computed
+// beside them, which it does not read, go after it and overlap it (as
+// Megatron overlaps them). Only what follows the last value they share
+// with it (the silu) moves, so no value read by both lives longer than
+// the scatter's own inputs; the window starts at the previous collective
+// over tp.
+// CHECK-LABEL: func.func @scatter_before_weight_grads(
+// CHECK-SAME: %[[DY:[^:]+]]: tensor<16xbf16>, %[[X:[^:]+]]: tensor<4x8xbf16>, %[[W1:[^:]+]]: tensor<8x8xbf16>, %[[W3:[^:]+]]: tensor<8x8xbf16>
+// CHECK: %[[H:.+]] = kiln.silu
+// CHECK-NEXT: %[[D3:.+]] = kiln.linear_grad_input w3 %[[H]], %[[W3]]
+// CHECK-NEXT: %[[D1:.+]] = kiln.linear_grad_input w1 %[[H]], %[[W1]]
+// CHECK-NEXT: %[[S:.+]] = kiln.add %[[D3]], %[[D1]]
+// CHECK-NEXT: %[[F:.+]] = kiln.reshape %[[S]]
+// CHECK-NEXT: %[[R:.+]] = kiln.reduce_scatter_start %[[F]] over tp
+// CHECK-NEXT: %[[G3:.+]] = kiln.linear_grad_weight w3 %[[H]], %[[X]]
+// CHECK-NEXT: %[[C3:.+]] = kiln.cast %[[G3]]
+// CHECK-NEXT: %[[G1:.+]] = kiln.linear_grad_weight w1 %[[H]], %[[X]]
+// CHECK-NEXT: %[[C1:.+]] = kiln.cast %[[G1]]
+// CHECK-NEXT: %[[O:.+]] = kiln.wait %[[R]]
+// CHECK-NEXT: return %[[O]], %[[C3]], %[[C1]]
+func.func @scatter_before_weight_grads(%dy: tensor<16xbf16>, %x: tensor<4x8xbf16>, %w1: tensor<8x8xbf16>, %w3: tensor<8x8xbf16>) -> (tensor<16xbf16>, tensor<8x8xf32>, tensor<8x8xf32>) {
+  %g = kiln.all_gather_start %dy over tp {group = "dy", ranks = 2 : i64} : tensor<16xbf16> -> tensor<32xbf16>
+  %gw = kiln.wait %g : tensor<32xbf16>
+  %dyf = kiln.reshape %gw : tensor<32xbf16> -> tensor<4x8xbf16>
+  %h = kiln.silu %dyf : tensor<4x8xbf16>
+  %d3 = kiln.linear_grad_input w3 %h, %w3 param("w3") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %g3 = kiln.linear_grad_weight w3 %h, %x param("w3") : tensor<4x8xbf16>, tensor<4x8xbf16> -> tensor<8x8xbf16>
+  %c3 = kiln.cast %g3 : tensor<8x8xbf16> -> tensor<8x8xf32>
+  %d1 = kiln.linear_grad_input w1 %h, %w1 param("w1") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %g1 = kiln.linear_grad_weight w1 %h, %x param("w1") : tensor<4x8xbf16>, tensor<4x8xbf16> -> tensor<8x8xbf16>
+  %c1 = kiln.cast %g1 : tensor<8x8xbf16> -> tensor<8x8xf32>
+  %s = kiln.add %d3, %d1 : tensor<4x8xbf16>
+  %f = kiln.reshape %s : tensor<4x8xbf16> -> tensor<32xbf16>
+  %r = kiln.reduce_scatter_start %f over tp {group = "x", ranks = 2 : i64, reduction = "sum"} : tensor<32xbf16> -> tensor<16xbf16>
+  %o = kiln.wait %r : tensor<16xbf16>
+  return %o, %c3, %c1 : tensor<16xbf16>, tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
+// In the forward, what a row-parallel linear's reduce-scatter does not
+// read is no compute (a gather of the next layer's shard): nothing moves.
+// CHECK-LABEL: func.func @scatter_without_compute_beside(
+// CHECK: kiln.linear wo
+// CHECK-NEXT: kiln.all_gather_start {{.*}}over dp_shard
+// CHECK-NEXT: kiln.reshape
+// CHECK-NEXT: kiln.reduce_scatter_start {{.*}}over tp
+func.func @scatter_without_compute_beside(%x: tensor<4x8xbf16>, %w: tensor<8x8xbf16>, %s1: tensor<8xbf16>) -> (tensor<16xbf16>, tensor<16xbf16>) {
+  %y = kiln.linear wo %x, %w param("wo") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %g = kiln.all_gather_start %s1 over dp_shard {group = "b", ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  %f = kiln.reshape %y : tensor<4x8xbf16> -> tensor<32xbf16>
+  %r = kiln.reduce_scatter_start %f over tp {group = "x", ranks = 2 : i64, reduction = "sum"} : tensor<32xbf16> -> tensor<16xbf16>
+  %o = kiln.wait %r : tensor<16xbf16>
+  %n = kiln.wait %g : tensor<16xbf16>
+  return %o, %n : tensor<16xbf16>, tensor<16xbf16>
+}

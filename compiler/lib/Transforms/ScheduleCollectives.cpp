@@ -145,6 +145,83 @@ void reduceScatterEarly(BlockOrder &order, Block &block,
   order.moveAfter(start, flat);
 }
 
+/// Whether `op` starts a collective over `axis`.
+bool startsOn(Operation *op, MeshAxis axis) {
+  if (auto gather = dyn_cast<AllGatherStartOp>(op))
+    return gather.getAxis() == axis;
+  if (auto scatter = dyn_cast<ReduceScatterStartOp>(op))
+    return scatter.getAxis() == axis;
+  if (auto reduce = dyn_cast<AllReduceStartOp>(op))
+    return reduce.getAxis() == axis;
+  if (auto ring = dyn_cast<SendRecvStartOp>(op))
+    return ring.getAxis() == axis;
+  return false;
+}
+
+/// An input gradient's reduce-scatter (sequence parallel's dual of the
+/// gather before q/k/v or w1/w3, or before the output projection) started
+/// before the weight gradients computed beside it. Its window runs from the
+/// previous collective on its axis: there the ops it reads (its slice: the
+/// input gradients' GEMMs and their sum) stay in order, and what follows
+/// the last slice value another op of the window reads (the weight
+/// gradients, their casts, FSDP's packing) goes after it, so those GEMMs
+/// overlap it. Nothing moves unless the slice and the ops moved both hold
+/// compute. Only what reads no slice value after that one moves, so no
+/// value both read lives longer than the scatter's own inputs.
+void scatterBeforeWeightGrads(BlockOrder &order, Block &block,
+                              ReduceScatterStartOp start) {
+  if (start.getInput().getDefiningOp<FlattenOp>())
+    return; // a gradient buffer: reduceScatterEarly
+  Operation *from = start->getPrevNode();
+  while (from && !startsOn(from, start.getAxis()))
+    from = from->getPrevNode();
+  // The slice, walking back: an op is in it when it or the start reads one
+  // of its results.
+  DenseSet<Operation *> slice;
+  bool sliceComputes = false;
+  for (Operation *op = start->getPrevNode(); op != from;
+       op = op->getPrevNode()) {
+    if (llvm::any_of(op->getUsers(), [&](Operation *user) {
+          Operation *at = block.findAncestorOpInBlock(*user);
+          return at == start.getOperation() || slice.contains(at);
+        })) {
+      slice.insert(op);
+      sliceComputes |= isModelCompute(op);
+    }
+  }
+  if (!sliceComputes)
+    return;
+  Operation *first = from ? from->getNextNode() : &block.front();
+  Operation *shared = nullptr;
+  for (Operation *op = first; op != start; op = op->getNextNode()) {
+    if (slice.contains(op))
+      continue;
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp();
+          def && slice.contains(def) &&
+          (!shared || order.isBefore(shared, def)))
+        shared = def;
+  }
+  SmallVector<Operation *> moved;
+  bool movedComputes = false;
+  for (Operation *op = shared ? shared->getNextNode() : first; op != start;
+       op = op->getNextNode())
+    if (!slice.contains(op)) {
+      moved.push_back(op);
+      movedComputes |= isModelCompute(op);
+    }
+  if (!movedComputes)
+    return;
+  Operation *after = start;
+  for (Operation *op : moved) {
+    order.moveAfter(op, after);
+    after = op;
+  }
+  LLVM_DEBUG(llvm::dbgs() << DEBUG_TYPE ": " << moved.size()
+                          << " ops moved after the reduce-scatter at "
+                          << start.getLoc() << "\n");
+}
+
 /// A wait just before the first op that reads its result.
 void waitLate(BlockOrder &order, WaitOp wait) {
   Operation *first = nullptr;
@@ -274,6 +351,8 @@ struct ScheduleCollectivesPass
   void runOnOperation() override {
     for (Block &block : getOperation().getBody()) {
       BlockOrder order(block);
+      for (auto start : llvm::to_vector(block.getOps<ReduceScatterStartOp>()))
+        scatterBeforeWeightGrads(order, block, start);
       for (auto start : llvm::to_vector(block.getOps<ReduceScatterStartOp>()))
         reduceScatterEarly(order, block, start);
       for (auto wait : llvm::to_vector(block.getOps<WaitOp>()))

@@ -412,8 +412,14 @@ def KilnActivationCheckpoint : Pass<"kiln-activation-checkpoint", "mlir::ModuleO
 def KilnScheduleCollectives : Pass<"kiln-schedule-collectives", "mlir::func::FuncOp"> {
   let summary = "Order collectives for overlap: prefetch gathers, reduce-scatter early, wait late";
   let description = [{
-    Moves the ops `kiln-fsdp` wrote so that communication overlaps compute:
+    Moves the ops `kiln-fsdp` and `kiln-tp-partition` wrote so that
+    communication overlaps compute:
 
+    - each reduce-scatter of an input gradient (sequence parallel's dual of
+      the gather before q/k/v, w1/w3 or the output projection) ahead of the
+      weight gradients computed beside it since the previous collective on
+      its axis: what follows the last value they share with it goes after
+      it, so those GEMMs run while it does (Megatron's overlap);
     - each gradient buffer (its `flatten`, the casts feeding it, and its
       `reduce_scatter_start`) right after the last gradient it packs, so a
       block's reduce-scatter runs during the backward of the blocks before
