@@ -142,7 +142,23 @@ private:
   bool flatten();
   bool transpose();
   bool vocabParallel();
+  bool vocabSlice();
 };
+
+/// A vocabulary slice [vocab_start, ...) of a vocabulary of vocab_size:
+/// both attributes or neither (an embedding's whole table), the slice
+/// starting inside the vocabulary.
+bool StepRules::vocabSlice() {
+  bool start = s.attrs.count("vocab_start"), size = s.attrs.count("vocab_size");
+  if (start != size)
+    return fail("attributes 'vocab_start' and 'vocab_size'",
+                "must be given together");
+  if (start && integer("vocab_start") >= integer("vocab_size"))
+    return fail("attribute 'vocab_start'",
+                "must be below vocab_size (" +
+                    std::to_string(integer("vocab_size")) + ")");
+  return true;
+}
 
 /// vocab_parallel_max: logits -> max; _stats: logits, max, targets ->
 /// stats [rows, 2]; _stats_grad: dstats, logits, max, targets -> dlogits.
@@ -151,12 +167,9 @@ bool StepRules::vocabParallel() {
   bool grad = s.kind == plan::Op::VocabParallelStatsGrad;
   size_t l = grad ? 1 : 0;
   const PlanValue &logits = in(l);
-  if (!floating(logits, operandName(l)) || !matrix(logits, operandName(l)))
+  if (!floating(logits, operandName(l)) || !matrix(logits, operandName(l)) ||
+      !vocabSlice())
     return false;
-  if (integer("vocab_start") >= integer("vocab_size"))
-    return fail("attribute 'vocab_start'",
-                "must be below vocab_size (" +
-                    std::to_string(integer("vocab_size")) + ")");
   int64_t n = rows(logits);
   if (s.kind == plan::Op::VocabParallelMax)
     return dtype(out(0), DType::F32, resultName(0)) &&
@@ -333,7 +346,7 @@ bool StepRules::check() {
                 : fail(resultName(0), "must be a state"));
   case Op::Embedding:
     // table [V, E], tokens -> [..., E], one row per token.
-    return floating(in(0), "operand 0 (the table)") &&
+    return vocabSlice() && floating(in(0), "operand 0 (the table)") &&
            rank(in(0), 2, "operand 0 (the table)") &&
            dtype(in(1), DType::I32, "operand 1 (the tokens)") &&
            floating(out(0), resultName(0)) && matrix(out(0), resultName(0)) &&
@@ -342,7 +355,7 @@ bool StepRules::check() {
                     resultName(0));
   case Op::EmbeddingGrad:
     // dy [..., E], tokens -> table [V, E].
-    return floating(out(0), "result 0 (the table)") &&
+    return vocabSlice() && floating(out(0), "result 0 (the table)") &&
            rank(out(0), 2, "result 0 (the table)") &&
            dtype(in(1), DType::I32, "operand 1 (the tokens)") &&
            floating(in(0), operandName(0)) && matrix(in(0), operandName(0)) &&
@@ -513,7 +526,9 @@ bool StepRules::check() {
   case Op::ReduceScatterStart:
   case Op::AllReduceStart: {
     const PlanValue &a = in(0), &r = out(0);
-    bool bytes = s.kind == Op::AllGatherStart && a.dtype == DType::F8E4M3;
+    // FP8 codes and token ids are gathered as they are.
+    bool bytes = s.kind == Op::AllGatherStart &&
+                 (a.dtype == DType::F8E4M3 || a.dtype == DType::I32);
     if (!axisRanks() || (!bytes && !floating(a, operandName(0))) ||
         !dtype(r, a.dtype, resultName(0)))
       return false;

@@ -80,6 +80,9 @@ double PlanStep::f64(const std::string &name) const {
 int64_t PlanStep::i64(const std::string &name) const {
   return attr<int64_t>(*this, name);
 }
+int64_t PlanStep::i64Or(const std::string &name, int64_t absent) const {
+  return attrs.count(name) ? i64(name) : absent;
+}
 bool PlanStep::flag(const std::string &name) const {
   auto it = attrs.find(name);
   return it != attrs.end() && std::get<bool>(it->second);

@@ -547,17 +547,18 @@ Error checkEntries(const Plan &plan) {
     if (v.kind == PlanValue::State && inits[v.id] == 0)
       return fail("entry init", "never initialises state '" + v.name + "'");
 
-  // Token ids index the embedding's rows and the logits' columns; the
-  // loader checks data against vocab_size, so all must agree.
+  // Token ids index the embedding's rows (a tp rank's slice of them says
+  // its vocabulary) and the logits' columns; the loader checks data against
+  // vocab_size, so all must agree.
   const PlanValue &tokens = *plan.named(PlanValue::Input, "tokens");
   for (const auto &[name, entry] : plan.entries)
     for (size_t i = 0; i < entry.steps.size(); ++i) {
       const PlanStep &s = entry.steps[i];
       int64_t rows = -1;
       if (s.kind == plan::Op::Embedding)
-        rows = plan.values[s.operands[0]].shape[0];
+        rows = s.i64Or("vocab_size", plan.values[s.operands[0]].shape[0]);
       else if (s.kind == plan::Op::EmbeddingGrad)
-        rows = plan.values[s.results[0]].shape[0];
+        rows = s.i64Or("vocab_size", plan.values[s.results[0]].shape[0]);
       else if (s.kind == plan::Op::CrossEntropy ||
                s.kind == plan::Op::CrossEntropyGrad)
         rows = plan.values[s.operands[s.kind == plan::Op::CrossEntropy ? 0 : 1]]

@@ -268,6 +268,31 @@ TEST(Plan, RejectsMissingAndMistypedAttributes) {
             "takes");
 }
 
+// A tp rank's embedding holds a slice of the vocabulary's rows
+// (vocab_start, vocab_size): both or neither, the slice inside the
+// vocabulary, and the vocabulary the plan's.
+TEST(Plan, ChecksTheEmbeddingsVocabularySlice) {
+  auto withAttrs = [](const std::string &attrs) {
+    return replace(kValid, "\"attrs\": {\"param\": \"w\"}, \"loc\"",
+                   "\"attrs\": {\"param\": \"w\", " + attrs + "}, \"loc\"");
+  };
+  Expected<Plan> whole =
+      parsePlan(withAttrs("\"vocab_start\": 0, \"vocab_size\": 16"));
+  ASSERT_TRUE(whole) << whole.error().message();
+  EXPECT_EQ(errorOf(withAttrs("\"vocab_start\": 8")),
+            "train_step step 0 (embedding at model.tok_embeddings at "
+            "m.toml:2:1): attributes 'vocab_start' and 'vocab_size' must be "
+            "given together");
+  EXPECT_EQ(errorOf(withAttrs("\"vocab_start\": 16, \"vocab_size\": 16")),
+            "train_step step 0 (embedding at model.tok_embeddings at "
+            "m.toml:2:1): attribute 'vocab_start' must be below vocab_size "
+            "(16)");
+  EXPECT_EQ(errorOf(withAttrs("\"vocab_start\": 0, \"vocab_size\": 32")),
+            "train_step step 0 (embedding at model.tok_embeddings at "
+            "m.toml:2:1): has a vocabulary of 32 but the plan's vocab_size "
+            "is 16");
+}
+
 TEST(Plan, RejectsWrongArityAndUnknownOps) {
   EXPECT_EQ(errorOf(replace(kValid, "\"operands\": [7, 0], \"results\": [9]",
                             "\"operands\": [7], \"results\": [9]")),

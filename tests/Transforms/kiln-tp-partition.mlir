@@ -5,13 +5,13 @@
 // batch 2, sequence 8.
 //
 // The token and target inputs become the rank's sequence shard; the weights of the
-// column-parallel linears (q, k, v, w1, w3, output) their rows, of the
-// row-parallel ones (o, w2) their columns, each marked with its shard; the
-// embedding and the norms stay whole.
+// column-parallel linears (q, k, v, w1, w3, output) and the embedding table
+// their rows, of the row-parallel ones (o, w2) their columns, each marked
+// with its shard; the norms stay whole.
 // CHECK-LABEL: func.func @forward_loss(
 // CHECK-SAME: %[[TOK:[^:]+]]: tensor<2x4xi32> {kiln.input = "tokens", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 1>}
 // CHECK-SAME: %[[TGT:[^:]+]]: tensor<2x4xi32> {kiln.input = "targets", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 1>}
-// CHECK-SAME: %[[EMB:[^:]+]]: tensor<32x16xf32> {kiln.init = #kiln.init<ones>, kiln.param = "model.embed_tokens.weight"}
+// CHECK-SAME: %[[EMB:[^:]+]]: tensor<16x16xf32> {kiln.init = #kiln.init<ones>, kiln.param = "model.embed_tokens.weight", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
 // CHECK-SAME: %[[N0:[^:]+]]: tensor<16xf32> {kiln.init = #kiln.init<ones>, kiln.param = "model.layers.0.input_layernorm.weight"}
 // CHECK-SAME: %[[WQ:[^:]+]]: tensor<8x16xf32> {kiln.init = #kiln.init<ones>, kiln.param = "model.layers.0.self_attn.q_proj.weight", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
 // CHECK-SAME: %[[WK:[^:]+]]: tensor<4x16xf32> {{{[^}]*}}kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
@@ -25,8 +25,20 @@
 // CHECK-SAME: %[[OUT:[^:]+]]: tensor<16x16xf32> {{{[^}]*}}kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 1>}
 // CHECK-SAME: -> tensor<f32>
 //
-// Sequence parallel: the embedding and the norm on [B, S/tp, D].
-// CHECK: %[[H:.+]] = kiln.embedding %[[EMB]][%[[TOK]]] {{.*}} : tensor<32x16xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
+// The embedding over the vocabulary (TorchTitan's row-wise embedding):
+// every rank's token ids gathered ([tp, B, S/tp] in rank order), each
+// looked up in the rank's rows [16, 32) (zeros for the others), and the
+// partial rows reduce-scattered (sum) along the same order, so each rank
+// gets its own positions [B, S/tp, D] summed over the ranks, with no
+// transpose. Then sequence parallel: the norm on [B, S/tp, D].
+// CHECK: %[[IDS:.+]] = kiln.reshape %[[TOK]] : tensor<2x4xi32> -> tensor<8xi32>
+// CHECK-NEXT: %[[IG:.+]] = kiln.all_gather_start %[[IDS]] over tp {group = "model.embed_tokens.weight", ranks = 2 : i64} : tensor<8xi32> -> tensor<16xi32>
+// CHECK-NEXT: %[[ALL:.+]] = kiln.wait %[[IG]] : tensor<16xi32>
+// CHECK-NEXT: %[[P:.+]] = kiln.embedding %[[EMB]][%[[ALL]]] param("model.embed_tokens.weight") {vocab_size = 32 : i64, vocab_start = 16 : i64} : tensor<16x16xf32>, tensor<16xi32> -> tensor<16x16xf32>
+// CHECK-NEXT: %[[PF:.+]] = kiln.reshape %[[P]] : tensor<16x16xf32> -> tensor<256xf32>
+// CHECK-NEXT: %[[RS:.+]] = kiln.reduce_scatter_start %[[PF]] over tp {group = "model.embed_tokens.weight", ranks = 2 : i64, reduction = "sum"} : tensor<256xf32> -> tensor<128xf32>
+// CHECK-NEXT: %[[HW:.+]] = kiln.wait %[[RS]] : tensor<128xf32>
+// CHECK-NEXT: %[[H:.+]] = kiln.reshape %[[HW]] : tensor<128xf32> -> tensor<2x4x16xf32>
 // CHECK: %[[X:.+]] = kiln.rms_norm %[[H]], %[[N0]] {{.*}} : tensor<2x4x16xf32>, tensor<16xf32>
 //
 // One all-gather along the sequence before q/k/v, around a flat buffer:
@@ -174,7 +186,8 @@ func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: ten
 // CHECK-LABEL: func.func @forward_loss(
 // CHECK-SAME: tensor<1x1xi32> {kiln.input = "tokens", kiln.tp_shard = #kiln.tp_shard<dim = 1, index = 0>}
 // CHECK-SAME: tensor<8x8xf32> {kiln.param = "w", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 0>}
-// CHECK: kiln.embedding {{.*}} -> tensor<1x1x8xf32>
+// CHECK: kiln.embedding {{.*}} -> tensor<4x8xf32>
+// CHECK: kiln.reshape %{{.+}} : tensor<8xf32> -> tensor<1x1x8xf32>
 // CHECK: kiln.all_gather_start %{{.+}} over tp {group = "w", ranks = 4 : i64} : tensor<8xf32> -> tensor<32xf32>
 // CHECK: kiln.linear output {{.*}} : tensor<1x4x8xf32>, tensor<8x8xf32> -> tensor<1x4x8xf32>
 // CHECK: kiln.flatten %{{.+}} [0] : tensor<32xf32> -> tensor<128xf32>
@@ -194,11 +207,14 @@ func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: ten
 // -----
 
 // A vocabulary of 30 at tp 4 is padded to 32: each rank 8 rows of the
-// output projection, the whole tensor 2 rows short (`pad`). With loss
-// parallel, rank 3 holds vocabulary entries [24, 32), of which 30 and 31
-// are padding: vocab_size = 30 masks them.
+// embedding table and of the output projection, the whole tensor 2 rows
+// short (`pad`). With loss parallel, rank 3 holds vocabulary entries
+// [24, 32), of which 30 and 31 are padding: vocab_size = 30 masks them in
+// the loss (no token id reaches them in the embedding).
 // CHECK-LABEL: func.func @forward_loss(
+// CHECK-SAME: tensor<8x8xf32> {kiln.param = "e", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 3, pad = 2>}
 // CHECK-SAME: tensor<8x8xf32> {kiln.param = "w", kiln.tp_shard = #kiln.tp_shard<dim = 0, index = 3, pad = 2>}
+// CHECK: kiln.embedding {{.*}} {vocab_size = 30 : i64, vocab_start = 24 : i64} : tensor<8x8xf32>, tensor<4xi32> -> tensor<4x8xf32>
 // CHECK: kiln.linear output {{.*}} -> tensor<1x4x8xf32>
 // CHECK: kiln.vocab_parallel_max %{{.+}} {vocab_size = 30 : i64, vocab_start = 24 : i64}
 // CHECK: kiln.vocab_parallel_stats %{{.+}} {vocab_size = 30 : i64, vocab_start = 24 : i64}
@@ -309,8 +325,9 @@ func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: ten
 
 // -----
 
-// Tied embeddings: the table is the embedding's (whole) and the output
-// projection's (vocabulary-sharded).
+// Tied embeddings: one table, the embedding's and the output
+// projection's. Both are sharded over the vocabulary alike, but one weight
+// read by two ops is not partitioned yet.
 module attributes {kiln.mesh = #kiln.mesh<dp_shard = 1, tp = 2>, kiln.tp = {rank = 0 : i64, loss_parallel = false}} {
 // expected-error @+1 {{parameter 'e' is a linear's weight and also used otherwise (tied embeddings?): kiln-tp-partition cannot shard it}}
 func.func @forward_loss(%tok: tensor<1x4xi32> {kiln.input = "tokens"}, %tgt: tensor<1x4xi32> {kiln.input = "targets"},

@@ -679,8 +679,10 @@ LogicalResult kiln::emitPlan(ModuleOp module, llvm::raw_ostream &os,
   if (!eval)
     return module.emitError("the plan needs @train_step and @forward_loss");
   int64_t vocab = 0;
+  // The whole vocabulary, also where a tp rank's table is a slice of it.
   eval.walk([&](EmbeddingOp op) {
-    vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+    vocab = op.getVocabSize().value_or(
+        cast<RankedTensorType>(op.getTable().getType()).getDimSize(0));
   });
   // A pipeline rank without the embedding: the model's, from kiln.pp.
   if (auto pp = module->getAttrOfType<DictionaryAttr>(KilnDialect::kPpAttrName))

@@ -4,8 +4,8 @@
 // The pass walks @forward_loss once, in order, and retypes each op for the
 // rank's part, tracking where each value lives:
 //
-// - Seq: the rank's sequence shard [B, S/tp, ...] (embedding, norms,
-//   residual adds);
+// - Seq: the rank's sequence shard [B, S/tp, ...] (the embedding's
+//   output, norms, residual adds);
 // - Full: every position, the same on every rank (an all-gather's result);
 // - Local: every position, the rank's heads / FFN columns / vocabulary
 //   slice, always dim 2 ([B, S, N/tp] or [B, S, H/tp, hd]);
@@ -75,6 +75,14 @@ private:
   /// V/tp] (either loss's input), or an error.
   FailureOr<RankedTensorType> localLogits(CrossEntropyOp ce);
   LogicalResult shardDim(Operation *op, Value v, int64_t dim);
+  /// Argument `i` (`arg`, a [vocab, ...] table: the embedding's or the
+  /// output projection's) cut into tp slices of its rows, the last ones
+  /// padded where tp does not divide the vocabulary. Returns the whole
+  /// vocabulary and the padding.
+  FailureOr<std::pair<int64_t, int64_t>> shardVocabulary(BlockArgument arg);
+  /// The embedding over the rank's vocabulary slice (docs/tp.md, "The
+  /// ends").
+  void rewriteEmbedding(EmbeddingOp emb);
   LogicalResult expect(Operation *op, Value v, Layout layout, StringRef what);
   void setLayout(Value v, Layout l) { layouts[v] = l; }
 
@@ -84,6 +92,8 @@ private:
   /// The output projection's vocabulary (its whole dim 0), and the padding
   /// that makes it a multiple of tp.
   int64_t wholeVocab = 0, vocabPad = 0;
+  /// The embedding table's whole vocabulary.
+  int64_t tableVocab = 0;
   OpBuilder b;
   DenseMap<Value, Layout> layouts;
   DenseMap<Value, Value> gathered;
@@ -109,6 +119,21 @@ LogicalResult Partition::expect(Operation *op, Value v, Layout layout,
          << what << " here (docs/tp.md)";
 }
 
+FailureOr<std::pair<int64_t, int64_t>>
+Partition::shardVocabulary(BlockArgument arg) {
+  RankedTensorType type = tensorOf(arg);
+  int64_t vocab = type.getDimSize(0);
+  int64_t slice = (vocab + tp - 1) / tp, pad = slice * tp - vocab;
+  if (pad >= slice)
+    return func.emitOpError("a vocabulary of ")
+           << vocab << " padded for tp " << tp
+           << " would leave a rank only padding";
+  arg.setType(withDim(type, 0, slice));
+  func.setArgAttr(arg.getArgNumber(), KilnDialect::kTpShardAttrName,
+                  TpShardAttr::get(func.getContext(), 0, rank, pad));
+  return std::make_pair(vocab, pad);
+}
+
 LogicalResult Partition::shardArguments() {
   Block &body = func.getBody().front();
   MLIRContext *ctx = func.getContext();
@@ -130,12 +155,24 @@ LogicalResult Partition::shardArguments() {
         func.getArgAttrOfType<StringAttr>(i, KilnDialect::kParamAttrName);
     if (!param)
       continue;
-    // A linear's weight is sharded by the linear's role; any other
-    // parameter (embedding, norms) stays whole on every tp rank.
+    // A linear's weight is sharded by the linear's role, the embedding
+    // table over the vocabulary like the output projection; any other
+    // parameter (the norms) stays whole on every tp rank.
     LinearOp linear;
-    for (Operation *user : arg.getUsers())
+    bool table = false;
+    for (Operation *user : arg.getUsers()) {
       if (auto l = dyn_cast<LinearOp>(user); l && l.getWeight() == arg)
         linear = l;
+      if (auto e = dyn_cast<EmbeddingOp>(user); e && e.getTable() == arg)
+        table = true;
+    }
+    if (!linear && table) {
+      FailureOr<std::pair<int64_t, int64_t>> sliced = shardVocabulary(arg);
+      if (failed(sliced))
+        return failure();
+      tableVocab = sliced->first;
+      continue;
+    }
     if (!linear)
       continue;
     if (!arg.hasOneUse())
@@ -145,20 +182,11 @@ LogicalResult Partition::shardArguments() {
                 "embeddings?): kiln-tp-partition cannot shard it";
     int64_t dim = isColumnParallel(linear.getRole()) ? 0 : 1;
     if (linear.getRole() == LinearRole::output) {
-      // A vocabulary tp does not divide is padded to the next multiple:
-      // each rank V_pad / tp rows, the padding rows in the last slices,
-      // masked out of the loss.
-      RankedTensorType type = tensorOf(arg);
-      wholeVocab = type.getDimSize(0);
-      int64_t slice = (wholeVocab + tp - 1) / tp;
-      vocabPad = slice * tp - wholeVocab;
-      if (vocabPad >= slice)
-        return func.emitOpError("a vocabulary of ")
-               << wholeVocab << " padded for tp " << tp
-               << " would leave a rank only padding";
-      arg.setType(withDim(type, 0, slice));
-      func.setArgAttr(i, KilnDialect::kTpShardAttrName,
-                      TpShardAttr::get(ctx, 0, rank, vocabPad));
+      // The padding rows are masked out of the loss.
+      FailureOr<std::pair<int64_t, int64_t>> sliced = shardVocabulary(arg);
+      if (failed(sliced))
+        return failure();
+      std::tie(wholeVocab, vocabPad) = *sliced;
       continue;
     }
     if (failed(shardDim(func, arg, dim)))
@@ -229,14 +257,44 @@ Value Partition::gatherSequence(Value seq, StringRef group, Location loc) {
   return slot;
 }
 
+void Partition::rewriteEmbedding(EmbeddingOp emb) {
+  // Every rank's token ids in rank order, [tp, B, S/tp] flat; the rank
+  // looks each up in its rows (zeros for ids outside them), and the
+  // reduce-scatter (sum) along the same order hands each rank its own
+  // positions [B, S/tp, D], summed over the ranks.
+  Location loc = emb.getLoc();
+  RankedTensorType tokens = tensorOf(emb.getTokens());
+  RankedTensorType table = tensorOf(emb.getTable());
+  RankedTensorType result = tensorOf(emb.getResult());
+  int64_t n = tokens.getNumElements(), dim = table.getDimSize(1);
+  auto axis = MeshAxisAttr::get(b.getContext(), MeshAxis::tp);
+  auto ranks = b.getI64IntegerAttr(tp);
+  StringAttr group = emb.getParamAttr();
+  Value ids = ReshapeOp::create(b, loc, tokens.clone({n}), emb.getTokens());
+  auto gather = AllGatherStartOp::create(b, loc, tokens.clone({n * tp}), ids,
+                                         axis, ranks, group);
+  Value all = WaitOp::create(b, loc, gather.getType(), gather);
+  Value rows = EmbeddingOp::create(
+      b, loc, result.clone({n * tp, dim}), emb.getTable(), all,
+      emb.getParamAttr(), b.getI64IntegerAttr(rank * table.getDimSize(0)),
+      b.getI64IntegerAttr(tableVocab));
+  Value flat = ReshapeOp::create(b, loc, result.clone({n * tp * dim}), rows);
+  auto scatter =
+      ReduceScatterStartOp::create(b, loc, result.clone({n * dim}), flat, axis,
+                                   ranks, b.getStringAttr("sum"), group);
+  Value mine = WaitOp::create(b, loc, scatter.getType(), scatter);
+  SmallVector<int64_t> shape(tokens.getShape());
+  shape.push_back(dim);
+  Value h = ReshapeOp::create(b, loc, result.clone(shape), mine);
+  emb.getResult().replaceAllUsesWith(h);
+  emb.erase();
+  setLayout(h, Layout::Seq);
+}
+
 LogicalResult Partition::rewrite(Operation *op) {
   b.setInsertionPoint(op);
   if (auto emb = dyn_cast<EmbeddingOp>(op)) {
-    RankedTensorType tokens = tensorOf(emb.getTokens());
-    SmallVector<int64_t> shape(tokens.getShape());
-    shape.push_back(tensorOf(emb.getTable()).getDimSize(1));
-    emb.getResult().setType(tensorOf(emb.getResult()).clone(shape));
-    setLayout(emb.getResult(), Layout::Seq);
+    rewriteEmbedding(emb);
     return success();
   }
   if (auto norm = dyn_cast<RMSNormOp>(op)) {

@@ -194,7 +194,8 @@ Value ForwardBuilder::embed(Value tokens) {
   return EmbeddingOp::create(b, loc("model.embed_tokens", "model.vocab_size"),
                              act({m.dim}),
                              params.lookup("model.embed_tokens.weight"), tokens,
-                             "model.embed_tokens.weight");
+                             b.getStringAttr("model.embed_tokens.weight"),
+                             /*vocab_start=*/nullptr, /*vocab_size=*/nullptr);
 }
 
 Value ForwardBuilder::layers(int64_t begin, int64_t end, Value h) {

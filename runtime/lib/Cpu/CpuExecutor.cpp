@@ -109,6 +109,8 @@ Error CpuExecutor::setUnshardedState(
 }
 
 namespace {
+/// What a collective moves each element as. An all-gather copies, so FP8
+/// codes go as bytes and i32 token ids as 4-byte words (F32), bit for bit.
 comm::ElementType commType(DType dtype) {
   return dtype == DType::BF16 ? comm::ElementType::BF16
          : isFp8(dtype)       ? comm::ElementType::U8

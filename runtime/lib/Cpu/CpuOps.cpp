@@ -28,19 +28,25 @@ using Views = std::vector<View>;
 int64_t lastDim(const View &v) { return v.shape.back(); }
 int64_t rows(const View &v) { return v.numElements() / lastDim(v); }
 
+/// The rows of the vocabulary an embedding's table holds: its step's
+/// vocab_start and vocab_size, or the whole table.
+cpu::TableSlice tableSlice(const PlanStep &step, const View &table) {
+  return {table.shape[0], step.i64Or("vocab_start", 0),
+          step.i64Or("vocab_size", table.shape[0])};
+}
+
 KILN_CPU_OP(embedding) {
-  (void)step;
   const View &table = in[0];
   return cpu::embedding(table.f32(), in[1].i32(), out[0].f32(),
-                        in[1].numElements(), table.shape[0], table.shape[1]);
+                        in[1].numElements(), tableSlice(step, table),
+                        table.shape[1]);
 }
 
 KILN_CPU_OP(embeddingGrad) {
-  (void)step;
   const View &table = out[0];
   std::memset(table.f32(), 0, table.numElements() * sizeof(float));
   return cpu::embeddingBackward(in[0].f32(), in[1].i32(), table.f32(),
-                                in[1].numElements(), table.shape[0],
+                                in[1].numElements(), tableSlice(step, table),
                                 table.shape[1]);
 }
 

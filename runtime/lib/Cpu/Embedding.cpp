@@ -38,23 +38,27 @@ Error checkTokens(const char *op, const int32_t *tokens, int64_t numTokens,
 } // namespace
 
 Error embedding(const float *table, const int32_t *tokens, float *out,
-                int64_t numTokens, int64_t vocab, int64_t dim) {
-  if (Error e = checkTokens("embedding", tokens, numTokens, vocab))
+                int64_t numTokens, TableSlice slice, int64_t dim) {
+  if (Error e = checkTokens("embedding", tokens, numTokens, slice.vocab))
     return e;
   if (dim <= 0)
     return Error::success();
   int64_t grain = std::max<int64_t>(1, kGrainElements / dim);
   parallelFor(numTokens, grain, [=](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t)
-      std::memcpy(out + t * dim, table + tokens[t] * dim,
-                  sizeof(float) * dim);
+    for (int64_t t = b; t < e; ++t) {
+      int64_t row = tokens[t] - slice.start;
+      if (row >= 0 && row < slice.rows)
+        std::memcpy(out + t * dim, table + row * dim, sizeof(float) * dim);
+      else
+        std::fill_n(out + t * dim, dim, 0.0f);
+    }
   });
   return Error::success();
 }
 
 Error embeddingBackward(const float *dout, const int32_t *tokens, float *dtable,
-                        int64_t numTokens, int64_t vocab, int64_t dim) {
-  if (Error e = checkTokens("embedding_grad", tokens, numTokens, vocab))
+                        int64_t numTokens, TableSlice slice, int64_t dim) {
+  if (Error e = checkTokens("embedding_grad", tokens, numTokens, slice.vocab))
     return e;
   if (numTokens <= 0)
     return Error::success();
@@ -62,8 +66,11 @@ Error embeddingBackward(const float *dout, const int32_t *tokens, float *dtable,
   int64_t grain = std::max<int64_t>(16, kGrainElements / numTokens);
   parallelFor(dim, grain, [=](int64_t b, int64_t e) {
     for (int64_t t = 0; t < numTokens; ++t) {
+      int64_t r = tokens[t] - slice.start;
+      if (r < 0 || r >= slice.rows)
+        continue;
       const float *g = dout + t * dim;
-      float *row = dtable + static_cast<int64_t>(tokens[t]) * dim;
+      float *row = dtable + r * dim;
       for (int64_t i = b; i < e; ++i)
         row[i] += g[i];
     }

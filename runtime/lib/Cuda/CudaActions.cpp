@@ -414,6 +414,8 @@ Error Builder::collective(const PlanStep &s) {
   act.resultId = res.id;
   act.src = addr(in.id);
   act.dst = addr(res.id);
+  // An all-gather copies: FP8 codes go as bytes and i32 token ids as
+  // 4-byte words (F32), bit for bit.
   act.element = in.dtype == DType::BF16 ? comm::ElementType::BF16
                 : isFp8(in.dtype)      ? comm::ElementType::U8
                                        : comm::ElementType::F32;

@@ -53,8 +53,10 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
         op == plan::Op::EmbeddingGrad ? plan.values[step.results[0]]
         : op == plan::Op::Embedding   ? plan.values[step.operands[0]]
                                       : plan.values[step.operands[index - 1]];
+    // A tp rank's slice of the embedding table draws from the whole
+    // vocabulary: most ids fall outside it.
     int64_t range = op == plan::Op::Embedding || op == plan::Op::EmbeddingGrad
-                        ? table.shape[0]
+                        ? step.i64Or("vocab_size", table.shape[0])
                         : table.shape.back();
     std::uniform_int_distribution<int32_t> id(0,
                                               static_cast<int32_t>(range - 1));
@@ -122,8 +124,9 @@ std::vector<uint8_t> randomOperand(const Plan &plan, const PlanStep &step,
 }
 
 /// The step as each tp position's plan has it: a vocab_parallel_max,
-/// _stats or _stats_grad step of a tp plan once per position r, with
-/// vocab_start = r L (L the logits' slice), so that the slices with the
+/// _stats, _stats_grad, embedding or embedding_grad step of a tp plan once
+/// per position r, with vocab_start = r L (L the logits' or the table's
+/// slice of the vocabulary), so that the slices with the
 /// vocabulary's padding are checked too (`kiln compile` builds position
 /// 0's plan only); any other step as it is. Empty, with `why`, when the
 /// plan's own vocab_start is not its position's.
@@ -131,10 +134,16 @@ Expected<std::vector<PlanStep>> tpPositions(const Plan &plan,
                                             const PlanStep &step) {
   if (plan.mesh.tp < 2 || !step.attrs.count("vocab_start"))
     return std::vector<PlanStep>{step};
-  const PlanValue &logits =
-      plan.values[step.operands
-                      [step.kind == plan::Op::VocabParallelStatsGrad ? 1 : 0]];
-  int64_t slice = logits.shape.back(), vocab = step.i64("vocab_size");
+  // The slice: the embedding table's rows, or the logits' last dim.
+  int64_t slice =
+      step.kind == plan::Op::Embedding ? plan.values[step.operands[0]].shape[0]
+      : step.kind == plan::Op::EmbeddingGrad
+          ? plan.values[step.results[0]].shape[0]
+          : plan.values[step.operands
+                            [step.kind == plan::Op::VocabParallelStatsGrad ? 1
+                                                                           : 0]]
+                .shape.back();
+  int64_t vocab = step.i64("vocab_size");
   if (step.i64("vocab_start") != plan.tpIndex * slice) {
     return Error("vocab_start " + std::to_string(step.i64("vocab_start")) +
                  " is not tp position " + std::to_string(plan.tpIndex) + "'s");

@@ -764,3 +764,19 @@ func.func @divide_c1(%g: tensor<4x8xf32>) {
   return
 }
 
+
+// -----
+
+func.func @embedding_c4(%e: tensor<8x4xf32>, %t: tensor<6xi32>) {
+  // expected-error @+1 {{'kiln.embedding' op vocab_start and vocab_size go together}}
+  %0 = kiln.embedding %e[%t] param("e") {vocab_start = 8 : i64} : tensor<8x4xf32>, tensor<6xi32> -> tensor<6x4xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_c3(%g: tensor<6x4xf32>, %t: tensor<6xi32>) {
+  // expected-error @+1 {{'kiln.embedding_grad' op vocab_start 16 must lie in [0, vocab_size = 16)}}
+  %0 = kiln.embedding_grad %g, %t param("e") {vocab_start = 16 : i64, vocab_size = 16 : i64} : tensor<6x4xf32>, tensor<6xi32> -> tensor<8x4xf32>
+  return
+}

@@ -20,10 +20,16 @@ def KilnTpPartition : Pass<"kiln-tp-partition", "mlir::ModuleOp"> {
       heads, FFN columns or vocabulary slice; o and w2 are row-parallel:
       columns `[r * K/tp, (r+1) * K/tp)`. Each such argument is retyped and
       marked `kiln.tp_shard = #kiln.tp_shard<dim = 0|1, index = r>`.
+    - The embedding table is sharded over the vocabulary like the output
+      projection (rows `[r * V/tp, (r+1) * V/tp)`, padded where tp does
+      not divide V). Each rank gathers every rank's token ids over tp,
+      looks them up in its rows (`vocab_start`, `vocab_size`: zeros for
+      ids outside them), and one reduce-scatter (sum) over tp, in the
+      gather's rank order, gives it its own positions `[B, S/tp, D]`.
     - Sequence parallel: the token and target inputs become the rank's
       sequence shard `[B, S/tp]` (`#kiln.tp_shard<dim = 1, index = r>`), so
-      the embedding (whole on every rank), the norms and the residual adds
-      run on `[B, S/tp, D]`. One all-gather over tp rebuilds `[B, S, D]`
+      the embedding's output, the norms and the residual adds run on
+      `[B, S/tp, D]`. One all-gather over tp rebuilds `[B, S, D]`
       before each column-parallel group (shared by q/k/v, by w1/w3); one
       reduce-scatter (sum) over tp follows each row-parallel linear.
       Collectives move flat buffers, so a gather or scatter along the
@@ -231,7 +237,7 @@ def KilnTpGradSync : Pass<"kiln-tp-grad-sync", "mlir::ModuleOp"> {
     When the module's `#kiln.mesh` has `tp` > 1 (a no-op otherwise), in
     `@loss_and_grads` and `@train_step` (right after `kiln-optimizer`): the
     gradient of each tp-replicated parameter (a `kiln.param` argument
-    without `kiln.tp_shard`: the embedding, the norms), which autodiff
+    without `kiln.tp_shard`: the norms), which autodiff
     leaves as the rank's share from its sequence shard, is summed over tp
     by an `all_reduce_start over tp {reduction = "sum"}` + `wait` right
     after its definition; every use (the `kiln.grad` result, AdamW,
@@ -334,7 +340,7 @@ def KilnFsdp : Pass<"kiln-fsdp", "mlir::ModuleOp"> {
     codes; a linear with no mark is an error.
 
     With the mesh's `tp` > 1 (the IR of one tp position), each parameter
-    without `kiln.tp_shard` (the norms, the embedding) goes to a group of
+    without `kiln.tp_shard` (the norms) goes to a group of
     its own, `<group>.replicated`, and a part whose parameter has a
     `kiln.tp_shard` carries it in `kiln.shard_of` (`tp_shard`). AdamW must
     read kiln-tp-grad-sync's norm (TpNorm.h; else an error), whose split

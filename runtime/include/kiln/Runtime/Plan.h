@@ -92,6 +92,8 @@ struct PlanStep {
   /// caught at load time by verifyPlan, so these never fail later.
   double f64(const std::string &name) const;
   int64_t i64(const std::string &name) const;
+  /// An optional integer attribute, or `absent` where the step has none.
+  int64_t i64Or(const std::string &name, int64_t absent) const;
   bool flag(const std::string &name) const;
   const std::string &str(const std::string &name) const;
 };

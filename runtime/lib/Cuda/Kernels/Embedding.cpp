@@ -18,45 +18,48 @@ namespace kiln::runtime::cuda::kernels {
 namespace {
 
 const char *kSource = R"(
-// out[t, c] = table[ids[t], c]; a row of zeros for an id outside the
-// table (the CPU backend refuses it). 0 table, 1 dtype, 2 ids (i32),
-// 3 out, 4 dtype, 5 tokens, 6 vocab, 7 dim.
+// out[t, c] = table[ids[t] - start, c]; a row of zeros for an id outside
+// the table's rows [start, start + rows): another tp rank's slice (or an
+// id outside the vocabulary, which the CPU backend refuses). 0 table,
+// 1 dtype, 2 ids (i32), 3 out, 4 dtype, 5 tokens, 6 rows, 7 dim, 8 start.
 extern "C" __global__ void kiln_embedding(KilnOpArgs a) {
   const int *ids = (const int *)a.s[2].p;
   int tt = (int)a.s[1].i, ot = (int)a.s[4].i;
-  kiln_i64 vocab = a.s[6].i, dim = a.s[7].i, n = a.s[5].i * dim;
+  kiln_i64 rows = a.s[6].i, dim = a.s[7].i, n = a.s[5].i * dim;
+  kiln_i64 start = a.s[8].i;
   for (kiln_i64 e = kiln_thread(); e < n; e += kiln_threads()) {
     kiln_i64 t = e / dim, c = e % dim;
-    int id = ids[t];
-    if (id < 0 || id >= vocab)
+    kiln_i64 row = (kiln_i64)ids[t] - start;
+    if (row < 0 || row >= rows)
       kiln_store(a.s[3].p, ot, e, 0.0f);
     else
-      kiln_move(a.s[0].p, tt, (kiln_i64)id * dim + c, a.s[3].p, ot, e);
+      kiln_move(a.s[0].p, tt, row * dim + c, a.s[3].p, ot, e);
   }
 }
 
-// acc[ids[t], c] += dout[t, c] for every token t in order, as the CPU
-// kernel does: each sum has the CPU's order, and no two threads touch one
-// element. Thread (c, part) owns column c of the ids in
-// [part * vocab / parts, (part + 1) * vocab / parts): it reads every id
-// (the warp's threads read the same one) but dout only for its own.
-// 0 dout, 1 dtype, 2 ids, 3 acc (f32, zeroed), 4 tokens, 5 vocab, 6 dim,
-// 7 parts.
+// acc[ids[t] - start, c] += dout[t, c] for every token t in order, as the
+// CPU kernel does: each sum has the CPU's order, and no two threads touch
+// one element. Thread (c, part) owns column c of the rows in
+// [part * rows / parts, (part + 1) * rows / parts): it reads every id (the
+// warp's threads read the same one) but dout only for its own; ids outside
+// the table's rows [start, start + rows) add nothing.
+// 0 dout, 1 dtype, 2 ids, 3 acc (f32, zeroed), 4 tokens, 5 rows, 6 dim,
+// 7 parts, 8 start.
 extern "C" __global__ void kiln_embedding_grad(KilnOpArgs a) {
   const int *ids = (const int *)a.s[2].p;
   float *acc = (float *)a.s[3].p;
   int gt = (int)a.s[1].i;
-  kiln_i64 tokens = a.s[4].i, vocab = a.s[5].i, dim = a.s[6].i;
-  kiln_i64 parts = a.s[7].i;
+  kiln_i64 tokens = a.s[4].i, rows = a.s[5].i, dim = a.s[6].i;
+  kiln_i64 parts = a.s[7].i, start = a.s[8].i;
   kiln_i64 e = kiln_thread();
   if (e >= dim * parts)
     return;
   kiln_i64 c = e % dim, part = e / dim;
-  kiln_i64 lo = part * vocab / parts, hi = (part + 1) * vocab / parts;
+  kiln_i64 lo = part * rows / parts, hi = (part + 1) * rows / parts;
   for (kiln_i64 t = 0; t < tokens; ++t) {
-    int id = ids[t];
-    if (id >= lo && id < hi)
-      acc[(kiln_i64)id * dim + c] += kiln_load(a.s[0].p, gt, t * dim + c);
+    kiln_i64 row = (kiln_i64)ids[t] - start;
+    if (row >= lo && row < hi)
+      acc[row * dim + c] += kiln_load(a.s[0].p, gt, t * dim + c);
   }
 }
 )";
@@ -80,7 +83,7 @@ Result embedding(StepReader &r) {
       "kiln_embedding", tokens * dim,
       {operand(0), code(table.dtype), operand(1), result(0),
        code(r.out(0).dtype), integer(tokens), integer(table.shape[0]),
-       integer(dim)}));
+       integer(dim), integer(r.step.i64Or("vocab_start", 0))}));
   return p;
 }
 
@@ -118,7 +121,8 @@ Result embeddingGrad(StepReader &r) {
        128,
        0,
        {operand(0), code(r.in(0).dtype), operand(1), acc, integer(tokens),
-        integer(vocab), integer(dim), integer(parts)}});
+        integer(vocab), integer(dim), integer(parts),
+        integer(r.step.i64Or("vocab_start", 0))}});
   if (!direct)
     p.launches.push_back(elementwise(
         "kiln_copy", vocab * dim,

@@ -28,7 +28,7 @@ LogicalResult EmbeddingGradOp::verify() {
       diag << " or f32";
     return diag << ", got " << result;
   }
-  return success();
+  return detail::verifyVocabSlice(*this, getVocabStart(), getVocabSize());
 }
 
 LogicalResult RMSNormGradOp::verify() {

@@ -17,8 +17,9 @@ using namespace kiln;
 
 SmallVector<Value> EmbeddingOp::buildGradients(OpBuilder &b,
                                                ArrayRef<Value> grads) {
-  Value table = EmbeddingGradOp::create(b, getLoc(), getTable().getType(),
-                                        grads[0], getTokens(), getParam());
+  Value table = EmbeddingGradOp::create(
+      b, getLoc(), getTable().getType(), grads[0], getTokens(), getParam(),
+      getVocabStartAttr(), getVocabSizeAttr());
   return {table, Value()};
 }
 
@@ -129,6 +130,9 @@ SmallVector<Value> WaitOp::buildGradients(OpBuilder &b, ArrayRef<Value> grads) {
 
 SmallVector<Value> AllGatherStartOp::buildGradients(OpBuilder &b,
                                                     ArrayRef<Value> grads) {
+  // Token ids have no gradient.
+  if (!isa<FloatType>(getShard().getType().getElementType()))
+    return {Value()};
   auto start = ReduceScatterStartOp::create(
       b, getLoc(), getShard().getType(), grads[0], getAxisAttr(),
       getRanksAttr(), b.getStringAttr("sum"), getGroupAttr());

@@ -35,6 +35,17 @@ LogicalResult EmbeddingOp::verify() {
     return emitOpError("result element type must be the table's (")
            << table.getElementType() << "), got "
            << tensorOf(getResult()).getElementType();
+  return detail::verifyVocabSlice(*this, getVocabStart(), getVocabSize());
+}
+
+LogicalResult kiln::detail::verifyVocabSlice(Operation *op,
+                                             std::optional<int64_t> start,
+                                             std::optional<int64_t> size) {
+  if (start.has_value() != size.has_value())
+    return op->emitOpError("vocab_start and vocab_size go together");
+  if (start && (*start < 0 || *start >= *size))
+    return op->emitOpError("vocab_start ")
+           << *start << " must lie in [0, vocab_size = " << *size << ")";
   return success();
 }
 

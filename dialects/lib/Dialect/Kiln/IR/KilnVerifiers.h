@@ -13,6 +13,7 @@
 #include "mlir/IR/Operation.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
 #include <string>
 
 namespace kiln::detail {
@@ -31,6 +32,10 @@ inline std::string shapeOf(mlir::Value v) {
 
 mlir::LogicalResult verifyRMSNorm(mlir::Operation *op, mlir::Value input,
                                   mlir::Value weight, double eps);
+/// An embedding's slice of the vocabulary: embedding_c4.
+mlir::LogicalResult verifyVocabSlice(mlir::Operation *op,
+                                     std::optional<int64_t> start,
+                                     std::optional<int64_t> size);
 mlir::LogicalResult verifyRope(mlir::Operation *op, mlir::Value input,
                                double theta);
 mlir::LogicalResult verifyAttention(mlir::Operation *op, mlir::Value query,

@@ -11,6 +11,11 @@
 // A token outside [0, vocab) fails with its position and value in the
 // message, and nothing is written.
 //
+// A tensor-parallel rank's table holds a slice of the vocabulary's rows
+// (TableSlice): a token of the vocabulary outside the slice looks up a row
+// of zeros and adds to no row, so the ranks' lookups sum to the whole
+// table's and their gradients are its rows.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef KILN_RUNTIME_CPU_EMBEDDING_H
@@ -22,13 +27,21 @@
 
 namespace kiln::runtime::cpu {
 
-/// out [numTokens, dim] = rows of `table` [vocab, dim].
-Error embedding(const float *table, const int32_t *tokens, float *out,
-                int64_t numTokens, int64_t vocab, int64_t dim);
+/// The rows a table holds: the ids [start, start + rows) of a vocabulary
+/// of `vocab` ids (rows past `vocab` are padding).
+struct TableSlice {
+  int64_t rows = 0, start = 0, vocab = 0;
+  /// A whole table of `rows` ids.
+  static TableSlice whole(int64_t rows) { return {rows, 0, rows}; }
+};
 
-/// dtable [vocab, dim] += scatter of dout [numTokens, dim] by token.
+/// out [numTokens, dim] = rows of `table` [rows, dim].
+Error embedding(const float *table, const int32_t *tokens, float *out,
+                int64_t numTokens, TableSlice slice, int64_t dim);
+
+/// dtable [rows, dim] += scatter of dout [numTokens, dim] by token.
 Error embeddingBackward(const float *dout, const int32_t *tokens, float *dtable,
-                        int64_t numTokens, int64_t vocab, int64_t dim);
+                        int64_t numTokens, TableSlice slice, int64_t dim);
 
 } // namespace kiln::runtime::cpu
 

@@ -211,7 +211,14 @@ inline constexpr double kMaxOffset = static_cast<double>(kMaxElements);
 
 inline constexpr AttrSpec kAttrs[] = {
     {Op::Embedding, "param", AttrType::String, true, 0, 0, nullptr},
+    {Op::Embedding, "vocab_start", AttrType::Int, false, 0, kMaxOffset,
+     nullptr},
+    {Op::Embedding, "vocab_size", AttrType::Int, false, 1, kMaxOffset, nullptr},
     {Op::EmbeddingGrad, "param", AttrType::String, true, 0, 0, nullptr},
+    {Op::EmbeddingGrad, "vocab_start", AttrType::Int, false, 0, kMaxOffset,
+     nullptr},
+    {Op::EmbeddingGrad, "vocab_size", AttrType::Int, false, 1, kMaxOffset,
+     nullptr},
     {Op::Linear, "role", AttrType::String, true, 0, 0, KILN_PLAN_ROLES},
     {Op::Linear, "param", AttrType::String, true, 0, 0, nullptr},
     {Op::LinearGradInput, "role", AttrType::String, true, 0, 0,

@@ -33,7 +33,9 @@
 
 // FP8 codes travel too: `kiln-fp8-all-gather` gathers e4m3 shards.
 def Kiln_FlatTensor : StaticShapeTensorOf<[F32, BF16, F16, F8E4M3FN]>;
-// What unflatten takes a slice of: a flat buffer, or token ids.
+// What unflatten takes a slice of, and what an all-gather moves: a flat
+// buffer, or token ids (a microbatch's; the vocabulary-parallel embedding's,
+// gathered over tp by kiln-tp-partition and copied as they are).
 def Kiln_SliceableTensor
     : StaticShapeTensorOf<[F32, BF16, F16, F8E4M3FN, I32]>;
 
@@ -56,9 +58,9 @@ def Kiln_AllGatherStartOp : Kiln_Op<"all_gather_start",
     - collective_axis: with a `#kiln.mesh` on the module, `ranks` is the
       size of `axis` in it.
   }];
-  let arguments = (ins Kiln_FlatTensor:$shard, Kiln_MeshAxisAttr:$axis,
+  let arguments = (ins Kiln_SliceableTensor:$shard, Kiln_MeshAxisAttr:$axis,
                        I64Attr:$ranks, StrAttr:$group);
-  let results = (outs Kiln_FlatTensor:$result);
+  let results = (outs Kiln_SliceableTensor:$result);
   let assemblyFormat = [{
     $shard `over` $axis attr-dict `:` type($shard) `->` type($result)
   }];

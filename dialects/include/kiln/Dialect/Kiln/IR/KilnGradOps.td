@@ -18,13 +18,19 @@ def Kiln_EmbeddingGradOp : Kiln_Op<"embedding_grad", [Pure]> {
     the sums are then kept as they are instead of rounded (the precision
     phase asks for it when gradients are reduced in f32).
 
+    With `vocab_start` and `vocab_size` (the embedding's slice of the
+    table), `result` holds rows `[vocab_start, vocab_start + rows)`: the
+    tokens outside them add nothing.
+
     Rules:
     - embedding_grad_c1: `grad` has shape `tokens.shape ++ [dim]`.
     - embedding_grad_c2: `result` is `[vocab, dim]`, of the element type of
       `grad` or, for a `grad` narrower than f32, of f32.
+    - embedding_grad_c3: as embedding_c4.
   }];
   let arguments = (ins Kiln_FloatTensor:$grad, Kiln_TokenTensor:$tokens,
-                       StrAttr:$param);
+                       StrAttr:$param, OptionalAttr<I64Attr>:$vocab_start,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $tokens `param` `(` $param `)` attr-dict `:` type($grad) `,`

@@ -47,18 +47,31 @@ def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure,
     `result[b, s, :] = table[tokens[b, s], :]`. Token ids outside
     `[0, vocab)` are a runtime error.
 
+    A tensor-parallel rank's slice of the table (kiln-tp-partition) says
+    which rows it holds: `vocab_start` and `vocab_size` (both or neither)
+    make the table rows `[vocab_start, vocab_start + rows)` of a vocabulary
+    of `vocab_size`. An id in that vocabulary but outside the slice looks
+    up a row of zeros (the rows are summed over the ranks); rows past
+    `vocab_size` are padding, never looked up.
+
     Rules:
     - embedding_c1: `table` has rank 2 (`[vocab, dim]`).
     - embedding_c2: `result` has shape `tokens.shape ++ [dim]`.
     - embedding_c3: `result` has the element type of `table`.
+    - embedding_c4: `vocab_start` and `vocab_size` are both present or both
+      absent, with `0 <= vocab_start < vocab_size`.
 
     ```mlir
     %h = kiln.embedding %table[%tokens] param("model.embed_tokens.weight")
         : tensor<256x64xf32>, tensor<2x16xi32> -> tensor<2x16x64xf32>
+    %p = kiln.embedding %slice[%ids] param("model.embed_tokens.weight")
+        {vocab_start = 128 : i64, vocab_size = 256 : i64}
+        : tensor<128x64xf32>, tensor<64xi32> -> tensor<64x64xf32>
     ```
   }];
   let arguments = (ins Kiln_FloatTensor:$table, Kiln_TokenTensor:$tokens,
-                       StrAttr:$param);
+                       StrAttr:$param, OptionalAttr<I64Attr>:$vocab_start,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
     $table `[` $tokens `]` `param` `(` $param `)` attr-dict `:`
