@@ -601,6 +601,17 @@ int kiln::runPlan(const PlanCommand &command) {
       groups.emplace_back();
     groups[it->second].push_back(c);
   }
+  // The groups with the largest probes first: a pipeline mesh compiles
+  // each probe at up to three positions, over pp + 2 microbatches (3 pp
+  // interleaved), so one taken last would leave the other workers idle.
+  // The groups are independent and ties rank by `order`, so the result
+  // does not depend on which is searched first.
+  auto probeWork = [](const Candidate &c) { return c.pp * c.stages(); };
+  std::stable_sort(
+      groups.begin(), groups.end(),
+      [&](const std::vector<Candidate> &a, const std::vector<Candidate> &b) {
+        return probeWork(a.front()) > probeWork(b.front());
+      });
   std::atomic<size_t> next{0};
   auto work = [&](Search &out) {
     Planner planner(command, *hw, *eff, layers, batch, seq);

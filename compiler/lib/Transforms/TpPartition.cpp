@@ -75,7 +75,7 @@ private:
   /// V/tp] (either loss's input), or an error.
   FailureOr<RankedTensorType> localLogits(CrossEntropyOp ce);
   LogicalResult shardDim(Operation *op, Value v, int64_t dim);
-  /// Argument `i` (`arg`, a [vocab, ...] table: the embedding's or the
+  /// `arg` (a [vocab, ...] table: the embedding's or the
   /// output projection's) cut into tp slices of its rows, the last ones
   /// padded where tp does not divide the vocabulary. Returns the whole
   /// vocabulary and the padding.
