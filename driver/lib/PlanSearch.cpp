@@ -604,8 +604,9 @@ int kiln::runPlan(const PlanCommand &command) {
   // The groups with the largest probes first: a pipeline mesh compiles
   // each probe at up to three positions, over pp + 2 microbatches (3 pp
   // interleaved), so one taken last would leave the other workers idle.
-  // The groups are independent and ties rank by `order`, so the result
-  // does not depend on which is searched first.
+  // The groups are independent and ties rank by `order`, so the ranking
+  // does not depend on which is searched first (as with several workers
+  // before; only which example a "does not fit" message names may).
   auto probeWork = [](const Candidate &c) { return c.pp * c.stages(); };
   std::stable_sort(
       groups.begin(), groups.end(),

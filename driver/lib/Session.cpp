@@ -123,9 +123,10 @@ bool ModelSession::refuseUnbuilt() {
                           {"parallelism.tensor_parallel_degree"}))
         << "model.tie_embeddings with parallelism.tensor_parallel_degree ("
         << p.tensor_parallel_degree
-        << ") is not implemented yet: the table would be whole for the "
-           "embedding and vocabulary-sharded for the output projection "
-           "(#17, docs/tp.md)";
+        << ") is not implemented yet: the embedding and the output "
+           "projection would share one table sharded over the vocabulary, "
+           "and one weight read by two ops is not partitioned (#17, "
+           "docs/tp.md)";
     return false;
   }
   return true;

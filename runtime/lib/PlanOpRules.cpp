@@ -142,21 +142,32 @@ private:
   bool flatten();
   bool transpose();
   bool vocabParallel();
-  bool vocabSlice();
+  bool vocabSlice(int64_t rows);
 };
 
-/// A vocabulary slice [vocab_start, ...) of a vocabulary of vocab_size:
-/// both attributes or neither (an embedding's whole table), the slice
-/// starting inside the vocabulary.
-bool StepRules::vocabSlice() {
+/// A tp rank's slice [vocab_start, vocab_start + rows) of a vocabulary of
+/// vocab_size: both attributes or neither (an embedding's whole table);
+/// the slice is the plan's tp position's, and the mesh's tp slices cover
+/// the vocabulary with less than a slice of padding.
+bool StepRules::vocabSlice(int64_t rows) {
   bool start = s.attrs.count("vocab_start"), size = s.attrs.count("vocab_size");
   if (start != size)
     return fail("attributes 'vocab_start' and 'vocab_size'",
                 "must be given together");
-  if (start && integer("vocab_start") >= integer("vocab_size"))
+  if (!start)
+    return true;
+  int64_t vocab = integer("vocab_size"), tp = plan.mesh.tp;
+  if (integer("vocab_start") != plan.tpIndex * rows)
     return fail("attribute 'vocab_start'",
-                "must be below vocab_size (" +
-                    std::to_string(integer("vocab_size")) + ")");
+                "is " + std::to_string(integer("vocab_start")) +
+                    "; tp position " + std::to_string(plan.tpIndex) +
+                    "'s slice of " + std::to_string(rows) + " starts at " +
+                    std::to_string(plan.tpIndex * rows));
+  if (vocab <= (tp - 1) * rows || vocab > tp * rows)
+    return fail("attribute 'vocab_size'",
+                "is " + std::to_string(vocab) + "; " + std::to_string(tp) +
+                    " slices of " + std::to_string(rows) +
+                    " must cover it with less than a slice to spare");
   return true;
 }
 
@@ -168,7 +179,7 @@ bool StepRules::vocabParallel() {
   size_t l = grad ? 1 : 0;
   const PlanValue &logits = in(l);
   if (!floating(logits, operandName(l)) || !matrix(logits, operandName(l)) ||
-      !vocabSlice())
+      !vocabSlice(last(logits)))
     return false;
   int64_t n = rows(logits);
   if (s.kind == plan::Op::VocabParallelMax)
@@ -346,8 +357,9 @@ bool StepRules::check() {
                 : fail(resultName(0), "must be a state"));
   case Op::Embedding:
     // table [V, E], tokens -> [..., E], one row per token.
-    return vocabSlice() && floating(in(0), "operand 0 (the table)") &&
-           rank(in(0), 2, "operand 0 (the table)") &&
+    return rank(in(0), 2, "operand 0 (the table)") &&
+           vocabSlice(in(0).shape[0]) &&
+           floating(in(0), "operand 0 (the table)") &&
            dtype(in(1), DType::I32, "operand 1 (the tokens)") &&
            floating(out(0), resultName(0)) && matrix(out(0), resultName(0)) &&
            equal(last(out(0)), in(0).shape[1], "result 0's last dimension") &&
@@ -355,8 +367,9 @@ bool StepRules::check() {
                     resultName(0));
   case Op::EmbeddingGrad:
     // dy [..., E], tokens -> table [V, E].
-    return vocabSlice() && floating(out(0), "result 0 (the table)") &&
-           rank(out(0), 2, "result 0 (the table)") &&
+    return rank(out(0), 2, "result 0 (the table)") &&
+           vocabSlice(out(0).shape[0]) &&
+           floating(out(0), "result 0 (the table)") &&
            dtype(in(1), DType::I32, "operand 1 (the tokens)") &&
            floating(in(0), operandName(0)) && matrix(in(0), operandName(0)) &&
            equal(last(in(0)), out(0).shape[1], "operand 0's last dimension") &&

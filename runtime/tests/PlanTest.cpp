@@ -13,7 +13,7 @@ namespace {
 // AdamW, and a fused cast whose result nobody reads. Arena: x [0, 512),
 // loss 512, g [576, 1600), norm 1600, lr 1664, xb [1728, 1984).
 const char *kValid = R"({
-  "format": "kiln-plan", "version": 7, "vocab_size": 16,
+  "format": "kiln-plan", "version": 8, "vocab_size": 16,
   "mesh": {"dp_shard": 1, "tp": 1},
   "training": {"steps": 2, "seed": 0, "eval_interval": 0, "eval_steps": 1,
                "checkpoint_interval": 0, "data": "fortunes",
@@ -179,9 +179,9 @@ TEST(Plan, ChecksTpSlices) {
 }
 
 TEST(Plan, RejectsAnotherVersion) {
-  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 7", "\"version\": 6")),
-            "plan version 6 is not supported by this runtime (it reads "
-            "version 7); compile the model again with this build's kiln "
+  EXPECT_EQ(errorOf(replace(kValid, "\"version\": 8", "\"version\": 7")),
+            "plan version 7 is not supported by this runtime (it reads "
+            "version 8); compile the model again with this build's kiln "
             "(kiln compile MODEL -o PLAN)");
 }
 
@@ -269,8 +269,10 @@ TEST(Plan, RejectsMissingAndMistypedAttributes) {
 }
 
 // A tp rank's embedding holds a slice of the vocabulary's rows
-// (vocab_start, vocab_size): both or neither, the slice inside the
-// vocabulary, and the vocabulary the plan's.
+// (vocab_start, vocab_size): both or neither, the slice the plan's tp
+// position's, the slices covering the vocabulary, and the vocabulary the
+// plan's. (The tp > 1 cases: tests/Train/tp-vocab-pad.test and the plan
+// fuzzer's mutants of tp plans.)
 TEST(Plan, ChecksTheEmbeddingsVocabularySlice) {
   auto withAttrs = [](const std::string &attrs) {
     return replace(kValid, "\"attrs\": {\"param\": \"w\"}, \"loc\"",
@@ -285,11 +287,15 @@ TEST(Plan, ChecksTheEmbeddingsVocabularySlice) {
             "given together");
   EXPECT_EQ(errorOf(withAttrs("\"vocab_start\": 16, \"vocab_size\": 16")),
             "train_step step 0 (embedding at model.tok_embeddings at "
-            "m.toml:2:1): attribute 'vocab_start' must be below vocab_size "
-            "(16)");
+            "m.toml:2:1): attribute 'vocab_start' is 16; tp position 0's "
+            "slice of 16 starts at 0");
   EXPECT_EQ(errorOf(withAttrs("\"vocab_start\": 0, \"vocab_size\": 32")),
             "train_step step 0 (embedding at model.tok_embeddings at "
-            "m.toml:2:1): has a vocabulary of 32 but the plan's vocab_size "
+            "m.toml:2:1): attribute 'vocab_size' is 32; 1 slices of 16 must "
+            "cover it with less than a slice to spare");
+  EXPECT_EQ(errorOf(withAttrs("\"vocab_start\": 0, \"vocab_size\": 15")),
+            "train_step step 0 (embedding at model.tok_embeddings at "
+            "m.toml:2:1): has a vocabulary of 15 but the plan's vocab_size "
             "is 16");
 }
 

@@ -333,3 +333,52 @@ func.func @scatter_without_compute_beside(%x: tensor<4x8xbf16>, %w: tensor<8x8xb
   %n = kiln.wait %g : tensor<16xbf16>
   return %o, %n : tensor<16xbf16>, tensor<16xbf16>
 }
+
+// -----
+
+// What precedes the last value the weight gradients share with the
+// scatter's slice stays: w2's weight gradient reads the gathered gradient
+// before the silu (the shared value), so it keeps its place, and only w3's
+// goes after the reduce-scatter.
+// CHECK-LABEL: func.func @scatter_keeps_what_precedes_shared(
+// CHECK: %[[DYF:.+]] = kiln.reshape
+// CHECK-NEXT: kiln.linear_grad_weight w2 %[[DYF]]
+// CHECK-NEXT: %[[H:.+]] = kiln.silu %[[DYF]]
+// CHECK-NEXT: kiln.linear_grad_input w3 %[[H]]
+// CHECK-NEXT: kiln.reshape
+// CHECK-NEXT: kiln.reduce_scatter_start {{.*}} over tp
+// CHECK-NEXT: kiln.linear_grad_weight w3 %[[H]]
+func.func @scatter_keeps_what_precedes_shared(%dy: tensor<16xbf16>, %x: tensor<4x8xbf16>, %w3: tensor<8x8xbf16>) -> (tensor<16xbf16>, tensor<8x8xbf16>, tensor<8x8xbf16>) {
+  %g = kiln.all_gather_start %dy over tp {group = "dy", ranks = 2 : i64} : tensor<16xbf16> -> tensor<32xbf16>
+  %gw = kiln.wait %g : tensor<32xbf16>
+  %dyf = kiln.reshape %gw : tensor<32xbf16> -> tensor<4x8xbf16>
+  %g2 = kiln.linear_grad_weight w2 %dyf, %x param("w2") : tensor<4x8xbf16>, tensor<4x8xbf16> -> tensor<8x8xbf16>
+  %h = kiln.silu %dyf : tensor<4x8xbf16>
+  %g3 = kiln.linear_grad_weight w3 %h, %x param("w3") : tensor<4x8xbf16>, tensor<4x8xbf16> -> tensor<8x8xbf16>
+  %d3 = kiln.linear_grad_input w3 %h, %w3 param("w3") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %f = kiln.reshape %d3 : tensor<4x8xbf16> -> tensor<32xbf16>
+  %r = kiln.reduce_scatter_start %f over tp {group = "x", ranks = 2 : i64, reduction = "sum"} : tensor<32xbf16> -> tensor<16xbf16>
+  %o = kiln.wait %r : tensor<16xbf16>
+  return %o, %g2, %g3 : tensor<16xbf16>, tensor<8x8xbf16>, tensor<8x8xbf16>
+}
+
+// -----
+
+// A pipeline transfer among the ops that would move (its order is matched
+// by the neighbour stage) keeps everything where it is.
+// CHECK-LABEL: func.func @scatter_with_pipe_send_beside(
+// CHECK: kiln.linear_grad_input w3
+// CHECK-NEXT: kiln.linear_grad_weight w3
+// CHECK-NEXT: kiln.pipe_send_start
+// CHECK-NEXT: kiln.reshape
+// CHECK-NEXT: kiln.reduce_scatter_start {{.*}} over tp
+func.func @scatter_with_pipe_send_beside(%h: tensor<4x8xbf16>, %x: tensor<4x8xbf16>, %w3: tensor<8x8xbf16>, %p: tensor<4xf32>) -> (tensor<16xbf16>, tensor<8x8xbf16>, tensor<f32>) {
+  %d3 = kiln.linear_grad_input w3 %h, %w3 param("w3") : tensor<4x8xbf16>, tensor<8x8xbf16> -> tensor<4x8xbf16>
+  %g3 = kiln.linear_grad_weight w3 %h, %x param("w3") : tensor<4x8xbf16>, tensor<4x8xbf16> -> tensor<8x8xbf16>
+  %t = kiln.pipe_send_start %p over pp {peer = 1 : i64, ranks = 2 : i64, tag = 0 : i64} : tensor<4xf32> -> tensor<f32>
+  %f = kiln.reshape %d3 : tensor<4x8xbf16> -> tensor<32xbf16>
+  %r = kiln.reduce_scatter_start %f over tp {group = "x", ranks = 2 : i64, reduction = "sum"} : tensor<32xbf16> -> tensor<16xbf16>
+  %o = kiln.wait %r : tensor<16xbf16>
+  %tw = kiln.wait %t : tensor<f32>
+  return %o, %g3, %tw : tensor<16xbf16>, tensor<8x8xbf16>, tensor<f32>
+}

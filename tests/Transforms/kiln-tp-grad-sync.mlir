@@ -1,6 +1,6 @@
 // RUN: kiln-opt %s -split-input-file -kiln-tp-grad-sync -verify-diagnostics | FileCheck %s
 
-// tp = 2: "e" is tp-replicated (no kiln.tp_shard: the embedding, a norm),
+// tp = 2: "e" is tp-replicated (no kiln.tp_shard, as a norm is),
 // "w" tp-sharded. In @loss_and_grads the replicated gradient is summed
 // over tp right after it is complete (the add), and the kiln.grad result
 // returns the sum; the sharded gradient is returned as it is.

@@ -32,7 +32,7 @@
 // gets its own positions [B, S/tp, D] summed over the ranks, with no
 // transpose. Then sequence parallel: the norm on [B, S/tp, D].
 // CHECK: %[[IDS:.+]] = kiln.reshape %[[TOK]] : tensor<2x4xi32> -> tensor<8xi32>
-// CHECK-NEXT: %[[IG:.+]] = kiln.all_gather_start %[[IDS]] over tp {group = "model.embed_tokens.weight", ranks = 2 : i64} : tensor<8xi32> -> tensor<16xi32>
+// CHECK-NEXT: %[[IG:.+]] = kiln.all_gather_start %[[IDS]] over tp {group = "tokens", ranks = 2 : i64} : tensor<8xi32> -> tensor<16xi32>
 // CHECK-NEXT: %[[ALL:.+]] = kiln.wait %[[IG]] : tensor<16xi32>
 // CHECK-NEXT: %[[P:.+]] = kiln.embedding %[[EMB]][%[[ALL]]] param("model.embed_tokens.weight") {vocab_size = 32 : i64, vocab_start = 16 : i64} : tensor<16x16xf32>, tensor<16xi32> -> tensor<16x16xf32>
 // CHECK-NEXT: %[[PF:.+]] = kiln.reshape %[[P]] : tensor<16x16xf32> -> tensor<256xf32>

@@ -11,7 +11,7 @@
 // - the loss, on every rank;
 // - each tp-sharded parameter's gradient against its slice of the
 //   reference's;
-// - each tp-replicated parameter's gradient (embedding, norms), which
+// - each tp-replicated parameter's gradient (the norms), which
 //   kiln-tp-grad-sync has summed over tp in the step, against the
 //   reference's whole gradient on every rank;
 // - then `train_step`'s grad_norm (the norm AdamW clips with, of the same

@@ -148,7 +148,7 @@ void FunctionSharder::collect() {
     for (Operation *user : arg.getUsers())
       if (auto adamw = dyn_cast<AdamWOp>(user); adamw && adamw.getParam() == arg)
         p->adamw = adamw;
-    // With tp > 1 the tp-replicated parameters (the norms, the embedding)
+    // With tp > 1 the tp-replicated parameters (the norms)
     // go to groups of their own, `<group>.replicated`: the norm counts their
     // squares once, the sharded ones' over tp, so no flat shard may mix the
     // two. The name depends on the argument only, so that training and

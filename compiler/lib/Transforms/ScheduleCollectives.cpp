@@ -2,13 +2,18 @@
 //
 // Only moves ops, never changes what they compute. Every move keeps each
 // operand defined before its user: a gradient buffer goes after the last of
-// its parts, a wait before its first reader, and a gather (whose operand is
-// a cast of a block argument) anywhere before its wait.
+// its parts, a wait before its first reader, a gather (whose operand is a
+// cast of a block argument) anywhere before its wait, and the weight
+// gradients beside an input gradient's reduce-scatter (ops it does not
+// read, none with side effects but mesh collectives, whose per-axis order
+// is kept) after it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Transforms/Passes.h"
+
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "llvm/Support/Debug.h"
 
@@ -145,17 +150,35 @@ void reduceScatterEarly(BlockOrder &order, Block &block,
   order.moveAfter(start, flat);
 }
 
-/// Whether `op` starts a collective over `axis`.
-bool startsOn(Operation *op, MeshAxis axis) {
+/// The axis a mesh collective's start, or the wait of one, runs on.
+std::optional<MeshAxis> collectiveAxis(Operation *op) {
+  if (auto wait = dyn_cast<WaitOp>(op))
+    op = wait.getPending().getDefiningOp();
+  if (!op)
+    return std::nullopt;
   if (auto gather = dyn_cast<AllGatherStartOp>(op))
-    return gather.getAxis() == axis;
+    return gather.getAxis();
   if (auto scatter = dyn_cast<ReduceScatterStartOp>(op))
-    return scatter.getAxis() == axis;
+    return scatter.getAxis();
   if (auto reduce = dyn_cast<AllReduceStartOp>(op))
-    return reduce.getAxis() == axis;
+    return reduce.getAxis();
+  return std::nullopt;
+}
+
+/// Whether `op` may go later, past ops it does not read: an op without
+/// side effects, or a mesh collective's start or wait (each axis keeps its
+/// issue order: scatterBeforeWeightGrads checks it). A pipeline transfer,
+/// whose order the neighbour stage matches, never moves.
+bool mayGoLater(Operation *op) {
+  return isMemoryEffectFree(op) || collectiveAxis(op).has_value();
+}
+
+/// Whether `op` starts a collective over `axis` (an async TP ring step
+/// included).
+bool startsOn(Operation *op, MeshAxis axis) {
   if (auto ring = dyn_cast<SendRecvStartOp>(op))
     return ring.getAxis() == axis;
-  return false;
+  return !isa<WaitOp>(op) && collectiveAxis(op) == axis;
 }
 
 /// An input gradient's reduce-scatter (sequence parallel's dual of the
@@ -166,8 +189,10 @@ bool startsOn(Operation *op, MeshAxis axis) {
 /// the last slice value another op of the window reads (the weight
 /// gradients, their casts, FSDP's packing) goes after it, so those GEMMs
 /// overlap it. Nothing moves unless the slice and the ops moved both hold
-/// compute. Only what reads no slice value after that one moves, so no
-/// value both read lives longer than the scatter's own inputs.
+/// compute, nor where an op to move has side effects (a pipeline
+/// transfer) or starts a collective on an axis the slice also starts one
+/// on. Only what reads no slice value after that one moves, so no value
+/// both read lives longer than the scatter's own inputs.
 void scatterBeforeWeightGrads(BlockOrder &order, Block &block,
                               ReduceScatterStartOp start) {
   if (start.getInput().getDefiningOp<FlattenOp>())
@@ -204,13 +229,27 @@ void scatterBeforeWeightGrads(BlockOrder &order, Block &block,
   }
   SmallVector<Operation *> moved;
   bool movedComputes = false;
+  // The axes the moved ops start collectives on, and the slice's: where
+  // both start one on an axis, moving would change its issue order.
+  SmallVector<MeshAxis> movedAxes, sliceAxes;
   for (Operation *op = shared ? shared->getNextNode() : first; op != start;
-       op = op->getNextNode())
-    if (!slice.contains(op)) {
-      moved.push_back(op);
-      movedComputes |= isModelCompute(op);
+       op = op->getNextNode()) {
+    bool starts = !isa<WaitOp>(op) && collectiveAxis(op);
+    if (slice.contains(op)) {
+      if (starts)
+        sliceAxes.push_back(*collectiveAxis(op));
+      continue;
     }
-  if (!movedComputes)
+    if (!mayGoLater(op))
+      return;
+    if (starts)
+      movedAxes.push_back(*collectiveAxis(op));
+    moved.push_back(op);
+    movedComputes |= isModelCompute(op);
+  }
+  if (!movedComputes || llvm::any_of(movedAxes, [&](MeshAxis axis) {
+        return llvm::is_contained(sliceAxes, axis);
+      }))
     return;
   Operation *after = start;
   for (Operation *op : moved) {

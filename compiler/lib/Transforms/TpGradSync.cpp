@@ -1,7 +1,7 @@
 //===- TpGradSync.cpp - Gradients and their norm summed over the tp axis --===//
 //
 // After kiln-tp-partition and autodiff, a tp-replicated parameter's gradient
-// (the embedding, the norms: no `#kiln.tp_shard`) is the rank's share, from
+// (the norms: no `#kiln.tp_shard`) is the rank's share, from
 // its sequence shard; a tp-sharded parameter's is the whole gradient of the
 // rank's slice. This pass all-reduces (sum) the former over tp where it is
 // complete, and makes the gradient norm count the sharded parameters'

@@ -271,8 +271,9 @@ void Partition::rewriteEmbedding(EmbeddingOp emb) {
   auto ranks = b.getI64IntegerAttr(tp);
   StringAttr group = emb.getParamAttr();
   Value ids = ReshapeOp::create(b, loc, tokens.clone({n}), emb.getTokens());
-  auto gather = AllGatherStartOp::create(b, loc, tokens.clone({n * tp}), ids,
-                                         axis, ranks, group);
+  auto gather =
+      AllGatherStartOp::create(b, loc, tokens.clone({n * tp}), ids, axis, ranks,
+                               b.getStringAttr("tokens"));
   Value all = WaitOp::create(b, loc, gather.getType(), gather);
   Value rows = EmbeddingOp::create(
       b, loc, result.clone({n * tp, dim}), emb.getTable(), all,

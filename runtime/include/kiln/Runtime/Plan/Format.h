@@ -30,7 +30,7 @@ namespace kiln::plan {
 
 /// The plan format's version: the emitter writes it, the loader reads only
 /// it. Changes are listed in docs/plan.md's changelog.
-inline constexpr int kVersion = 7;
+inline constexpr int kVersion = 8;
 
 /// The largest element count of one value, and of a fused group's
 /// iteration space: 2^48, far past any device and small enough that

@@ -24,7 +24,7 @@ def Kiln_EmbeddingGradOp : Kiln_Op<"embedding_grad", [Pure]> {
 
     Rules:
     - embedding_grad_c1: `grad` has shape `tokens.shape ++ [dim]`.
-    - embedding_grad_c2: `result` is `[vocab, dim]`, of the element type of
+    - embedding_grad_c2: `result` is `[rows, dim]`, of the element type of
       `grad` or, for a `grad` narrower than f32, of f32.
     - embedding_grad_c3: as embedding_c4.
   }];
