@@ -234,16 +234,17 @@ void scatterBeforeWeightGrads(BlockOrder &order, Block &block,
   SmallVector<MeshAxis> movedAxes, sliceAxes;
   for (Operation *op = shared ? shared->getNextNode() : first; op != start;
        op = op->getNextNode()) {
-    bool starts = !isa<WaitOp>(op) && collectiveAxis(op);
+    std::optional<MeshAxis> starts =
+        isa<WaitOp>(op) ? std::nullopt : collectiveAxis(op);
     if (slice.contains(op)) {
       if (starts)
-        sliceAxes.push_back(*collectiveAxis(op));
+        sliceAxes.push_back(*starts);
       continue;
     }
     if (!mayGoLater(op))
       return;
     if (starts)
-      movedAxes.push_back(*collectiveAxis(op));
+      movedAxes.push_back(*starts);
     moved.push_back(op);
     movedComputes |= isModelCompute(op);
   }
