@@ -18,8 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kiln/Driver/Driver.h"
-#include "kiln/Driver/Predict.h"
+#include "PlanSearch.h"
 #include "kiln/Driver/Session.h"
 #include "kiln/Frontend/ModelImporter.h"
 
@@ -32,9 +31,11 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <set>
 #include <thread>
 
 using namespace kiln;
+using namespace kiln::plansearch;
 
 namespace {
 
@@ -45,11 +46,6 @@ namespace {
 /// checkpointing comes before those that recompute more (the dominance
 /// rule, runPlan).
 constexpr int64_t kMaxPipeline = 8;
-/// The probes' layers a stage: kProbe and kProbe + 1 (under a layer
-/// policy, Candidate::probeLayers). The step's time grows by the same
-/// amount with every layer from 2 on; the bytes live at the arena's peak
-/// from 3 on (measured, docs/perf-model.md).
-constexpr int64_t kProbe = 3;
 /// TorchTitan's layer policy searched (selective_ac_option = "2", its
 /// default: every second block checkpointed whole, the others not at all),
 /// without pp only: a stage's blocks are checkpointed by their index in
@@ -60,83 +56,6 @@ constexpr int64_t kLayerPolicy = 2;
 /// the largest-first placement, docs/perf-model.md), with room: --exact
 /// also compiles whole what it predicts within this of the memory.
 constexpr double kMemoryMargin = 0.15;
-/// How far below the whole compile's the extrapolated peak memory came out
-/// (7.2% under pipeline parallel, docs/perf-model.md), rounded up: an
-/// extrapolated configuration predicted within this of the memory may not
-/// fit, and is listed as such.
-constexpr double kMemoryLow = 0.08;
-
-struct Candidate {
-  int64_t order = 0; // in the search, for ties
-  int64_t dp = 1, tp = 1, pp = 1, microbatch = 1;
-  std::string schedule; // pp > 1
-  std::string ac = "none";
-  /// Under `selective`, its policy: Kiln's `gemm`, TorchTitan's `op`, or
-  /// TorchTitan's layer policy (a number: every N-th block).
-  std::string policy;
-  std::string fp8; // empty: bf16
-  bool fp8AllGather = false;
-
-  int64_t stages() const {
-    return schedule == "Interleaved1F1B" ? 2 * pp : pp;
-  }
-  std::string meshText() const {
-    return std::to_string(dp) + " x " + std::to_string(tp) + " x " +
-           std::to_string(pp);
-  }
-  std::string scheduleText() const {
-    return pp == 1 ? "-"
-                   : schedule + " (mb " + std::to_string(microbatch) + ")";
-  }
-  std::string acText() const {
-    return ac == "selective" ? ac + " " + policy : ac;
-  }
-  /// Whether this mode recomputes nothing `other` does not recompute (so
-  /// `other`, where this one fits, only adds work): none comes before every
-  /// mode, every mode before full, and `gemm` (each block's elementwise
-  /// ops) before `op` (those, and three of its GEMMs). The layer policy
-  /// recomputes every op of half the blocks and nothing of the others,
-  /// neither more nor less than `gemm` or `op`.
-  bool recomputesWithin(const Candidate &other) const {
-    return ac == "none" || other.ac == "full" ||
-           (ac == other.ac && policy == other.policy) ||
-           (policy == "gemm" && other.policy == "op");
-  }
-  /// Every how many blocks the step repeats itself: under a layer policy
-  /// its N, else 1.
-  int64_t period() const {
-    int64_t every = 1;
-    if (ac == "selective" && policy != "gemm" && policy != "op")
-      (void)llvm::StringRef(policy).getAsInteger(10, every);
-    return every;
-  }
-  /// The smaller probe's layers a stage, and the larger's above it: a
-  /// whole period apart, and the smaller as many periods short of the
-  /// model's `layers` (its blocks' checkpointing then repeats the step's,
-  /// block for block from the first, the last included).
-  std::pair<int64_t, int64_t> probeLayers(int64_t layers) const {
-    int64_t n = period();
-    return {kProbe + (layers - kProbe) % n, n};
-  }
-  std::string fp8Text() const {
-    return fp8.empty() ? "bf16" : fp8 + (fp8AllGather ? " + FP8 AG" : "");
-  }
-};
-
-struct Evaluated {
-  Candidate c;
-  StepPrediction p;
-  bool exact = false;
-  std::vector<std::string> overrides;
-  /// With --exact, what the extrapolation had predicted.
-  std::optional<StepPrediction> extrapolated;
-
-  /// Extrapolated within the extrapolation's error below `hbmGiB`.
-  bool mayNotFit(double hbmGiB) const {
-    return !exact && p.peakGiB() > hbmGiB * (1 - kMemoryLow);
-  }
-};
-
 /// TorchTitan's split points for `layers` over `stages`: the layers that do
 /// not divide evenly go to the middle stages first (the first holds the
 /// embedding, the last the output projection and the loss).
@@ -210,17 +129,33 @@ public:
     options.placeBuffers = command.exact;
   }
 
-  /// The candidate's predicted step, extrapolated from small compiles (or
-  /// compiled whole when the model is that small, or `exact`); nothing
-  /// and `error` when Kiln cannot compile it.
-  std::optional<Evaluated> evaluate(const Candidate &c, bool exact,
+  /// How far `evaluate` goes: the step predicted (extrapolated from
+  /// small compiles, or compiled whole when the model is that small), the
+  /// same compiled whole, or only whether it fits.
+  enum class Depth { Predict, Whole, Decide };
+  /// The candidate's predicted step; nothing and `error` when Kiln cannot
+  /// compile it. With Depth::Decide, where it is extrapolated, only what
+  /// fits is decided, as Predict decides it (`memoryOnly`: `p` holds its
+  /// peak, a lower bound where it does not fit); where it fits, its probes
+  /// are kept untimed, and a later Predict of it times them.
+  std::optional<Evaluated> evaluate(const Candidate &c, Depth depth,
                                     std::string &error);
+  /// Drops the probes Depth::Decide kept (those of a group's candidates,
+  /// once the group is done).
+  void dropDecided() { decided.clear(); }
   int64_t compiles = 0;
 
 private:
   std::optional<StepPrediction> extrapolated(const Candidate &c,
                                              const Config &config,
+                                             bool decideOnly,
                                              std::string &error);
+  /// By candidate order, the probes a Depth::Decide evaluation left open,
+  /// and the position where it stopped (their placement next; every
+  /// position's done: their timing next).
+  std::map<int64_t,
+           std::pair<std::vector<std::array<CompiledPosition, 2>>, size_t>>
+      decided;
 
   const PlanCommand &command;
   const perf::Hardware &hw;
@@ -229,9 +164,10 @@ private:
   PredictOptions options;
 };
 
-std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
+std::optional<Evaluated> Planner::evaluate(const Candidate &c, Depth depth,
                                            std::string &error) {
-  Evaluated out{c, {}, false, {}, std::nullopt};
+  Evaluated out;
+  out.c = c;
   out.overrides = overridesOf(c, command.overrides, layers, batch, seq);
   ModelSession session;
   session.quiet = true;
@@ -242,7 +178,7 @@ std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
   const Config &config = *session.config;
   std::optional<StepPrediction> p;
   auto [probe, apart] = c.probeLayers(layers);
-  if (exact || layers <= (probe + apart) * c.stages()) {
+  if (depth == Depth::Whole || layers <= (probe + apart) * c.stages()) {
     std::optional<Config> loaded;
     compiles += c.pp;
     // Compiled whole, every position is timed: placed from the start.
@@ -252,7 +188,9 @@ std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
                     loaded, error);
     out.exact = true;
   } else {
-    p = extrapolated(c, config, error);
+    p = extrapolated(c, config, depth == Depth::Decide, error);
+    // Where it does not fit, the verdict is the prediction's.
+    out.memoryOnly = decided.count(c.order) > 0;
   }
   if (!p)
     return std::nullopt;
@@ -262,6 +200,7 @@ std::optional<Evaluated> Planner::evaluate(const Candidate &c, bool exact,
 
 std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
                                                     const Config &config,
+                                                    bool decideOnly,
                                                     std::string &error) {
   int64_t stages = c.stages(), perRank = stages / c.pp;
   auto [smaller, apart] = c.probeLayers(layers);
@@ -309,6 +248,16 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   // verdict open; that verdict is then the one placing every probe gives.
   // What the count drops reports the count (a lower bound) as its peak.
   std::vector<std::array<CompiledPosition, 2>> compiled(probed.size());
+  // Where a Depth::Decide evaluation stopped, resumed: the position whose
+  // probes it compiled and counted, not yet placed.
+  size_t from = 0;
+  bool resumed = false;
+  if (auto kept = decided.find(c.order); kept != decided.end()) {
+    compiled = std::move(kept->second.first);
+    from = kept->second.second;
+    decided.erase(kept);
+    resumed = true;
+  }
   // Each position of the probe `i`'s kind, its cost from the probe's two
   // (`time`: with the time, else the bytes only).
   auto positionsOf = [&](size_t i, bool time,
@@ -345,11 +294,14 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   };
   // The largest peak of probe i's kind of position, extrapolated from its
   // probes' memory (counted or placed); a verdict when it does not fit.
+  // The largest peak `decide` found (Depth::Decide's where it is open).
+  int64_t largestSoFar = 0;
   auto decide = [&](size_t i) -> std::optional<StepPrediction> {
     int64_t largest = 0;
     for (const auto &[p, e] :
          positionsOf(i, false, {compiled[i][0].memory, compiled[i][1].memory}))
       largest = std::max(largest, e.peakBytes);
+    largestSoFar = std::max(largestSoFar, largest);
     // Past the margin --exact recompiles within: no other position changes
     // the verdict. Without --exact, what does not fit is only counted: its
     // time is not needed (with --exact, one within the margin may be
@@ -364,24 +316,33 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
   auto pastMemory = [&](const CompiledPosition &probe) {
     return double(probe.memory.peakBytes) > hbm;
   };
-  for (size_t i = 0; i < probed.size(); ++i) {
-    for (int k = 0; k < 2; ++k) {
-      ++compiles;
-      std::optional<CompiledPosition> probe = compilePosition(
-          command.model,
-          overridesOf(c, command.overrides, (smaller + k * apart) * stages,
-                      probeBatch, seq),
-          command.gpus, config.runMesh(), probed[i], eff, options, error);
-      if (!probe)
-        return std::nullopt;
-      if (pastMemory(*probe))
-        return tooBig(probe->memory.peakBytes, true);
-      compiled[i][k] = *std::move(probe);
+  for (size_t i = from; i < probed.size(); ++i) {
+    if (!resumed || i > from) {
+      for (int k = 0; k < 2; ++k) {
+        ++compiles;
+        std::optional<CompiledPosition> probe = compilePosition(
+            command.model,
+            overridesOf(c, command.overrides, (smaller + k * apart) * stages,
+                        probeBatch, seq),
+            command.gpus, config.runMesh(), probed[i], eff, options, error);
+        if (!probe)
+          return std::nullopt;
+        if (pastMemory(*probe))
+          return tooBig(probe->memory.peakBytes, true);
+        compiled[i][k] = *std::move(probe);
+      }
+      if (auto verdict = decide(i))
+        return verdict;
+      if (compiled[i][1].memory.placed)
+        continue;
+      // Depth::Decide stops where placing would be next: what fits is
+      // open, and a later prediction resumes here (the same steps, in the
+      // same order, as predicting it at once).
+      if (decideOnly) {
+        decided[c.order] = {std::move(compiled), i};
+        return tooBig(largestSoFar, false);
+      }
     }
-    if (auto verdict = decide(i))
-      return verdict;
-    if (compiled[i][1].memory.placed)
-      continue;
     // Only counted, and the count leaves it open: placed, decided as if
     // they had been placed from the start.
     for (int k = 0; k < 2; ++k) {
@@ -392,6 +353,12 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     }
     if (auto verdict = decide(i))
       return verdict;
+  }
+  // It fits (--exact placed every probe from the start): with Depth::Decide
+  // its probes are kept, untimed.
+  if (decideOnly) {
+    decided[c.order] = {std::move(compiled), probed.size()};
+    return tooBig(largestSoFar, false);
   }
   std::vector<PositionCost> all(c.pp);
   for (size_t i = 0; i < probed.size(); ++i) {
@@ -456,29 +423,82 @@ std::vector<Candidate> candidates(const PlanCommand &command,
 }
 
 /// What a part of the search found.
-struct Search {
+struct Search : Tally {
   std::vector<Evaluated> fit;
-  /// why -> how many, and the first configuration it happened to.
-  std::map<std::string, std::pair<int64_t, std::string>> invalid;
-  int64_t tried = 0, evaluated = 0, tooBig = 0, dominated = 0, compiles = 0;
   std::optional<Evaluated> smallest; // of those that do not fit
   /// Those predicted within kMemoryMargin above the memory: --exact
   /// compiles them whole too.
   std::vector<Evaluated> nearMisses;
 
   /// One group's candidates in order, each skipped where a lighter mode
-  /// (or a smaller microbatch) of the group already fits.
+  /// (or a smaller microbatch) of the group already fits, or where full
+  /// checkpointing at its microbatch size does not (past the margin --exact
+  /// compiles within, with `exact`).
   void group(Planner &planner, const std::vector<Candidate> &candidates,
-             double hbmGiB, bool largerMicrobatches);
+             double hbmGiB, bool largerMicrobatches, bool exact);
   void merge(Search &&other);
 };
 
 std::string firstLine(const std::string &text);
 
 void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
-                   double hbmGiB, bool largerMicrobatches) {
+                   double hbmGiB, bool largerMicrobatches, bool exact) {
+  // Each candidate predicted once, by its index in the group; nothing
+  // where Kiln cannot compile it (counted as such).
+  std::map<size_t, std::optional<Evaluated>> done;
+  auto evaluate = [&](size_t i) -> const std::optional<Evaluated> & {
+    auto [it, fresh] = done.try_emplace(i);
+    if (!fresh)
+      return it->second;
+    const Candidate &c = candidates[i];
+    std::string error;
+    it->second = planner.evaluate(c, Planner::Depth::Predict, error);
+    if (it->second) {
+      ++evaluated;
+    } else {
+      auto &[count, example] = invalid[firstLine(error)];
+      if (!count++)
+        example = c.meshText() + ", " + c.scheduleText() + ", " + c.acText() +
+                  ", " + c.fp8Text();
+    }
+    return it->second;
+  };
+  // Full checkpointing keeps the least of every mode (each block's input
+  // and what lies outside the blocks, which every mode keeps; the others
+  // keep more of each block): where it does not fit, no mode at its
+  // microbatch size does, and those are not compiled. Once a mode of a
+  // microbatch size does not fit, whether full does is decided before the
+  // next is compiled (its probes compiled and placed as its prediction
+  // would; timed only if it is predicted after all); where it does not
+  // (past the margin --exact compiles within, with `exact`), the rest of
+  // that microbatch size is dropped.
+  double pastGiB = hbmGiB * (exact ? 1 + kMemoryMargin : 1);
+  std::map<int64_t, bool> fullPast; // by microbatch, once decided
+  auto pastFullAt = [&](int64_t microbatch) {
+    auto [it, fresh] = fullPast.try_emplace(microbatch, false);
+    if (!fresh)
+      return it->second;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const Candidate &c = candidates[i];
+      if (c.ac != "full" || c.microbatch != microbatch)
+        continue;
+      std::string error;
+      std::optional<Evaluated> e =
+          planner.evaluate(c, Planner::Depth::Decide, error);
+      // Not compilable: counted where the loop comes to it. Where it does
+      // not fit, or is compiled whole (no probes), that is its prediction:
+      // kept.
+      if (e && !e->memoryOnly && done.try_emplace(i, e).second)
+        ++evaluated;
+      it->second = e && e->p.peakGiB() > pastGiB;
+      break;
+    }
+    return it->second;
+  };
   std::vector<const Candidate *> fits;
-  for (const Candidate &c : candidates) {
+  std::set<int64_t> pastAt; // microbatch sizes where a mode does not fit
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate &c = candidates[i];
     ++tried;
     if (llvm::any_of(fits, [&](const auto &f) {
           return f->recomputesWithin(c) &&
@@ -488,17 +508,17 @@ void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
       ++dominated;
       continue;
     }
-    std::string error;
-    std::optional<Evaluated> e = planner.evaluate(c, false, error);
-    if (!e) {
-      auto &[count, example] = invalid[firstLine(error)];
-      if (!count++)
-        example = c.meshText() + ", " + c.scheduleText() + ", " + c.acText() +
-                  ", " + c.fp8Text();
+    if (c.ac != "full" && pastAt.count(c.microbatch) &&
+        pastFullAt(c.microbatch)) {
+      ++tooBig;
+      ++pastFull;
       continue;
     }
-    ++evaluated;
+    const std::optional<Evaluated> &e = evaluate(i);
+    if (!e)
+      continue;
     if (e->p.peakGiB() > hbmGiB) {
+      pastAt.insert(c.microbatch);
       ++tooBig;
       if (!smallest || e->p.peakBytes < smallest->p.peakBytes)
         smallest = e;
@@ -507,8 +527,9 @@ void Search::group(Planner &planner, const std::vector<Candidate> &candidates,
       continue;
     }
     fits.push_back(&c);
-    fit.push_back(*std::move(e));
+    fit.push_back(*e);
   }
+  planner.dropDecided();
 }
 
 void Search::merge(Search &&other) {
@@ -526,6 +547,7 @@ void Search::merge(Search &&other) {
   evaluated += other.evaluated;
   tooBig += other.tooBig;
   dominated += other.dominated;
+  pastFull += other.pastFull;
   compiles += other.compiles;
   if (other.smallest &&
       (!smallest || other.smallest->p.peakBytes < smallest->p.peakBytes))
@@ -588,6 +610,8 @@ int kiln::runPlan(const PlanCommand &command) {
   // microbatch of 2 sequences where one of 1 fits, unless a sequence is
   // shorter than the profile's largest GEMM class (fewer, larger
   // microbatches only enlarge the bubble and what each holds otherwise).
+  // The other way, a mode is not compiled where full checkpointing, which
+  // keeps the least, does not fit at its microbatch size (Search::group).
   // Candidates that differ only in those two are a group, tried in order;
   // the groups are independent, and each worker thread takes the next.
   bool largerMicrobatches =
@@ -617,7 +641,8 @@ int kiln::runPlan(const PlanCommand &command) {
   auto work = [&](Search &out) {
     Planner planner(command, *hw, *eff, layers, batch, seq);
     for (size_t g; (g = next++) < groups.size();)
-      out.group(planner, groups[g], hw->hbmGiB, largerMicrobatches);
+      out.group(planner, groups[g], hw->hbmGiB, largerMicrobatches,
+                command.exact);
     out.compiles += planner.compiles;
   };
   int64_t threads = command.threads
@@ -651,7 +676,8 @@ int kiln::runPlan(const PlanCommand &command) {
     std::vector<Evaluated> whole;
     for (size_t i = 0; i < fit.size() && i < size_t(2 * command.top); ++i) {
       std::string error;
-      std::optional<Evaluated> e = planner.evaluate(fit[i].c, true, error);
+      std::optional<Evaluated> e =
+          planner.evaluate(fit[i].c, Planner::Depth::Whole, error);
       if (!e || e->p.peakGiB() > hw->hbmGiB)
         continue;
       if (!fit[i].exact)
@@ -681,104 +707,8 @@ int kiln::runPlan(const PlanCommand &command) {
         "; more GPUs, a smaller global batch or a shorter sequence need less");
   }
   fit.resize(std::min<size_t>(fit.size(), command.top));
-
-  llvm::raw_ostream &os = llvm::outs();
-  if (command.json) {
-    llvm::json::Array top;
-    for (const Evaluated &e : fit) {
-      llvm::json::Object row{{"mesh", llvm::json::Object{{"pp", e.c.pp},
-                                                         {"dp_shard", e.c.dp},
-                                                         {"tp", e.c.tp}}},
-                             {"schedule", e.c.schedule},
-                             {"microbatch_size", e.c.microbatch},
-                             {"activation_checkpoint", e.c.ac},
-                             {"selective_ac_option", e.c.policy},
-                             {"float8", e.c.fp8},
-                             {"fp8_all_gather", e.c.fp8AllGather},
-                             {"step_time_s", e.p.step},
-                             {"tokens_per_s_per_gpu", e.p.tokensPerGpu},
-                             {"mfu", e.p.mfu},
-                             {"peak_memory_gib", e.p.peakGiB()},
-                             {"exposed_comm_s", e.p.exposed},
-                             {"bubble", e.p.bubble},
-                             {"exact", e.exact},
-                             {"may_not_fit", e.mayNotFit(hw->hbmGiB)},
-                             {"overrides", llvm::json::Array(e.overrides)}};
-      if (e.extrapolated)
-        row["extrapolated"] = llvm::json::Object{
-            {"step_time_s", e.extrapolated->step},
-            {"peak_memory_gib", e.extrapolated->peakGiB()}};
-      top.push_back(std::move(row));
-    }
-    llvm::json::Object rejected;
-    for (const auto &[why, seen] : all.invalid)
-      rejected[why] = llvm::json::Object{{"count", seen.first},
-                                         {"first", seen.second}};
-    llvm::json::Object out{{"model", base.config->sourceName},
-                           {"hardware", hw->name},
-                           {"hbm_gib", hw->hbmGiB},
-                           {"gpus", command.gpus},
-                           {"global_batch_size", batch},
-                           {"seq_len", seq},
-                           {"configurations", all.tried},
-                           {"evaluated", all.evaluated},
-                           {"do_not_fit", all.tooBig},
-                           {"dominated", all.dominated},
-                           {"not_compilable", std::move(rejected)},
-                           {"compiles", all.compiles + planner.compiles},
-                           {"seconds", seconds},
-                           {"top", std::move(top)}};
-    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(out))) << "\n";
-    return 0;
-  }
-  int64_t notCompilable = 0;
-  for (const auto &[why, seen] : all.invalid)
-    notCompilable += seen.first;
-  os << "kiln plan: " << base.config->sourceName << " on " << command.gpus
-     << " x " << hw->name << ", global batch " << batch << " x seq " << seq
-     << ", efficiency " << eff->name << "\n";
-  os << llvm::format("searched %lld configurations in %.1f s (%lld compiles): "
-                     "%lld predicted, %lld do not fit in %.1f GiB, %lld "
-                     "skipped (a lighter one fits), %lld not "
-                     "compilable\n",
-                     (long long)all.tried, seconds,
-                     (long long)(all.compiles + planner.compiles),
-                     (long long)all.evaluated, (long long)all.tooBig, hw->hbmGiB,
-                     (long long)all.dominated, (long long)notCompilable);
-  for (const auto &[why, seen] : all.invalid)
-    os << "  not compilable (" << seen.first << ", the first " << seen.second
-       << "): " << why << "\n";
-  os << "  #  dp_shard x tp x pp  schedule                 AC              FP8"
-        "                 tokens/s/GPU   MFU  peak GiB  exposed s  bubble\n";
-  for (size_t i = 0; i < fit.size(); ++i) {
-    const Evaluated &e = fit[i];
-    os << llvm::format("%3zu  %-19s %-24s %-15s %-20s %12.1f %5.1f%% %9.1f "
-                       "%10.3f %6.1f%%%s\n",
-                       i + 1, e.c.meshText().c_str(),
-                       e.c.scheduleText().c_str(), e.c.acText().c_str(),
-                       e.c.fp8Text().c_str(), e.p.tokensPerGpu, 100 * e.p.mfu,
-                       e.p.peakGiB(), e.p.exposed, 100 * e.p.bubble,
-                       e.exact ? "" : "  (extrapolated)");
-    if (e.mayNotFit(hw->hbmGiB))
-      os << llvm::format("     may not fit: within %.0f%% of the memory, the "
-                         "extrapolation's error; --exact compiles it whole\n",
-                         100 * kMemoryLow);
-    os << llvm::format("     why: %.1f GiB of HBM to spare; communication "
-                       "exposed %.1f%% of the step; ",
-                       hw->hbmGiB - e.p.peakGiB(),
-                       100 * e.p.exposed / e.p.step);
-    if (e.c.pp > 1)
-      os << llvm::format("pipeline bubble %.1f%%", 100 * e.p.bubble);
-    else
-      os << "no pipeline bubble";
-    if (i > 0)
-      os << llvm::format("; %.1f%% below #1",
-                         100 * (1 - e.p.tokensPerGpu / fit[0].p.tokensPerGpu));
-    os << "\n";
-  }
-  os << "#1 as flags: --gpus " << command.gpus;
-  for (size_t i = command.overrides.size(); i < fit[0].overrides.size(); ++i)
-    os << " --set '" << fit[0].overrides[i] << "'";
-  os << "\n";
+  all.compiles += planner.compiles;
+  printPlan(command, *hw, *eff, base.config->sourceName, batch, seq, all,
+            seconds, fit);
   return 0;
 }
