@@ -292,10 +292,10 @@ std::optional<StepPrediction> Planner::extrapolated(const Candidate &c,
     }
     return out;
   };
-  // The largest peak of probe i's kind of position, extrapolated from its
-  // probes' memory (counted or placed); a verdict when it does not fit.
   // The largest peak `decide` found (Depth::Decide's where it is open).
   int64_t largestSoFar = 0;
+  // The largest peak of probe i's kind of position, extrapolated from its
+  // probes' memory (counted or placed); a verdict when it does not fit.
   auto decide = [&](size_t i) -> std::optional<StepPrediction> {
     int64_t largest = 0;
     for (const auto &[p, e] :
