@@ -291,14 +291,20 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
     lastUnit = s.str("kiln.unit");
     e.unitSeconds[lastUnit] += seconds;
   };
+  // Where a step's sums go, once `charge` has seen it: as its time.
+  auto sumsOf = [&](const PlanStep &s) -> StepSums & {
+    return s.attrs.count("kiln.unit") ? e.unitSums[lastUnit]
+                                      : e.afterUnitSums[lastUnit];
+  };
   for (const PlanStep &s : entry.steps) {
     plan::Category category = plan::category(s.kind);
     if (category == plan::Category::Wait) {
       double end = finishes[s.operands[0]];
       if (end > now) {
-        e.exposedCommSeconds += end - now;
-        e.exposedBy[startOf[s.operands[0]]] += end - now;
         charge(s, end - now);
+        StepSums &sums = sumsOf(s);
+        sums.exposed += end - now;
+        sums.exposedBy[startOf[s.operands[0]]] += end - now;
         now = end;
       }
       continue;
@@ -320,10 +326,11 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
       free = begin + seconds;
       finishes[s.results[0]] = free;
       startOf[s.results[0]] = describe(s);
-      e.byOp[describe(s)] += seconds;
       now += launch;
-      e.launchSeconds += launch;
       charge(s, launch);
+      StepSums &sums = sumsOf(s);
+      sums.byOp[describe(s)] += seconds;
+      sums.launch += launch;
       continue;
     }
     std::string kind;
@@ -335,16 +342,20 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
     if (eager)
       e.eagerLossBytes =
           std::max(e.eagerLossBytes, eagerLossHeld(plan, s, op, eff));
-    e.byKind[kind] += seconds;
     // The host launches each kernel; a kernel shorter than a launch leaves
     // the GPU waiting for the next.
     double spent = std::max(seconds, launch);
-    e.computeSeconds += seconds;
-    e.launchSeconds += spent - seconds;
-    e.byOp[describe(s)] += seconds;
     charge(s, spent);
+    StepSums &sums = sumsOf(s);
+    sums.byKind[kind] += seconds;
+    sums.compute += seconds;
+    sums.launch += spent - seconds;
+    sums.byOp[describe(s)] += seconds;
     now += spent;
   }
+  for (const auto *segments : {&e.unitSums, &e.afterUnitSums})
+    for (const auto &[label, sums] : *segments)
+      e.sums.add(sums);
   // The step ends when its last collective has too (a wait precedes every
   // use, so only a trailing one can be left).
   for (double free : streamFree)
@@ -355,6 +366,17 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
                 entry.liveAtPeak.activations,
             eff);
   return e;
+}
+
+void StepSums::add(const StepSums &other, double scale) {
+  compute += scale * other.compute;
+  exposed += scale * other.exposed;
+  launch += scale * other.launch;
+  for (auto [into, from] :
+       {std::pair{&byOp, &other.byOp}, std::pair{&byKind, &other.byKind},
+        std::pair{&exposedBy, &other.exposedBy}})
+    for (const auto &[key, v] : *from)
+      (*into)[key] += scale * v;
 }
 
 void setMemory(StepEstimate &e, int64_t stateBytes, int64_t arenaBytes,

@@ -20,54 +20,73 @@ double PositionCost::outsideOf(int64_t microbatches) const {
          after[kLast];
 }
 
+perf::StepSums PositionCost::sumsOf(int64_t microbatches) const {
+  perf::StepSums out = outsideSums;
+  out.add(phaseSums[kFirst]);
+  if (microbatches == 1)
+    return out;
+  out.add(phaseSums[kMiddle], double(microbatches - 2));
+  out.add(phaseSums[kLast]);
+  return out;
+}
+
 PositionCost kiln::positionCost(const perf::StepEstimate &e,
                                 int64_t microbatches) {
   PositionCost c;
   c.step = e.stepSeconds;
-  c.exposed = e.exposedCommSeconds;
-  c.compute = e.computeSeconds;
-  c.launch = e.launchSeconds;
   c.peakBytes = e.peakBytes;
   c.stateBytes = e.stateBytes;
   c.arenaBytes = e.arenaBytes;
   c.liveBytes = e.liveBytes;
   c.reservedBytes = e.reservedBytes;
   c.eagerLossBytes = e.eagerLossBytes;
-  c.byOp = e.byOp;
-  c.byKind = e.byKind;
-  c.exposedBy = e.exposedBy;
   // Every microbatch between the first and the last runs the same ops:
-  // their mean is each one's. `add(phase, seconds)` for each phase that
-  // microbatch `m` is (one microbatch is the first and the last).
+  // their mean is each one's. `add(phase, scale)` for each phase that
+  // microbatch `m` is (one microbatch is the first and the last), with the
+  // share of it that phase takes.
   double between = double(std::max<int64_t>(microbatches - 2, 1));
-  auto byPhase = [&](int64_t m, double s, auto &&add) {
+  auto byPhase = [&](int64_t m, auto &&add) {
     if (m == 0)
-      add(kFirst, s);
+      add(kFirst, 1.0);
     if (m == microbatches - 1)
-      add(kLast, s);
+      add(kLast, 1.0);
     if (m > 0 && m < microbatches - 1)
-      add(kMiddle, s / between);
+      add(kMiddle, 1 / between);
   };
   for (const auto &[label, s] : e.unitSeconds)
     if (std::optional<pipeline::Unit> u = pipeline::parseUnit(label))
-      byPhase(u->microbatch, s, [&](int phase, double v) {
-        (u->backward ? c.backward : c.forward)[phase][u->stage] += v;
+      byPhase(u->microbatch, [&](int phase, double share) {
+        (u->backward ? c.backward : c.forward)[phase][u->stage] += s * share;
       });
   for (const auto &[label, s] : e.afterUnitSeconds) {
     std::optional<pipeline::Unit> u = pipeline::parseUnit(label);
     if (!u)
       c.outside += s;
     else
-      byPhase(u->microbatch, s,
-              [&](int phase, double v) { c.after[phase] += v; });
+      byPhase(u->microbatch,
+              [&](int phase, double share) { c.after[phase] += s * share; });
   }
+  // The sums likewise: a unit's and what follows it, by its microbatch's
+  // phase.
+  for (const auto *segments : {&e.unitSums, &e.afterUnitSums})
+    for (const auto &[label, sums] : *segments) {
+      std::optional<pipeline::Unit> u = pipeline::parseUnit(label);
+      if (!u)
+        c.outsideSums.add(sums);
+      else
+        byPhase(u->microbatch, [&](int phase, double share) {
+          c.phaseSums[phase].add(sums, share);
+        });
+    }
   // Two microbatches have none between: the last stands in (unused by the
   // step's own timeline).
   for (auto *byPhase : {c.forward, c.backward})
     if (microbatches <= 2)
       byPhase[kMiddle] = byPhase[kLast];
-  if (microbatches <= 2)
+  if (microbatches <= 2) {
     c.after[kMiddle] = c.after[kLast];
+    c.phaseSums[kMiddle] = c.phaseSums[kLast];
+  }
   return c;
 }
 
@@ -108,9 +127,19 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
   for (int phase = 0; phase < kPhases; ++phase)
     c.after[phase] = lerp(a.after[phase], b.after[phase], t);
   c.step = lerp(a.step, b.step, t);
-  c.exposed = lerp(a.exposed, b.exposed, t);
-  c.compute = lerp(a.compute, b.compute, t);
-  c.launch = lerp(a.launch, b.launch, t);
+  auto sums = [&](const perf::StepSums &x, const perf::StepSums &y) {
+    perf::StepSums out;
+    out.compute = lerp(x.compute, y.compute, t);
+    out.exposed = lerp(x.exposed, y.exposed, t);
+    out.launch = lerp(x.launch, y.launch, t);
+    out.byOp = lerpMap<std::string>(x.byOp, y.byOp, whole);
+    out.byKind = lerpMap<std::string>(x.byKind, y.byKind, whole);
+    out.exposedBy = lerpMap<std::string>(x.exposedBy, y.exposedBy, whole);
+    return out;
+  };
+  c.outsideSums = sums(a.outsideSums, b.outsideSums);
+  for (int phase = 0; phase < kPhases; ++phase)
+    c.phaseSums[phase] = sums(a.phaseSums[phase], b.phaseSums[phase]);
   auto bytes = [&](int64_t x, int64_t y) {
     return std::max(0.0, lerp(double(x), double(y), t));
   };
@@ -133,9 +162,6 @@ PositionCost kiln::extrapolate(const PositionCost &a, const PositionCost &b,
   c.arenaBytes = static_cast<int64_t>(arena);
   c.reservedBytes = b.reservedBytes;
   c.peakBytes = c.stateBytes + c.arenaBytes + c.reservedBytes;
-  c.byOp = lerpMap<std::string>(a.byOp, b.byOp, whole);
-  c.byKind = lerpMap<std::string>(a.byKind, b.byKind, whole);
-  c.exposedBy = lerpMap<std::string>(a.exposedBy, b.exposedBy, whole);
   return c;
 }
 
@@ -190,15 +216,17 @@ kiln::combine(const Config &config, const std::vector<PositionCost> &positions,
   }
   double outside = 0;
   for (const PositionCost &c : positions) {
-    total.exposed = std::max(total.exposed, c.exposed);
-    total.compute = std::max(total.compute, c.compute);
-    total.launch = std::max(total.launch, c.launch);
+    // The step's own microbatches (a probe may have run fewer).
+    perf::StepSums sums = c.sumsOf(shape.microbatches);
+    total.exposed = std::max(total.exposed, sums.exposed);
+    total.compute = std::max(total.compute, sums.compute);
+    total.launch = std::max(total.launch, sums.launch);
     total.peakBytes = std::max(total.peakBytes, c.peakBytes);
-    for (const auto &[op, s] : c.byOp)
+    for (const auto &[op, s] : sums.byOp)
       total.byOp[op] = std::max(total.byOp[op], s);
-    for (const auto &[kind, s] : c.byKind)
+    for (const auto &[kind, s] : sums.byKind)
       total.byKind[kind] = std::max(total.byKind[kind], s);
-    for (const auto &[what, s] : c.exposedBy)
+    for (const auto &[what, s] : sums.exposedBy)
       total.exposedBy[what] = std::max(total.exposedBy[what], s);
     outside = std::max(outside, c.outsideOf(shape.microbatches));
     total.step = std::max(total.step, c.step);

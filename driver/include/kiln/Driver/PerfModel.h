@@ -163,20 +163,14 @@ double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks,
 
 // --- A compiled step --------------------------------------------------------
 
-struct StepEstimate {
-  /// The step's time: compute, launches and the communication that no
-  /// compute hides, in the plan's order.
-  double stepSeconds = 0;
-  double computeSeconds = 0;     // GEMMs, attention, memory-bound kernels
-  double exposedCommSeconds = 0; // waiting for collectives
-  double launchSeconds = 0;      // launches that outlast their kernels
-  /// Time per pipeline unit (`kiln.unit`), and outside any unit.
-  std::map<std::string, double> unitSeconds;
-  double outsideUnitsSeconds = 0;
-  /// That outside time by the unit last run before it ("": before any),
-  /// such as a gradient's accumulation after its microbatch's backward.
-  std::map<std::string, double> afterUnitSeconds;
-  /// Every step's time, by the step's description, summed.
+/// What a stretch of a step's steps adds up to: compute, the time spent
+/// waiting for collectives, launches that outlast their kernels, and those
+/// by op, by compute kind and by the collective waited for.
+struct StepSums {
+  double compute = 0; // GEMMs, attention, memory-bound kernels
+  double exposed = 0; // waiting for collectives
+  double launch = 0;  // launches that outlast their kernels
+  /// Every step's time, by the step's description.
   std::map<std::string, double> byOp;
   /// Compute time by kind: "gemm_bf16" (f32 and f16 too), "gemm_fp8",
   /// "attention", "memory" (everything memory-bound).
@@ -184,6 +178,27 @@ struct StepEstimate {
   /// The exposed communication by the collective waited for (its start
   /// step's description: "reduce_scatter_start over tp").
   std::map<std::string, double> exposedBy;
+
+  /// Adds `scale` times `other`.
+  void add(const StepSums &other, double scale = 1);
+};
+
+struct StepEstimate {
+  /// The step's time: compute, launches and the communication that no
+  /// compute hides, in the plan's order.
+  double stepSeconds = 0;
+  /// The whole step's sums.
+  StepSums sums;
+  /// Time per pipeline unit (`kiln.unit`), and outside any unit.
+  std::map<std::string, double> unitSeconds;
+  double outsideUnitsSeconds = 0;
+  /// That outside time by the unit last run before it ("": before any),
+  /// such as a gradient's accumulation after its microbatch's backward.
+  std::map<std::string, double> afterUnitSeconds;
+  /// `sums` split as the time is: each unit's, and what runs outside units
+  /// by the unit last run before it. A pipeline step's microbatches repeat
+  /// them (kiln plan's probes run fewer than the step).
+  std::map<std::string, StepSums> unitSums, afterUnitSums;
   /// State + the arena + the profile's reserve.
   int64_t peakBytes = 0;
   /// Its parts: the plan's state, the entry's arena, the bytes live at the

@@ -41,7 +41,14 @@ struct PositionCost {
   double after[kPhases] = {0, 0, 0};
   /// All the time outside units of a step of `microbatches`.
   double outsideOf(int64_t microbatches) const;
-  double exposed = 0, compute = 0, launch = 0;
+  /// The sums (compute, exposed communication, launches, by op, kind and
+  /// collective) as the time: outside any unit and after none (`outside`'s
+  /// part before the first unit, and all of a step without units), and a
+  /// microbatch's units and what follows them, by phase (kMiddle's per
+  /// microbatch).
+  perf::StepSums outsideSums, phaseSums[kPhases];
+  /// All the sums of a step of `microbatches`.
+  perf::StepSums sumsOf(int64_t microbatches) const;
   int64_t peakBytes = 0;
   /// peakBytes' parts (StepEstimate's).
   int64_t stateBytes = 0, arenaBytes = 0, liveBytes = 0, reservedBytes = 0;
@@ -56,7 +63,6 @@ struct PositionCost {
   /// What eager PyTorch's loss holds there beyond the plan
   /// (StepEstimate::eagerLossBytes).
   int64_t eagerLossBytes = 0;
-  std::map<std::string, double> byOp, byKind, exposedBy;
 };
 
 /// `estimate` of a plan with `microbatches` microbatches, as a PositionCost.
