@@ -48,7 +48,8 @@ void kiln::plansearch::printPlan(const PlanCommand &command,
       if (e.extrapolated)
         row["extrapolated"] =
             llvm::json::Object{{"step_time_s", e.extrapolated->step},
-                               {"peak_memory_gib", e.extrapolated->peakGiB()}};
+                               {"peak_memory_gib", e.extrapolated->peakGiB()},
+                               {"exposed_comm_s", e.extrapolated->exposed}};
       top.push_back(std::move(row));
     }
     llvm::json::Object rejected;
