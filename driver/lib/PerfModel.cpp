@@ -353,9 +353,6 @@ StepEstimate estimateEntry(const Plan &plan, const PlanEntry &entry,
     sums.byOp[describe(s)] += seconds;
     now += spent;
   }
-  for (const auto *segments : {&e.unitSums, &e.afterUnitSums})
-    for (const auto &[label, sums] : *segments)
-      e.sums.add(sums);
   // The step ends when its last collective has too (a wait precedes every
   // use, so only a trailing one can be left).
   for (double free : streamFree)

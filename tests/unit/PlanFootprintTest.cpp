@@ -303,14 +303,15 @@ TEST(PlanFootprint, SumsFollowTheMicrobatches) {
     e.afterUnitSums[b].compute = 0.5;
     e.afterUnitSums[b].launch = 0.125;
   }
+  perf::StepSums whole;
   for (const auto *segments : {&e.unitSums, &e.afterUnitSums})
     for (const auto &[label, sums] : *segments)
-      e.sums.add(sums);
+      whole.add(sums);
   PositionCost c = positionCost(e, 4);
   perf::StepSums own = c.sumsOf(4);
-  EXPECT_DOUBLE_EQ(own.compute, e.sums.compute);
-  EXPECT_DOUBLE_EQ(own.exposed, e.sums.exposed);
-  EXPECT_DOUBLE_EQ(own.launch, e.sums.launch);
+  EXPECT_DOUBLE_EQ(own.compute, whole.compute);
+  EXPECT_DOUBLE_EQ(own.exposed, whole.exposed);
+  EXPECT_DOUBLE_EQ(own.launch, whole.launch);
   EXPECT_DOUBLE_EQ(own.byOp["linear"], 8);
   EXPECT_DOUBLE_EQ(own.exposedBy["all_gather_start over tp"], 1);
   perf::StepSums ten = c.sumsOf(10);

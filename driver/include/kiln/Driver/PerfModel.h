@@ -187,17 +187,15 @@ struct StepEstimate {
   /// The step's time: compute, launches and the communication that no
   /// compute hides, in the plan's order.
   double stepSeconds = 0;
-  /// The whole step's sums.
-  StepSums sums;
   /// Time per pipeline unit (`kiln.unit`), and outside any unit.
   std::map<std::string, double> unitSeconds;
   double outsideUnitsSeconds = 0;
   /// That outside time by the unit last run before it ("": before any),
   /// such as a gradient's accumulation after its microbatch's backward.
   std::map<std::string, double> afterUnitSeconds;
-  /// `sums` split as the time is: each unit's, and what runs outside units
-  /// by the unit last run before it. A pipeline step's microbatches repeat
-  /// them (kiln plan's probes run fewer than the step).
+  /// The step's sums (StepSums), split as the time is: each unit's, and
+  /// what runs outside units by the unit last run before it. A pipeline step's
+  /// microbatches repeat them (kiln plan's probes run fewer than the step).
   std::map<std::string, StepSums> unitSums, afterUnitSums;
   /// State + the arena + the profile's reserve.
   int64_t peakBytes = 0;
